@@ -1,0 +1,367 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fcd-authz/fcd/manifest"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// State is an epoch's lifecycle state: ACTIVE → DRAINING → STALE.
+type State string
+
+// Epoch lifecycle states. Only ACTIVE epochs admit calls.
+const (
+	StateActive   State = "ACTIVE"
+	StateDraining State = "DRAINING"
+	StateStale    State = "STALE"
+)
+
+// Epoch is a registered manifest with its lifecycle state and the number
+// of lease markers under it.
+type Epoch struct {
+	ID           string            `json:"id"`
+	Server       string            `json:"server"`
+	Release      string            `json:"release"`
+	Pool         string            `json:"pool"`
+	Artifact     manifest.Artifact `json:"artifact"`
+	ConfigDigest string            `json:"configDigest"`
+	SignerKeyID  string            `json:"signerKid"`
+	RegisteredAt time.Time         `json:"registeredAt"`
+	Tools        []EpochTool       `json:"tools"`
+
+	State           State `json:"state"`
+	ActiveLeases    int   `json:"activeLeases"`
+	UncertainLeases int   `json:"uncertainLeases"`
+
+	// Manifest and JWS are the registered document; filled by GetEpoch,
+	// left empty by ListEpochs.
+	Manifest *manifest.Manifest `json:"manifest,omitempty"`
+	JWS      string             `json:"jws,omitempty"`
+
+	// revision is the etcd revision that created the epoch; it orders
+	// registrations.
+	revision int64
+}
+
+// EpochTool names one tool of an epoch with its descriptor digest.
+type EpochTool struct {
+	Name        string              `json:"name"`
+	Digest      string              `json:"digest"`
+	SideEffects manifest.SideEffect `json:"sideEffects"`
+}
+
+// epochRecord is the immutable stored part of an epoch.
+type epochRecord struct {
+	ID           string             `json:"id"`
+	SignerKeyID  string             `json:"signerKid"`
+	RegisteredAt time.Time          `json:"registeredAt"`
+	Manifest     *manifest.Manifest `json:"manifest"`
+	JWS          string             `json:"jws"`
+}
+
+func (r *epochRecord) epoch(rev int64, st State, withDoc bool) (*Epoch, error) {
+	m := r.Manifest
+	e := &Epoch{
+		ID: r.ID, Server: m.Server.Name, Release: m.Server.Release, Pool: m.Pool,
+		Artifact: m.Artifact, ConfigDigest: m.Config.Digest, SignerKeyID: r.SignerKeyID,
+		RegisteredAt: r.RegisteredAt, State: st, revision: rev,
+	}
+	for i := range m.Tools {
+		d, err := m.Tools[i].Digest()
+		if err != nil {
+			return nil, fmt.Errorf("%w: epoch %s tool %s: %v", ErrCorrupt, r.ID, m.Tools[i].Name, err)
+		}
+		e.Tools = append(e.Tools, EpochTool{Name: m.Tools[i].Name, Digest: d, SideEffects: m.Tools[i].SideEffects})
+	}
+	if withDoc {
+		e.Manifest, e.JWS = m, r.JWS
+	}
+	return e, nil
+}
+
+func decodeRecord(kv *mvccpb.KeyValue) (*epochRecord, error) {
+	var r epochRecord
+	if err := json.Unmarshal(kv.Value, &r); err != nil || r.Manifest == nil {
+		return nil, fmt.Errorf("%w: epoch record %s", ErrCorrupt, kv.Key)
+	}
+	return &r, nil
+}
+
+// RegisterEpoch stores a verified manifest as an ACTIVE epoch. It is
+// idempotent: the epoch id is the manifest's digest, so registering the
+// same manifest again, even concurrently, returns the one existing epoch
+// with created false.
+func (s *Store) RegisterEpoch(ctx context.Context, sm *manifest.Signed) (ep *Epoch, created bool, err error) {
+	rec := epochRecord{ID: sm.Epoch, SignerKeyID: sm.KeyID, RegisteredAt: s.now().UTC(), Manifest: sm.Manifest, JWS: sm.JWS}
+	val, err := json.Marshal(&rec)
+	if err != nil {
+		return nil, false, fmt.Errorf("lease: encode epoch: %w", err)
+	}
+	key, skey := s.k.epoch(sm.Epoch), s.k.state(sm.Epoch)
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val)), clientv3.OpPut(skey, string(StateActive))).
+		Else(clientv3.OpGet(key), clientv3.OpGet(skey)).
+		Commit()
+	if err != nil {
+		return nil, false, s.wrap(ctx, "register epoch", err)
+	}
+	if resp.Succeeded {
+		ep, err := rec.epoch(resp.Header.Revision, StateActive, true)
+		return ep, true, err
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	st := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 || len(st) == 0 {
+		return nil, false, fmt.Errorf("%w: epoch %s half written", ErrCorrupt, sm.Epoch)
+	}
+	old, err := decodeRecord(kvs[0])
+	if err != nil {
+		return nil, false, err
+	}
+	ep, err = old.epoch(kvs[0].CreateRevision, State(st[0].Value), true)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.countMarkers(ctx, ep); err != nil {
+		return nil, false, err
+	}
+	return ep, false, nil
+}
+
+// GetEpoch returns one epoch with its manifest, state and lease counts,
+// read at one revision.
+func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.k.epoch(id)),
+		clientv3.OpGet(s.k.state(id)),
+		clientv3.OpGet(s.k.markers(id), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, s.wrap(ctx, "get epoch", err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	st := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 || len(st) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+	}
+	rec, err := decodeRecord(kvs[0])
+	if err != nil {
+		return nil, err
+	}
+	ep, err := rec.epoch(kvs[0].CreateRevision, State(st[0].Value), true)
+	if err != nil {
+		return nil, err
+	}
+	ep.ActiveLeases, ep.UncertainLeases = tallyMarkers(resp.Responses[2].GetResponseRange().Kvs)
+	return ep, nil
+}
+
+// EpochFilter selects epochs in ListEpochs; zero fields match all.
+type EpochFilter struct {
+	Server string
+	State  State
+}
+
+// ListEpochs returns the epochs matching f, oldest registration first,
+// with states and lease counts read at one revision.
+func (s *Store) ListEpochs(ctx context.Context, f EpochFilter) ([]*Epoch, error) {
+	all, _, err := s.readEpochs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, e := range all {
+		if (f.Server == "" || e.Server == f.Server) && (f.State == "" || e.State == f.State) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// readEpochs reads every epoch, state and marker in one transaction and
+// returns the epochs ordered by registration, and the revision read.
+func (s *Store) readEpochs(ctx context.Context) ([]*Epoch, int64, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.k.epochs(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.states(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.allMarkers(), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, 0, s.wrap(ctx, "list epochs", err)
+	}
+	states := map[string]State{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		states[string(kv.Key[len(s.k.states()):])] = State(kv.Value)
+	}
+	byEpoch := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		id := s.k.epochOfMarker(string(kv.Key))
+		byEpoch[id] = append(byEpoch[id], kv)
+	}
+	var out []*Epoch
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		rec, err := decodeRecord(kv)
+		if err != nil {
+			return nil, 0, err
+		}
+		ep, err := rec.epoch(kv.CreateRevision, states[rec.ID], false)
+		if err != nil {
+			return nil, 0, err
+		}
+		ep.ActiveLeases, ep.UncertainLeases = tallyMarkers(byEpoch[rec.ID])
+		out = append(out, ep)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].revision < out[j].revision })
+	return out, resp.Header.Revision, nil
+}
+
+func (s *Store) countMarkers(ctx context.Context, ep *Epoch) error {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.markers(ep.ID), clientv3.WithPrefix())
+	if err != nil {
+		return s.wrap(ctx, "count markers", err)
+	}
+	ep.ActiveLeases, ep.UncertainLeases = tallyMarkers(resp.Kvs)
+	return nil
+}
+
+// Drain moves an ACTIVE epoch to DRAINING in one transaction. From its
+// commit on, no admission to the epoch can commit.
+func (s *Store) Drain(ctx context.Context, id string) (State, error) {
+	skey := s.k.state(id)
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.Value(skey), "=", string(StateActive))).
+		Then(clientv3.OpPut(skey, string(StateDraining))).
+		Else(clientv3.OpGet(skey)).
+		Commit()
+	if err != nil {
+		return "", s.wrap(ctx, "drain", err)
+	}
+	if resp.Succeeded {
+		s.log.Info("epoch draining", "epoch", id)
+		return StateDraining, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return "", fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+	}
+	return "", &StateError{Epoch: id, State: State(kvs[0].Value), Want: StateActive}
+}
+
+// Retire moves a DRAINING epoch to STALE in one transaction that also
+// proves no lease marker exists under it. If markers remain and wait is
+// positive, Retire watches the markers and tries again as they go, until
+// it succeeds or wait has passed; then it returns a *RetireBlockedError
+// with the counts.
+func (s *Store) Retire(ctx context.Context, id string, wait time.Duration) (State, error) {
+	deadline := s.now().Add(wait)
+	skey, mprefix := s.k.state(id), s.k.markers(id)
+	for {
+		octx, cancel := s.op(ctx)
+		resp, err := s.cli.Txn(octx).
+			If(
+				clientv3.Compare(clientv3.Value(skey), "=", string(StateDraining)),
+				clientv3.Compare(clientv3.CreateRevision(mprefix), "=", 0).WithPrefix(),
+			).
+			Then(clientv3.OpPut(skey, string(StateStale))).
+			Else(clientv3.OpGet(skey), clientv3.OpGet(mprefix, clientv3.WithPrefix())).
+			Commit()
+		cancel()
+		if err != nil {
+			return "", s.wrap(ctx, "retire", err)
+		}
+		if resp.Succeeded {
+			s.log.Info("epoch retired", "epoch", id)
+			return StateStale, nil
+		}
+		st := resp.Responses[0].GetResponseRange().Kvs
+		if len(st) == 0 {
+			return "", fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+		}
+		if State(st[0].Value) != StateDraining {
+			return "", &StateError{Epoch: id, State: State(st[0].Value), Want: StateDraining}
+		}
+		active, uncertain := tallyMarkers(resp.Responses[1].GetResponseRange().Kvs)
+		blocked := &RetireBlockedError{Epoch: id, Active: active, Uncertain: uncertain}
+		left := deadline.Sub(s.now())
+		if left <= 0 {
+			return "", blocked
+		}
+		if err := s.waitForChange(ctx, mprefix, resp.Header.Revision, left); err != nil {
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("lease: retire: %w", ctx.Err())
+			}
+			if err == context.DeadlineExceeded {
+				return "", blocked
+			}
+			return "", s.wrap(ctx, "retire watch", err)
+		}
+	}
+}
+
+// waitForChange blocks until a marker under prefix is deleted after rev,
+// or d passes (context.DeadlineExceeded).
+func (s *Store) waitForChange(ctx context.Context, prefix string, rev int64, d time.Duration) error {
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), d)
+	defer cancel()
+	wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-wctx.Done():
+			return context.DeadlineExceeded
+		case wr, ok := <-wch:
+			if !ok {
+				return context.DeadlineExceeded
+			}
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			if len(wr.Events) > 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// markerState is the state recorded in a lease marker.
+type markerState string
+
+const (
+	markerAdmitted  markerState = "admitted"
+	markerUncertain markerState = "uncertain"
+)
+
+// markerRecord is the value of a lease-marker key.
+type markerRecord struct {
+	State markerState `json:"state"`
+}
+
+// tallyMarkers counts markers by state. A marker that does not decode
+// counts as active: it still blocks retirement, which is the safe side.
+func tallyMarkers(kvs []*mvccpb.KeyValue) (active, uncertain int) {
+	for _, kv := range kvs {
+		var m markerRecord
+		if json.Unmarshal(kv.Value, &m) == nil && m.State == markerUncertain {
+			uncertain++
+		} else {
+			active++
+		}
+	}
+	return active, uncertain
+}

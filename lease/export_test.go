@@ -1,0 +1,29 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+)
+
+// PutMarkerForTest writes a lease marker the way admission will, so that
+// retirement can be tested before admission exists.
+func PutMarkerForTest(t testing.TB, s *Store, epoch, lease string, uncertain bool) {
+	t.Helper()
+	rec := markerRecord{State: markerAdmitted}
+	if uncertain {
+		rec.State = markerUncertain
+	}
+	val, _ := json.Marshal(rec)
+	if _, err := s.cli.Put(context.Background(), s.k.marker(epoch, lease), string(val)); err != nil {
+		t.Fatalf("put marker: %v", err)
+	}
+}
+
+// DeleteMarkerForTest releases a marker written by PutMarkerForTest.
+func DeleteMarkerForTest(t testing.TB, s *Store, epoch, lease string) {
+	t.Helper()
+	if _, err := s.cli.Delete(context.Background(), s.k.marker(epoch, lease)); err != nil {
+		t.Errorf("delete marker: %v", err)
+	}
+}

@@ -1,0 +1,219 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/fcd-authz/fcd/manifest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Snapshot is an immutable, content-addressed catalog: the tools a model
+// was shown, each bound to the epoch and descriptor digest it came from.
+// Its id is the digest of its tool list, so equal catalogs share an id and
+// a changed catalog (a new epoch, a drain) always gets a new one; a stored
+// snapshot is never rewritten.
+type Snapshot struct {
+	ID    string         `json:"id"`
+	Tools []SnapshotTool `json:"tools"`
+}
+
+// SnapshotTool is one catalog entry. Name is "server/tool".
+type SnapshotTool struct {
+	Name             string              `json:"name"`
+	Epoch            string              `json:"epoch"`
+	DescriptorDigest string              `json:"descriptorDigest"`
+	Title            string              `json:"title,omitempty"`
+	Summary          string              `json:"summary,omitempty"`
+	SideEffects      manifest.SideEffect `json:"sideEffects"`
+	RequiresApproval bool                `json:"requiresApproval"`
+}
+
+// FullTool is a catalog entry with its complete Tool+ descriptor.
+type FullTool struct {
+	SnapshotTool
+	Descriptor *manifest.Tool `json:"descriptor"`
+}
+
+// CreateSnapshot freezes the ACTIVE catalog. For each server (all servers,
+// or those named), the ACTIVE epoch registered last is taken: registering
+// a release rolls it out, draining it rolls back to the previous ACTIVE
+// one. It returns created false when an equal snapshot already existed.
+func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*Snapshot, bool, error) {
+	epochs, _, err := s.readEpochs(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	latest := map[string]*Epoch{}
+	for _, e := range epochs { // registration order: later wins
+		if e.State != StateActive || (len(servers) > 0 && !slices.Contains(servers, e.Server)) {
+			continue
+		}
+		latest[e.Server] = e
+	}
+	for _, name := range servers {
+		if latest[name] == nil {
+			return nil, false, fmt.Errorf("%w: server %q", ErrNoActiveEpochs, name)
+		}
+	}
+	if len(latest) == 0 {
+		return nil, false, ErrNoActiveEpochs
+	}
+	ids := make([]string, 0, len(latest))
+	for _, e := range latest {
+		ids = append(ids, e.ID)
+	}
+	recs, err := s.records(ctx, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	var snap Snapshot
+	for server, e := range latest {
+		for i := range recs[e.ID].Manifest.Tools {
+			t := &recs[e.ID].Manifest.Tools[i]
+			d, err := t.Digest()
+			if err != nil {
+				return nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err)
+			}
+			snap.Tools = append(snap.Tools, SnapshotTool{
+				Name: server + "/" + t.Name, Epoch: e.ID, DescriptorDigest: d,
+				Title: t.Title, Summary: t.Summary, SideEffects: t.SideEffects, RequiresApproval: t.RequiresApproval,
+			})
+		}
+	}
+	sort.Slice(snap.Tools, func(i, j int) bool { return snap.Tools[i].Name < snap.Tools[j].Name })
+	if snap.ID, err = manifest.Digest(snap.Tools); err != nil {
+		return nil, false, err
+	}
+	val, err := json.Marshal(&snap)
+	if err != nil {
+		return nil, false, fmt.Errorf("lease: encode snapshot: %w", err)
+	}
+	key := s.k.snapshot(snap.ID)
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val))).
+		Commit()
+	if err != nil {
+		return nil, false, s.wrap(ctx, "create snapshot", err)
+	}
+	return &snap, resp.Succeeded, nil
+}
+
+// GetSnapshot returns a stored snapshot.
+func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.snapshot(id))
+	if err != nil {
+		return nil, s.wrap(ctx, "get snapshot", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
+	}
+	var snap Snapshot
+	if err := json.Unmarshal(resp.Kvs[0].Value, &snap); err != nil || snap.ID != id {
+		return nil, fmt.Errorf("%w: snapshot %s", ErrCorrupt, id)
+	}
+	return &snap, nil
+}
+
+// GetSnapshotFull returns a snapshot with every tool's full descriptor,
+// each checked against the digest the snapshot recorded.
+func (s *Store) GetSnapshotFull(ctx context.Context, id string) (*Snapshot, []FullTool, error) {
+	snap, err := s.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := map[string]bool{}
+	for _, t := range snap.Tools {
+		ids[t.Epoch] = true
+	}
+	recs, err := s.records(ctx, slices.Sorted(maps.Keys(ids)))
+	if err != nil {
+		return nil, nil, err
+	}
+	full := make([]FullTool, 0, len(snap.Tools))
+	for _, t := range snap.Tools {
+		d, err := descriptor(recs[t.Epoch], t)
+		if err != nil {
+			return nil, nil, err
+		}
+		full = append(full, FullTool{SnapshotTool: t, Descriptor: d})
+	}
+	return snap, full, nil
+}
+
+// SnapshotTool returns one tool of a snapshot with its full descriptor.
+// The tool is resolved through the snapshot only, never through "latest".
+func (s *Store) SnapshotTool(ctx context.Context, id, name string) (*FullTool, error) {
+	snap, err := s.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(snap.Tools, func(t SnapshotTool) bool { return t.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: %s in %s", ErrToolNotFound, name, id)
+	}
+	t := snap.Tools[i]
+	recs, err := s.records(ctx, []string{t.Epoch})
+	if err != nil {
+		return nil, err
+	}
+	d, err := descriptor(recs[t.Epoch], t)
+	if err != nil {
+		return nil, err
+	}
+	return &FullTool{SnapshotTool: t, Descriptor: d}, nil
+}
+
+// descriptor finds t's descriptor in its epoch record and checks its digest.
+func descriptor(rec *epochRecord, t SnapshotTool) (*manifest.Tool, error) {
+	if rec == nil {
+		return nil, fmt.Errorf("%w: epoch %s of %s missing", ErrCorrupt, t.Epoch, t.Name)
+	}
+	_, local, _ := strings.Cut(t.Name, "/")
+	d := rec.Manifest.Tool(local)
+	if d == nil {
+		return nil, fmt.Errorf("%w: epoch %s lacks %s", ErrCorrupt, t.Epoch, t.Name)
+	}
+	if got, err := d.Digest(); err != nil || got != t.DescriptorDigest {
+		return nil, fmt.Errorf("%w: descriptor of %s does not match its digest", ErrCorrupt, t.Name)
+	}
+	return d, nil
+}
+
+// records reads the immutable records of the given epochs in one
+// transaction.
+func (s *Store) records(ctx context.Context, ids []string) (map[string]*epochRecord, error) {
+	ops := make([]clientv3.Op, len(ids))
+	for i, id := range ids {
+		ops[i] = clientv3.OpGet(s.k.epoch(id))
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+	if err != nil {
+		return nil, s.wrap(ctx, "read epochs", err)
+	}
+	out := make(map[string]*epochRecord, len(ids))
+	for i, r := range resp.Responses {
+		kvs := r.GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		rec, err := decodeRecord(kvs[0])
+		if err != nil {
+			return nil, err
+		}
+		out[ids[i]] = rec
+	}
+	return out, nil
+}

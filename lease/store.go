@@ -1,0 +1,136 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Config configures a [Store]. The zero value of each field means its
+// default.
+type Config struct {
+	// Endpoints are the etcd client URLs: an external cluster, or the
+	// embedded member's [Embedded.Endpoints]. Required.
+	Endpoints []string
+	// Prefix is prepended to every key; empty means "/fcd/". Two fcd
+	// deployments sharing one etcd cluster must use different prefixes.
+	Prefix string
+	// DialTimeout bounds establishing the first connection; zero means 5s.
+	DialTimeout time.Duration
+	// OpTimeout bounds every single etcd operation; zero means 5s. When it
+	// expires the operation fails with ErrUnavailable.
+	OpTimeout time.Duration
+	// Logger receives store events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the etcd-backed store. It is safe for concurrent use; replicas
+// of authzd share state only through it.
+type Store struct {
+	cli       *clientv3.Client
+	k         keys
+	opTimeout time.Duration
+	log       *slog.Logger
+	now       func() time.Time
+}
+
+// Open connects to etcd. It does not wait for etcd to be reachable: a
+// store whose etcd is down opens, and every operation fails closed with
+// ErrUnavailable until etcd answers.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("lease: no etcd endpoints")
+	}
+	prefix := orDefault(cfg.Prefix, "/fcd/")
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	dial := cfg.DialTimeout
+	if dial <= 0 {
+		dial = 5 * time.Second
+	}
+	op := cfg.OpTimeout
+	if op <= 0 {
+		op = 5 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: dial,
+		Context:     ctx,
+		Logger:      zap.NewNop(),
+		// Keepalives notice a dead connection without waiting for a request.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease: etcd client: %w", err)
+	}
+	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, log: log, now: time.Now}, nil
+}
+
+// Close releases the connection to etcd.
+func (s *Store) Close() error { return s.cli.Close() }
+
+// Ping reports whether etcd answers a linearizable read, which needs a
+// quorum. It is what /readyz asks.
+func (s *Store) Ping(ctx context.Context) error {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	_, err := s.cli.Get(octx, s.k.p+"ping", clientv3.WithCountOnly())
+	return s.wrap(ctx, "ping", err)
+}
+
+func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opTimeout)
+}
+
+// wrap turns an etcd error into the store's vocabulary. ctx is the
+// caller's context: if it ended, the caller gave up and gets ctx.Err();
+// otherwise etcd failed to answer and the caller gets ErrUnavailable.
+func (s *Store) wrap(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("lease: %s: %w", op, cerr)
+	}
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+		return fmt.Errorf("lease: %s: %w", op, ErrTooLarge)
+	}
+	s.log.Warn("etcd operation failed", "op", op, "err", err)
+	return fmt.Errorf("lease: %s: %w: %v", op, ErrUnavailable, err)
+}
+
+// keys is the one place that builds etcd keys.
+type keys struct{ p string }
+
+func (k keys) epochs() string              { return k.p + "epochs/" }
+func (k keys) epoch(id string) string      { return k.epochs() + id }
+func (k keys) states() string              { return k.p + "states/" }
+func (k keys) state(id string) string      { return k.states() + id }
+func (k keys) allMarkers() string          { return k.p + "markers/" }
+func (k keys) markers(epoch string) string { return k.allMarkers() + epoch + "/" }
+func (k keys) marker(epoch, lease string) string {
+	return k.markers(epoch) + lease
+}
+func (k keys) snapshot(id string) string { return k.p + "snapshots/" + id }
+
+// epochOfMarker returns the epoch id a marker key sits under.
+func (k keys) epochOfMarker(key string) string {
+	rest := strings.TrimPrefix(key, k.allMarkers())
+	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+		return rest[:i]
+	}
+	return ""
+}

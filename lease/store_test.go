@@ -1,0 +1,333 @@
+package lease_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// testManifest builds a small valid manifest; release and defaultVisibility
+// are covered fields, so each distinct pair is a distinct epoch.
+func testManifest(t *testing.T, server, release, visibility string) *manifest.Signed {
+	t.Helper()
+	cfg := map[string]any{"repository.defaultVisibility": visibility}
+	cd, err := manifest.Digest(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manifest.Manifest{
+		Server:     manifest.Server{Name: server, Release: release},
+		Pool:       server + "-" + release,
+		Artifact:   manifest.Artifact{Image: "example/" + server + ":" + release},
+		Deployment: manifest.Deployment{Name: server + "-" + release},
+		Config:     manifest.Config{Digest: cd, Values: cfg},
+		Tools: []manifest.Tool{
+			{Name: "get_repository", Summary: "Read a repository.", SideEffects: manifest.SideEffectRead,
+				InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)},
+			{Name: "create_repository", Summary: "Create a repository.", SideEffects: manifest.SideEffectWrite, RequiresApproval: true,
+				InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"private":{"type":"boolean"}}}`)},
+		},
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := m.EpochID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &manifest.Signed{Manifest: m, Epoch: id, KeyID: "test-key", JWS: "test-jws-" + release}
+}
+
+func register(t *testing.T, s *lease.Store, sm *manifest.Signed) *lease.Epoch {
+	t.Helper()
+	ep, _, err := s.RegisterEpoch(context.Background(), sm)
+	if err != nil {
+		t.Fatalf("register %s: %v", sm.Manifest.Server.Release, err)
+	}
+	return ep
+}
+
+func TestRegisterIsIdempotentUnderConcurrency(t *testing.T) {
+	m := etcdtest.Start(t)
+	s := m.Store(t, "/reg/")
+	sm := testManifest(t, "github", "v1.4.0", "private")
+
+	const n = 16
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		created int
+		ids     = map[string]bool{}
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ep, c, err := s.RegisterEpoch(context.Background(), sm)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			ids[ep.ID] = true
+			if c {
+				created++
+			}
+		}()
+	}
+	wg.Wait()
+	if created != 1 {
+		t.Errorf("%d registrations reported created, want exactly 1", created)
+	}
+	if len(ids) != 1 || !ids[sm.Epoch] {
+		t.Errorf("epoch ids %v, want only %s", ids, sm.Epoch)
+	}
+	eps, err := s.ListEpochs(context.Background(), lease.EpochFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eps) != 1 || eps[0].State != lease.StateActive {
+		t.Fatalf("list = %+v, want one ACTIVE epoch", eps)
+	}
+	// A different covered field is a different epoch.
+	other := register(t, s, testManifest(t, "github", "v1.4.0", "public"))
+	if other.ID == sm.Epoch {
+		t.Fatal("changing the configuration did not change the epoch id")
+	}
+}
+
+func TestLifecycleStateMachine(t *testing.T) {
+	m := etcdtest.Start(t)
+	s := m.Store(t, "/life/")
+	ctx := context.Background()
+	ep := register(t, s, testManifest(t, "github", "v1.4.0", "private"))
+
+	steps := []struct {
+		note    string
+		do      func() (lease.State, error)
+		want    lease.State
+		wantErr func(error) bool
+	}{
+		{"retire while ACTIVE is refused", func() (lease.State, error) { return s.Retire(ctx, ep.ID, 0) }, "", isState(lease.StateActive)},
+		{"drain ACTIVE", func() (lease.State, error) { return s.Drain(ctx, ep.ID) }, lease.StateDraining, nil},
+		{"drain twice is refused", func() (lease.State, error) { return s.Drain(ctx, ep.ID) }, "", isState(lease.StateDraining)},
+		{"retire DRAINING without markers", func() (lease.State, error) { return s.Retire(ctx, ep.ID, 0) }, lease.StateStale, nil},
+		{"retire twice is refused", func() (lease.State, error) { return s.Retire(ctx, ep.ID, 0) }, "", isState(lease.StateStale)},
+		{"drain STALE is refused", func() (lease.State, error) { return s.Drain(ctx, ep.ID) }, "", isState(lease.StateStale)},
+		{"drain unknown", func() (lease.State, error) { return s.Drain(ctx, "sha256:unknown") }, "", is(lease.ErrEpochNotFound)},
+		{"retire unknown", func() (lease.State, error) { return s.Retire(ctx, "sha256:unknown", 0) }, "", is(lease.ErrEpochNotFound)},
+	}
+	for _, st := range steps {
+		got, err := st.do()
+		switch {
+		case st.wantErr == nil && err != nil:
+			t.Fatalf("%s: unexpected error %v", st.note, err)
+		case st.wantErr != nil && !st.wantErr(err):
+			t.Fatalf("%s: error %v is not the expected one", st.note, err)
+		case got != st.want:
+			t.Fatalf("%s: state %q, want %q", st.note, got, st.want)
+		}
+	}
+	shown, err := s.GetEpoch(ctx, ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown.State != lease.StateStale || shown.Manifest == nil || shown.JWS == "" {
+		t.Fatalf("show = state %s, manifest %v, jws %q", shown.State, shown.Manifest != nil, shown.JWS)
+	}
+}
+
+func isState(st lease.State) func(error) bool {
+	return func(err error) bool {
+		var se *lease.StateError
+		return errors.As(err, &se) && se.State == st
+	}
+}
+
+func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
+
+func TestRetireWaitsForLeaseMarkers(t *testing.T) {
+	m := etcdtest.Start(t)
+	s := m.Store(t, "/wait/")
+	ctx := context.Background()
+	ep := register(t, s, testManifest(t, "github", "v1.4.0", "private"))
+	if _, err := s.Drain(ctx, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Admission does not exist yet: write the markers the way it will,
+	// one key per lease under the epoch.
+	lease.PutMarkerForTest(t, s, ep.ID, "lease-a", false)
+	lease.PutMarkerForTest(t, s, ep.ID, "lease-b", true)
+
+	shown, err := s.GetEpoch(ctx, ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown.ActiveLeases != 1 || shown.UncertainLeases != 1 {
+		t.Fatalf("lease counts = %d/%d, want 1/1", shown.ActiveLeases, shown.UncertainLeases)
+	}
+
+	_, err = s.Retire(ctx, ep.ID, 0)
+	var blocked *lease.RetireBlockedError
+	if !errors.As(err, &blocked) || blocked.Active != 1 || blocked.Uncertain != 1 {
+		t.Fatalf("retire with markers: %v, want RetireBlockedError 1/1", err)
+	}
+	// A short wait that no marker release ends also reports the counts.
+	if _, err := s.Retire(ctx, ep.ID, 200*time.Millisecond); !errors.As(err, &blocked) {
+		t.Fatalf("retire with expiring wait: %v", err)
+	}
+
+	// Release the markers one by one while Retire waits; it must return
+	// STALE once the last one is gone, not at the end of its wait.
+	released := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		lease.DeleteMarkerForTest(t, s, ep.ID, "lease-a")
+		time.Sleep(100 * time.Millisecond)
+		lease.DeleteMarkerForTest(t, s, ep.ID, "lease-b")
+		released <- time.Now()
+	}()
+	const wait = time.Minute
+	start := time.Now()
+	st, err := s.Retire(ctx, ep.ID, wait)
+	if err != nil || st != lease.StateStale {
+		t.Fatalf("retire with wait = %q, %v", st, err)
+	}
+	last := <-released
+	if !time.Now().After(last) || time.Since(start) >= wait {
+		t.Fatalf("retire returned before the last marker went or only at the end of its wait")
+	}
+}
+
+func TestSnapshotsAreImmutable(t *testing.T) {
+	m := etcdtest.Start(t)
+	s := m.Store(t, "/snap/")
+	ctx := context.Background()
+	v13 := register(t, s, testManifest(t, "github", "v1.3.0", "public"))
+	register(t, s, testManifest(t, "other", "v1", "private"))
+
+	s1, created, err := s.CreateSnapshot(ctx, []string{"github"})
+	if err != nil || !created {
+		t.Fatalf("snapshot: %v created=%v", err, created)
+	}
+	if len(s1.Tools) != 2 || s1.Tools[0].Name != "github/create_repository" || s1.Tools[0].Epoch != v13.ID {
+		t.Fatalf("snapshot tools = %+v", s1.Tools)
+	}
+	before, _, err := s.GetSnapshotFull(ctx, s1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A later registration rolls the server out: new snapshots see it, the
+	// old snapshot does not change.
+	v14 := register(t, s, testManifest(t, "github", "v1.4.0", "private"))
+	s2, _, err := s.CreateSnapshot(ctx, []string{"github"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.ID == s1.ID || s2.Tools[0].Epoch != v14.ID {
+		t.Fatalf("snapshot after rollout = %s on %s, want new id on v1.4", s2.ID, s2.Tools[0].Epoch)
+	}
+	if _, err := s.Drain(ctx, v14.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{s1.ID, s2.ID} {
+		if _, err := s.GetSnapshot(ctx, id); err != nil {
+			t.Fatalf("snapshot %s after drain: %v", id, err)
+		}
+	}
+	after, full, err := s.GetSnapshotFull(ctx, s1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("snapshot changed:\n%+v\n%+v", before, after)
+	}
+	if len(full) != 2 || full[0].Descriptor == nil || full[0].Descriptor.Name != "create_repository" {
+		t.Fatalf("full view = %+v", full)
+	}
+	// Rolling back (draining v1.4) yields the v1.3 catalog again: same
+	// content, same id, not a rewrite.
+	s3, created, err := s.CreateSnapshot(ctx, []string{"github"})
+	if err != nil || created || s3.ID != s1.ID {
+		t.Fatalf("snapshot after rollback = %s created=%v err=%v, want existing %s", s3.ID, created, err, s1.ID)
+	}
+	all, _, err := s.CreateSnapshot(ctx, nil)
+	if err != nil || len(all.Tools) != 4 {
+		t.Fatalf("snapshot of all servers: %v %+v", err, all)
+	}
+
+	tool, err := s.SnapshotTool(ctx, s2.ID, "github/create_repository")
+	if err != nil || tool.Epoch != v14.ID {
+		t.Fatalf("tool of s2 = %+v, %v", tool, err)
+	}
+	for _, tc := range []struct {
+		snap, tool string
+		want       error
+	}{
+		{s2.ID, "github/nope", lease.ErrToolNotFound},
+		{"sha256:nope", "github/create_repository", lease.ErrSnapshotNotFound},
+	} {
+		if _, err := s.SnapshotTool(ctx, tc.snap, tc.tool); !errors.Is(err, tc.want) {
+			t.Errorf("SnapshotTool(%s, %s) = %v, want %v", tc.snap, tc.tool, err, tc.want)
+		}
+	}
+	if _, _, err := s.CreateSnapshot(ctx, []string{"nosuch"}); !errors.Is(err, lease.ErrNoActiveEpochs) {
+		t.Errorf("snapshot of unknown server: %v", err)
+	}
+}
+
+func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
+	m := etcdtest.Start(t)
+	s := m.Store(t, "/down/")
+	ctx := context.Background()
+	ep := register(t, s, testManifest(t, "github", "v1.4.0", "private"))
+
+	m.Stop()
+	if err := s.Ping(ctx); !errors.Is(err, lease.ErrUnavailable) {
+		t.Fatalf("ping with etcd down: %v", err)
+	}
+	ops := map[string]func() error{
+		"register": func() error {
+			_, _, err := s.RegisterEpoch(ctx, testManifest(t, "github", "v1.5.0", "private"))
+			return err
+		},
+		"drain":    func() error { _, err := s.Drain(ctx, ep.ID); return err },
+		"retire":   func() error { _, err := s.Retire(ctx, ep.ID, 0); return err },
+		"list":     func() error { _, err := s.ListEpochs(ctx, lease.EpochFilter{}); return err },
+		"snapshot": func() error { _, _, err := s.CreateSnapshot(ctx, nil); return err },
+	}
+	for name, op := range ops {
+		if err := op(); !errors.Is(err, lease.ErrUnavailable) {
+			t.Errorf("%s with etcd down: %v, want ErrUnavailable", name, err)
+		}
+	}
+
+	m.Restart()
+	var err error
+	for i := 0; i < 100; i++ { // the client reconnects with backoff
+		if err = s.Ping(ctx); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("etcd back, ping still fails: %v", err)
+	}
+	got, err := s.GetEpoch(ctx, ep.ID)
+	if err != nil || got.State != lease.StateActive {
+		t.Fatalf("epoch after restart: %+v %v", got, err)
+	}
+	if _, err := s.Drain(ctx, ep.ID); err != nil {
+		t.Fatalf("drain after restart: %v", err)
+	}
+}
