@@ -180,9 +180,12 @@ func NewVerifier(set jwk.Set) (*Verifier, error) {
 		if _, err := algorithmFor(key); err != nil {
 			return nil, err
 		}
-		if pub, err := key.PublicKey(); err != nil {
+		// jwk.Equal compares RFC 7638 thumbprints, which cover only the
+		// public members, so it cannot tell a private key from its public
+		// half; ask the key itself.
+		if private, err := jwk.IsPrivateKey(key); err != nil {
 			return nil, fmt.Errorf("manifest: trusted key %s: %w", key.KeyID(), err)
-		} else if !jwk.Equal(pub, key) {
+		} else if private {
 			return nil, fmt.Errorf("manifest: trusted key %s is a private key; give public keys only", key.KeyID())
 		}
 		if _, dup := v.keys[key.KeyID()]; dup {
