@@ -26,8 +26,12 @@ type EmbedConfig struct {
 	// CompactionRetention is the periodic auto-compaction window; empty
 	// means "1h". etcd's own default is no compaction at all.
 	CompactionRetention string
-	// LogLevel is etcd's zap log level; empty means "error".
+	// LogLevel is etcd's zap log level; empty means "warn".
 	LogLevel string
+	// LogFile receives etcd's own (zap, JSON) log; empty means stderr.
+	// etcd logs at error level on every clean shutdown, so a server
+	// usually sends these lines to a file beside the data.
+	LogFile string
 	// StartTimeout bounds the wait for the member to be ready; zero means
 	// one minute.
 	StartTimeout time.Duration
@@ -66,8 +70,8 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = orDefault(cfg.CompactionRetention, "1h")
-	ec.LogLevel = orDefault(cfg.LogLevel, "error")
-	ec.LogOutputs = []string{"stderr"}
+	ec.LogLevel = orDefault(cfg.LogLevel, "warn")
+	ec.LogOutputs = []string{orDefault(cfg.LogFile, "stderr")}
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {

@@ -22,6 +22,9 @@ const (
 	StateStale    State = "STALE"
 )
 
+// Valid reports whether s is one of the lifecycle states.
+func (s State) Valid() bool { return s == StateActive || s == StateDraining || s == StateStale }
+
 // Epoch is a registered manifest with its lifecycle state and the number
 // of lease markers under it.
 type Epoch struct {

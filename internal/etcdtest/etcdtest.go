@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Member is one embedded etcd member owned by a test.
@@ -26,8 +28,10 @@ type Member struct {
 // loopback ports; it is stopped when the test ends.
 func Start(t testing.TB) *Member {
 	t.Helper()
+	dir := t.TempDir()
 	m := &Member{t: t, cfg: lease.EmbedConfig{
-		Dir:       filepath.Join(t.TempDir(), "etcd"),
+		Dir:       filepath.Join(dir, "etcd"),
+		LogFile:   filepath.Join(dir, "etcd.log"),
 		ClientURL: "http://" + FreeAddr(t),
 		PeerURL:   "http://" + FreeAddr(t),
 	}}
@@ -85,4 +89,35 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return fmt.Sprintf("127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
+}
+
+// PutRaw writes key=value straight into etcd, bypassing fcd: for tests
+// that must plant state fcd's API cannot create (yet), such as a lease
+// marker before admission exists.
+func (m *Member) PutRaw(t testing.TB, key, value string) {
+	t.Helper()
+	cli := m.client(t)
+	defer cli.Close()
+	if _, err := cli.Put(context.Background(), key, value); err != nil {
+		t.Fatalf("etcdtest: put %s: %v", key, err)
+	}
+}
+
+// DeleteRaw deletes key straight from etcd.
+func (m *Member) DeleteRaw(t testing.TB, key string) {
+	t.Helper()
+	cli := m.client(t)
+	defer cli.Close()
+	if _, err := cli.Delete(context.Background(), key); err != nil {
+		t.Errorf("etcdtest: delete %s: %v", key, err)
+	}
+}
+
+func (m *Member) client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcdtest: client: %v", err)
+	}
+	return cli
 }

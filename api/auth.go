@@ -1,0 +1,145 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Role is what a caller may do. Every /v1 route names the roles it
+// accepts.
+type Role string
+
+// The roles of fcd's callers.
+const (
+	RoleRegistrar Role = "registrar"
+	RoleHost      Role = "host"
+	RoleGateway   Role = "gateway"
+	RoleApprover  Role = "approver"
+	RoleOperator  Role = "operator"
+	RoleBackend   Role = "backend"
+)
+
+// Roles lists every role, in a stable order.
+func Roles() []Role {
+	return []Role{RoleRegistrar, RoleHost, RoleGateway, RoleApprover, RoleOperator, RoleBackend}
+}
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return slices.Contains(Roles(), r) }
+
+// Credential is a stored bearer credential: its role, an id safe to log,
+// and the SHA-256 of the secret. The secret itself is never stored.
+// Credentials are high-entropy random strings, so a plain SHA-256 is the
+// right hash (no password stretching is needed).
+type Credential struct {
+	ID   string `json:"id"`
+	Role Role   `json:"role"`
+	// Hash is "sha256:<hex>" of the secret.
+	Hash string `json:"hash"`
+}
+
+// Secret is a bearer credential in clear, as handed to a caller once.
+// It never reaches a log whole.
+type Secret string
+
+// LogValue implements slog.LogValuer.
+func (s Secret) LogValue() slog.Value { return slog.StringValue("REDACTED") }
+
+// NewCredential creates a random secret for role and its stored form.
+func NewCredential(id string, role Role) (Secret, Credential, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", Credential{}, fmt.Errorf("api: credential: %w", err)
+	}
+	s := Secret("fcd_" + string(role) + "_" + base64.RawURLEncoding.EncodeToString(b[:]))
+	return s, Credential{ID: id, Role: role, Hash: HashSecret(s)}, nil
+}
+
+// HashSecret returns the stored form of a secret.
+func HashSecret(s Secret) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Authenticator checks bearer credentials against the stored hashes.
+type Authenticator struct {
+	creds  []Credential
+	hashes [][]byte
+}
+
+// NewAuthenticator returns an authenticator over creds; each needs a
+// valid role and hash.
+func NewAuthenticator(creds []Credential) (*Authenticator, error) {
+	a := &Authenticator{}
+	for i, c := range creds {
+		if !c.Role.Valid() {
+			return nil, fmt.Errorf("api: credential %d (%s): unknown role %q", i, c.ID, c.Role)
+		}
+		h, ok := strings.CutPrefix(c.Hash, "sha256:")
+		raw, err := hex.DecodeString(h)
+		if !ok || err != nil || len(raw) != sha256.Size {
+			return nil, fmt.Errorf("api: credential %d (%s): hash must be sha256:<64 hex>", i, c.ID)
+		}
+		a.creds = append(a.creds, c)
+		a.hashes = append(a.hashes, raw)
+	}
+	return a, nil
+}
+
+// Lookup returns the credential matching secret. It compares against every
+// stored hash in constant time, so the time taken tells nothing of which
+// credential, if any, nearly matched.
+func (a *Authenticator) Lookup(secret Secret) (Credential, bool) {
+	sum := sha256.Sum256([]byte(secret))
+	found := -1
+	for i, h := range a.hashes {
+		if subtle.ConstantTimeCompare(sum[:], h) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Credential{}, false
+	}
+	return a.creds[found], true
+}
+
+type callerKey struct{}
+
+// CallerFrom returns the authenticated credential of a request.
+func CallerFrom(ctx context.Context) (Credential, bool) {
+	c, ok := ctx.Value(callerKey{}).(Credential)
+	return c, ok
+}
+
+// require returns middleware admitting only callers with one of roles:
+// 401 without a valid credential, 403 with a credential of another role.
+func (s *server) require(roles ...Role) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+				s.problem(w, r, errUnauthenticated)
+				return
+			}
+			cred, ok := s.auth.Lookup(Secret(strings.TrimSpace(tok)))
+			if !ok {
+				s.problem(w, r, errUnauthenticated)
+				return
+			}
+			if !slices.Contains(roles, cred.Role) {
+				s.problem(w, r, fmt.Errorf("%w: role %s may not call this route", errForbiddenRole, cred.Role))
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, cred)))
+		})
+	}
+}

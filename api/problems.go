@@ -1,0 +1,168 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/fcd-authz/fcd/authz"
+)
+
+// ProblemBase prefixes every problem type; the fragment is the stable slug
+// of one cause, documented in docs/problems.md.
+const ProblemBase = "https://github.com/fcd-authz/fcd/blob/main/docs/problems.md#"
+
+// Errors of the HTTP layer itself.
+var (
+	errUnauthenticated  = errors.New("a valid bearer credential is required")
+	errForbiddenRole    = errors.New("credential not allowed")
+	errMalformedJSON    = errors.New("malformed JSON body")
+	errBadParameter     = errors.New("invalid parameter")
+	errRouteNotFound    = errors.New("no such route")
+	errMethodNotAllowed = errors.New("method not allowed on this route")
+)
+
+// Problem is an RFC 9457 problem detail.
+type Problem struct {
+	Type     string
+	Title    string
+	Status   int
+	Detail   string
+	Instance string
+	// Extensions are extra members, e.g. lint findings or lease counts.
+	Extensions map[string]any
+}
+
+// MarshalJSON writes the standard members and the extensions side by side.
+func (p Problem) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(p.Extensions)+5)
+	for k, v := range p.Extensions {
+		m[k] = v
+	}
+	m["type"], m["title"], m["status"] = p.Type, p.Title, p.Status
+	if p.Detail != "" {
+		m["detail"] = p.Detail
+	}
+	if p.Instance != "" {
+		m["instance"] = p.Instance
+	}
+	return json.Marshal(m)
+}
+
+// problemRule maps errors matching match to a problem.
+type problemRule struct {
+	match  func(error) bool
+	status int
+	slug   string
+	title  string
+	// detail replaces err.Error() when the error's text must not reach the
+	// client (store internals).
+	detail string
+	ext    func(error) map[string]any
+}
+
+func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
+
+func as[T error]() func(error) bool {
+	return func(err error) bool { var t T; return errors.As(err, &t) }
+}
+
+// problemRules is the one error map of fcd, first match wins. Order
+// matters only where one error could match two rules.
+func problemRules() []problemRule {
+	return []problemRule{
+		{match: is(errUnauthenticated), status: 401, slug: "unauthenticated", title: "Authentication required"},
+		{match: is(errForbiddenRole), status: 403, slug: "forbidden-role", title: "Role not allowed"},
+		{match: as[*http.MaxBytesError](), status: 413, slug: "body-too-large", title: "Request body too large"},
+		{match: is(errMalformedJSON), status: 400, slug: "malformed-json", title: "Malformed JSON"},
+		{match: is(errBadParameter), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{match: is(authz.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
+		{match: is(authz.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
+		{match: as[*authz.LintError](), status: 422, slug: "lint-failed", title: "Manifest fails MCP+ lint",
+			ext: func(err error) map[string]any {
+				var le *authz.LintError
+				errors.As(err, &le)
+				return map[string]any{"findings": le.Findings}
+			}},
+		{match: is(authz.ErrBadSignature), status: 401, slug: "bad-signature", title: "Signature invalid"},
+		{match: is(authz.ErrUntrustedSigner), status: 403, slug: "untrusted-signer", title: "Signer not trusted"},
+		{match: is(authz.ErrEpochNotFound), status: 404, slug: "epoch-not-found", title: "Epoch not found"},
+		{match: is(authz.ErrSnapshotNotFound), status: 404, slug: "snapshot-not-found", title: "Snapshot not found"},
+		{match: is(authz.ErrToolNotFound), status: 404, slug: "tool-not-found", title: "Tool not in snapshot"},
+		{match: is(errRouteNotFound), status: 404, slug: "not-found", title: "Not found"},
+		{match: is(errMethodNotAllowed), status: 405, slug: "method-not-allowed", title: "Method not allowed"},
+		{match: as[*authz.StateError](), status: 409, slug: "epoch-state-conflict", title: "Epoch is not in the required state",
+			ext: func(err error) map[string]any {
+				var se *authz.StateError
+				errors.As(err, &se)
+				return map[string]any{"epoch": se.Epoch, "state": se.State, "requiredState": se.Want}
+			}},
+		{match: as[*authz.RetireBlockedError](), status: 409, slug: "leases-outstanding", title: "Lease markers remain under the epoch",
+			ext: func(err error) map[string]any {
+				var rb *authz.RetireBlockedError
+				errors.As(err, &rb)
+				return map[string]any{"epoch": rb.Epoch, "activeLeases": rb.Active, "uncertainLeases": rb.Uncertain}
+			}},
+		{match: is(authz.ErrNoActiveEpochs), status: 409, slug: "no-active-epochs", title: "No ACTIVE epoch to snapshot"},
+		{match: is(authz.ErrTooLarge), status: 413, slug: "record-too-large", title: "Record too large for the store"},
+		{match: is(authz.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
+			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)"},
+	}
+}
+
+// toProblem maps err to its problem. An unknown error is a 500 whose text
+// stays in the log.
+func toProblem(err error) Problem {
+	for _, r := range problemRules() {
+		if r.match(err) {
+			p := Problem{Type: ProblemBase + r.slug, Title: r.title, Status: r.status, Detail: r.detail}
+			if p.Detail == "" {
+				p.Detail = err.Error()
+			}
+			if r.ext != nil {
+				p.Extensions = r.ext(err)
+			}
+			return p
+		}
+	}
+	return Problem{Type: ProblemBase + "internal", Title: "Internal error", Status: http.StatusInternalServerError,
+		Detail: "the server failed to handle the request; see its log"}
+}
+
+// problem writes err as problem+json, and logs what the client does not
+// see.
+func (s *server) problem(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The client went away (or gave up waiting on a retire); nobody
+		// reads an answer.
+		s.log.Debug("request canceled by the client", "method", r.Method, "path", r.URL.Path)
+		return
+	}
+	p := toProblem(err)
+	p.Instance = r.URL.Path
+	if p.Status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
+	}
+	if errors.Is(err, errUnauthenticated) {
+		// Only a missing or unknown bearer credential is a challenge; a bad
+		// manifest signature (also 401) is not about the caller's credential.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fcd"`)
+	}
+	if p.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	body, merr := json.Marshal(p)
+	if merr != nil {
+		s.log.Error("encode problem", "err", merr)
+		body = []byte(`{"type":"` + ProblemBase + `internal","status":500}`)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	if _, err := w.Write(body); err != nil {
+		s.log.Debug("write problem", "err", err, slog.String("path", r.URL.Path))
+	}
+}

@@ -1,0 +1,249 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fcd-authz/fcd/authz"
+	"sigs.k8s.io/yaml"
+)
+
+// extraSlugs are problem types written outside problemRules: readyz's
+// not-ready and toProblem's fallback.
+var extraSlugs = map[string]int{"not-ready": http.StatusServiceUnavailable, "internal": http.StatusInternalServerError}
+
+// slugStatus maps every problem slug fcd can answer to its status.
+func slugStatus(t *testing.T) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, r := range problemRules() {
+		if prev, ok := out[r.slug]; ok && prev != r.status {
+			t.Errorf("slug %s has two statuses: %d and %d", r.slug, prev, r.status)
+		}
+		out[r.slug] = r.status
+	}
+	for s, st := range extraSlugs {
+		out[s] = st
+	}
+	return out
+}
+
+// TestProblemsDocumented checks that docs/problems.md has one "## <slug>"
+// section per problem type, stating its status, and no section for a
+// slug fcd does not answer.
+func TestProblemsDocumented(t *testing.T) {
+	raw, err := os.ReadFile("../docs/problems.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]string{}
+	parts := regexp.MustCompile(`(?m)^## `).Split(string(raw), -1)
+	for _, part := range parts[1:] {
+		heading, body, _ := strings.Cut(part, "\n")
+		slug := strings.TrimSpace(heading)
+		if _, dup := sections[slug]; dup {
+			t.Errorf("docs/problems.md: two sections ## %s", slug)
+		}
+		sections[slug] = body
+	}
+	known := slugStatus(t)
+	for slug, status := range known {
+		body, ok := sections[slug]
+		if !ok {
+			t.Errorf("docs/problems.md lacks a section \"## %s\"", slug)
+			continue
+		}
+		if !strings.Contains(body, fmt.Sprintf("**%d**", status)) {
+			t.Errorf("docs/problems.md ## %s does not state its status **%d**", slug, status)
+		}
+	}
+	for slug := range sections {
+		if _, ok := known[slug]; !ok {
+			t.Errorf("docs/problems.md has a section \"## %s\" for a problem type fcd never answers", slug)
+		}
+	}
+}
+
+// TestToProblem maps a representative error of every rule, wrapped as
+// handlers and use cases wrap them.
+func TestToProblem(t *testing.T) {
+	findings := []authz.Finding{{Rule: "approval-required", Severity: "error", Path: "$.tools[0].requiresApproval", Message: "m"}}
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		slug   string
+		ext    map[string]any
+	}{
+		{"unauthenticated", errUnauthenticated, 401, "unauthenticated", nil},
+		{"forbidden role", fmt.Errorf("%w: role host may not call this route", errForbiddenRole), 403, "forbidden-role", nil},
+		{"body too large", &http.MaxBytesError{Limit: 10}, 413, "body-too-large", nil},
+		{"malformed json", errors.Join(errMalformedJSON, io.ErrUnexpectedEOF), 400, "malformed-json", nil},
+		{"bad parameter", fmt.Errorf("%w: view=%q", errBadParameter, "x"), 400, "invalid-parameter", nil},
+		{"wait too long", fmt.Errorf("%w: 10m0s (at most 5m0s)", authz.ErrWaitTooLong), 400, "invalid-parameter", nil},
+		{"malformed document", fmt.Errorf("%w: not a JWS", authz.ErrMalformed), 400, "malformed-document", nil},
+		{"invalid manifest", fmt.Errorf("%w: $.pool: is required", authz.ErrInvalid), 400, "invalid-manifest", nil},
+		{"lint", &authz.LintError{Findings: findings}, 422, "lint-failed", map[string]any{"findings": findings}},
+		{"bad signature", fmt.Errorf("%w: typ", authz.ErrBadSignature), 401, "bad-signature", nil},
+		{"untrusted signer", fmt.Errorf("%w: kid %q", authz.ErrUntrustedSigner, "k"), 403, "untrusted-signer", nil},
+		{"epoch not found", fmt.Errorf("%w: e", authz.ErrEpochNotFound), 404, "epoch-not-found", nil},
+		{"snapshot not found", fmt.Errorf("%w: s", authz.ErrSnapshotNotFound), 404, "snapshot-not-found", nil},
+		{"tool not found", fmt.Errorf("%w: a/b in s", authz.ErrToolNotFound), 404, "tool-not-found", nil},
+		{"route not found", errRouteNotFound, 404, "not-found", nil},
+		{"method not allowed", errMethodNotAllowed, 405, "method-not-allowed", nil},
+		{"state", &authz.StateError{Epoch: "e", State: "DRAINING", Want: "ACTIVE"}, 409, "epoch-state-conflict",
+			map[string]any{"epoch": "e", "state": authz.State("DRAINING"), "requiredState": authz.State("ACTIVE")}},
+		{"retire blocked", &authz.RetireBlockedError{Epoch: "e", Active: 2, Uncertain: 1}, 409, "leases-outstanding",
+			map[string]any{"epoch": "e", "activeLeases": 2, "uncertainLeases": 1}},
+		{"no active epochs", fmt.Errorf("%w: server %q", authz.ErrNoActiveEpochs, "github"), 409, "no-active-epochs", nil},
+		{"record too large", fmt.Errorf("lease: register epoch: %w", authz.ErrTooLarge), 413, "record-too-large", nil},
+		{"store unavailable", fmt.Errorf("lease: get epoch: %w: %v", authz.ErrUnavailable, "etcd 10.0.0.7:2379 leader lost"), 503, "store-unavailable", nil},
+		{"corrupt record", fmt.Errorf("%w: epoch record /fcd/e/x", authz.ErrCorrupt), 500, "internal", nil},
+		{"unknown", errors.New("etcd 10.0.0.7:2379 said SECRET-INTERNAL"), 500, "internal", nil},
+	}
+	covered := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := fmt.Errorf("handler: %w", tc.err)
+			p := toProblem(err)
+			if p.Status != tc.status || p.Type != ProblemBase+tc.slug {
+				t.Fatalf("toProblem(%v) = %d %s, want %d %s", err, p.Status, p.Type, tc.status, ProblemBase+tc.slug)
+			}
+			covered[tc.slug] = true
+			if p.Title == "" || p.Detail == "" {
+				t.Errorf("title %q, detail %q: want both", p.Title, p.Detail)
+			}
+			if tc.ext != nil || p.Extensions != nil {
+				got, _ := json.Marshal(p.Extensions)
+				want, _ := json.Marshal(tc.ext)
+				if string(got) != string(want) {
+					t.Errorf("extensions %s, want %s", got, want)
+				}
+			}
+			switch {
+			case tc.status >= 500:
+				// Store and internal errors never reach the client.
+				if strings.Contains(p.Detail, "10.0.0.7") || strings.Contains(p.Detail, "SECRET") || strings.Contains(p.Detail, "/fcd/") {
+					t.Errorf("detail %q leaks the error text", p.Detail)
+				}
+			default:
+				if p.Detail != err.Error() {
+					t.Errorf("detail %q, want the error text %q", p.Detail, err.Error())
+				}
+			}
+		})
+	}
+	for slug := range slugStatus(t) {
+		if slug != "not-ready" && !covered[slug] {
+			t.Errorf("no toProblem case for slug %s", slug)
+		}
+	}
+}
+
+// TestProblemWriter checks the headers and body problem() writes.
+func TestProblemWriter(t *testing.T) {
+	s := &server{log: slog.New(slog.DiscardHandler)}
+	cases := []struct {
+		err    error
+		status int
+		header string
+		value  string
+	}{
+		{errUnauthenticated, 401, "WWW-Authenticate", `Bearer realm="fcd"`},
+		{fmt.Errorf("x: %w", authz.ErrUnavailable), 503, "Retry-After", "1"},
+		{&authz.StateError{Epoch: "e", State: "STALE", Want: "ACTIVE"}, 409, "", ""},
+	}
+	for _, tc := range cases {
+		rec := httptest.NewRecorder()
+		s.problem(rec, httptest.NewRequest(http.MethodPost, "/v1/epochs/e/drain", nil), tc.err)
+		if rec.Code != tc.status {
+			t.Errorf("%v: status %d, want %d", tc.err, rec.Code, tc.status)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("%v: Content-Type %q", tc.err, ct)
+		}
+		if tc.header != "" && rec.Header().Get(tc.header) != tc.value {
+			t.Errorf("%v: %s %q, want %q", tc.err, tc.header, rec.Header().Get(tc.header), tc.value)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%v: body %q: %v", tc.err, rec.Body, err)
+		}
+		if body["instance"] != "/v1/epochs/e/drain" || body["status"] != float64(tc.status) || body["title"] == "" {
+			t.Errorf("%v: body %v", tc.err, body)
+		}
+		if st, ok := body["state"]; tc.status == 409 && (!ok || st != "STALE" || body["requiredState"] != "ACTIVE") {
+			t.Errorf("%v: extension members not beside the standard ones: %v", tc.err, body)
+		}
+	}
+}
+
+// TestOpenAPIProblemTypes checks every x-fcd-problem-types list of the
+// OpenAPI document: each slug is one fcd answers, under the status the
+// error map gives it.
+func TestOpenAPIProblemTypes(t *testing.T) {
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"components"`
+	}
+	if err := yaml.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	type response struct {
+		Ref   string   `json:"$ref"`
+		Slugs []string `json:"x-fcd-problem-types"`
+	}
+	known := slugStatus(t)
+	seen := map[string]bool{}
+	for path, item := range doc.Paths {
+		for method, raw := range item {
+			var op struct {
+				Responses map[string]response `json:"responses"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				continue // not an operation (parameters, summary, ...)
+			}
+			for code, r := range op.Responses {
+				where := fmt.Sprintf("%s %s %s", strings.ToUpper(method), path, code)
+				if name, ok := strings.CutPrefix(r.Ref, "#/components/responses/"); ok {
+					if err := json.Unmarshal(doc.Components.Responses[name], &r); err != nil {
+						t.Errorf("%s: %s: %v", where, r.Ref, err)
+						continue
+					}
+				}
+				if code[0] >= '4' && len(r.Slugs) == 0 {
+					t.Errorf("%s: error response without x-fcd-problem-types", where)
+				}
+				for _, slug := range r.Slugs {
+					seen[slug] = true
+					st, ok := known[slug]
+					switch {
+					case !ok:
+						t.Errorf("%s: unknown problem type %q", where, slug)
+					case fmt.Sprint(st) != code:
+						t.Errorf("%s: problem type %s has status %d", where, slug, st)
+					}
+				}
+			}
+		}
+	}
+	// Every problem type an operation can answer appears somewhere, except
+	// those the router itself answers for paths and methods it lacks.
+	for slug := range known {
+		if !seen[slug] && !slices.Contains([]string{"not-found", "method-not-allowed"}, slug) {
+			t.Errorf("problem type %s appears in no response of openapi.yaml", slug)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package api
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/go-chi/chi/v5"
+)
+
+// registerResponse is the answer to POST /v1/manifests.
+type registerResponse struct {
+	Epoch    string          `json:"epoch"`
+	State    authz.State     `json:"state"`
+	Server   string          `json:"server"`
+	Release  string          `json:"release"`
+	Pool     string          `json:"pool"`
+	Findings []authz.Finding `json:"findings"`
+}
+
+// registerManifest takes a signed manifest: a JWS in compact or JSON
+// serialization, as the body.
+func (s *server) registerManifest(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	reg, err := s.reg.Register(r.Context(), body)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if reg.Created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/epochs/"+reg.Epoch.ID)
+	}
+	findings := reg.Findings
+	if findings == nil {
+		findings = []authz.Finding{}
+	}
+	writeJSON(w, status, registerResponse{
+		Epoch: reg.Epoch.ID, State: reg.Epoch.State, Server: reg.Epoch.Server,
+		Release: reg.Epoch.Release, Pool: reg.Epoch.Pool, Findings: findings,
+	})
+}
+
+func (s *server) listEpochs(w http.ResponseWriter, r *http.Request) {
+	f := authz.EpochFilter{Server: r.URL.Query().Get("server"), State: authz.State(r.URL.Query().Get("state"))}
+	if f.State != "" && !f.State.Valid() {
+		s.problem(w, r, fmt.Errorf("%w: state=%q (ACTIVE, DRAINING or STALE)", errBadParameter, f.State))
+		return
+	}
+	eps, err := s.reg.Epochs(r.Context(), f)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if eps == nil {
+		eps = []*authz.Epoch{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"epochs": eps})
+}
+
+func (s *server) showEpoch(w http.ResponseWriter, r *http.Request) {
+	ep, err := s.reg.Epoch(r.Context(), chi.URLParam(r, "epoch"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ep)
+}
+
+func (s *server) drainEpoch(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "epoch")
+	st, err := s.reg.Drain(r.Context(), id)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "state": st})
+}
+
+func (s *server) retireEpoch(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "epoch")
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			s.problem(w, r, fmt.Errorf("%w: wait=%q is not a duration like 30s", errBadParameter, v))
+			return
+		}
+		wait = d
+	}
+	st, err := s.reg.Retire(r.Context(), id, wait)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "state": st})
+}
+
+type snapshotRequest struct {
+	Servers []string `json:"servers,omitempty"`
+}
+
+func (s *server) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req snapshotRequest
+	if err := decodeJSON(r, &req, true); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	snap, err := s.reg.CreateSnapshot(r.Context(), req.Servers)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/snapshots/"+snap.ID)
+	writeJSON(w, http.StatusCreated, snap)
+}
+
+func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "snapshot")
+	switch view := r.URL.Query().Get("view"); view {
+	case "", "summary":
+		snap, err := s.reg.Snapshot(r.Context(), id)
+		if err != nil {
+			s.problem(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, snap)
+	case "full":
+		tools, err := s.reg.SnapshotFull(r.Context(), id)
+		if err != nil {
+			s.problem(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "tools": tools})
+	default:
+		s.problem(w, r, fmt.Errorf("%w: view=%q (summary or full)", errBadParameter, view))
+	}
+}
+
+func (s *server) showSnapshotTool(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "server") + "/" + chi.URLParam(r, "tool")
+	t, err := s.reg.SnapshotTool(r.Context(), chi.URLParam(r, "snapshot"), name)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}

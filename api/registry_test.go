@@ -1,0 +1,481 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+const testPrefix = "/apitest/"
+
+// fixture is a real authzd HTTP stack: embedded etcd, store, registry,
+// router, HTTP server. Nothing is mocked.
+type fixture struct {
+	t      *testing.T
+	member *etcdtest.Member
+	srv    *httptest.Server
+	key    jwk.Key // trusted registrar key
+	creds  map[api.Role]api.Secret
+}
+
+func newFixture(t *testing.T, bodyLimit int64) *fixture {
+	t.Helper()
+	member := etcdtest.Start(t)
+	store := member.Store(t, testPrefix)
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := manifest.PublicSet(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := manifest.NewVerifier(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}}
+	var stored []api.Credential
+	for _, role := range api.Roles() {
+		secret, cred, err := api.NewCredential(string(role), role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.creds[role] = secret
+		stored = append(stored, cred)
+	}
+	auth, err := api.NewAuthenticator(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h, err := api.New(api.Config{Registry: authz.NewRegistry(store, verifier, log), Auth: auth, BodyLimit: bodyLimit, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(h)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    []byte
+}
+
+func (f *fixture) do(method, path string, role api.Role, body []byte) reply {
+	f.t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, bytes.NewReader(body))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if role != "" {
+		req.Header.Set("Authorization", "Bearer "+string(f.creds[role]))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+// expect checks status and, for errors, the problem type slug and media
+// type.
+func (f *fixture) expect(r reply, status int, slug string) {
+	f.t.Helper()
+	if r.status != status {
+		f.t.Fatalf("status %d, want %d: %s", r.status, status, r.raw)
+	}
+	if slug == "" {
+		return
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		f.t.Fatalf("content type %q, want application/problem+json", ct)
+	}
+	if got := r.body["type"]; got != api.ProblemBase+slug {
+		f.t.Fatalf("problem type %v, want %s: %s", got, slug, r.raw)
+	}
+}
+
+func readExample(t *testing.T, release string) []byte {
+	t.Helper()
+	data, err := os.ReadFile("../examples/github/manifest-" + release + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func (f *fixture) sign(payload []byte, key jwk.Key) []byte {
+	f.t.Helper()
+	if key == nil {
+		key = f.key
+	}
+	jws, err := manifest.Sign(payload, key, manifest.TypManifest)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return jws
+}
+
+// mutate decodes a manifest as generic JSON, applies fn and re-encodes it.
+func mutate(t *testing.T, data []byte, fn func(m map[string]any)) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	fn(m)
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestRegistryLifecycleOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	v13 := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil))
+	f.expect(v13, http.StatusCreated, "")
+	v14 := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil))
+	f.expect(v14, http.StatusCreated, "")
+	v14id := v14.body["epoch"].(string)
+	if v14.header.Get("Location") != "/v1/epochs/"+v14id || v14.body["state"] != "ACTIVE" {
+		t.Fatalf("register reply: %s (Location %q)", v14.raw, v14.header.Get("Location"))
+	}
+	// The same manifest again: same epoch, 200. A fresh signature over the
+	// same manifest is still the same epoch.
+	again := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil))
+	f.expect(again, http.StatusOK, "")
+	if again.body["epoch"] != v14id {
+		t.Fatalf("re-registration gave epoch %v, want %s", again.body["epoch"], v14id)
+	}
+
+	list := f.do("GET", "/v1/epochs", api.RoleOperator, nil)
+	f.expect(list, http.StatusOK, "")
+	if eps := list.body["epochs"].([]any); len(eps) != 2 {
+		t.Fatalf("list: %s", list.raw)
+	}
+	f.expect(f.do("GET", "/v1/epochs?state=ACTIVE&server=github", api.RoleHost, nil), http.StatusOK, "")
+
+	snap := f.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`))
+	f.expect(snap, http.StatusCreated, "")
+	snapID := snap.body["id"].(string)
+	for _, tool := range snap.body["tools"].([]any) {
+		tm := tool.(map[string]any)
+		if tm["epoch"] != v14id || tm["summary"] == "" || tm["sideEffects"] == nil {
+			t.Fatalf("snapshot entry %v not bound to v1.4 with a summary", tm)
+		}
+	}
+	full := f.do("GET", "/v1/snapshots/"+snapID+"?view=full", api.RoleHost, nil)
+	f.expect(full, http.StatusOK, "")
+	tool := f.do("GET", "/v1/snapshots/"+snapID+"/tools/github/create_repository", api.RoleHost, nil)
+	f.expect(tool, http.StatusOK, "")
+	if d := tool.body["descriptor"].(map[string]any); d["name"] != "create_repository" || d["inputSchema"] == nil {
+		t.Fatalf("tool view: %s", tool.raw)
+	}
+	f.expect(f.do("GET", "/v1/snapshots/"+snapID+"?view=everything", api.RoleHost, nil), http.StatusBadRequest, "invalid-parameter")
+	f.expect(f.do("GET", "/v1/snapshots/"+snapID+"/tools/github/nope", api.RoleHost, nil), http.StatusNotFound, "tool-not-found")
+	f.expect(f.do("GET", "/v1/snapshots/sha256:0000/tools/github/nope", api.RoleHost, nil), http.StatusNotFound, "snapshot-not-found")
+
+	// Lifecycle.
+	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire", api.RoleOperator, nil), http.StatusConflict, "epoch-state-conflict")
+	drained := f.do("POST", "/v1/epochs/"+v14id+"/drain", api.RoleOperator, nil)
+	f.expect(drained, http.StatusOK, "")
+	if drained.body["state"] != "DRAINING" {
+		t.Fatalf("drain: %s", drained.raw)
+	}
+	conflict := f.do("POST", "/v1/epochs/"+v14id+"/drain", api.RoleOperator, nil)
+	f.expect(conflict, http.StatusConflict, "epoch-state-conflict")
+	if conflict.body["state"] != "DRAINING" {
+		t.Fatalf("409 does not say the state: %s", conflict.raw)
+	}
+	// Rollback: the next snapshot is v1.3's; the old snapshot is unchanged.
+	rolled := f.do("POST", "/v1/snapshots", api.RoleHost, nil)
+	f.expect(rolled, http.StatusCreated, "")
+	if rolled.body["id"] == snapID {
+		t.Fatal("snapshot after drain kept the drained epoch")
+	}
+	if again := f.do("GET", "/v1/snapshots/"+snapID, api.RoleHost, nil); !bytes.Equal(again.raw, f.do("GET", "/v1/snapshots/"+snapID, api.RoleHost, nil).raw) || again.status != 200 {
+		t.Fatal("old snapshot not stable")
+	}
+
+	// Retire refused while a lease marker exists; ?wait= returns once it
+	// goes. Admission does not exist yet, so the marker is planted raw.
+	marker := testPrefix + "markers/" + v14id + "/lease-1"
+	f.member.PutRaw(t, marker, `{"state":"uncertain"}`)
+	blocked := f.do("POST", "/v1/epochs/"+v14id+"/retire", api.RoleOperator, nil)
+	f.expect(blocked, http.StatusConflict, "leases-outstanding")
+	if blocked.body["uncertainLeases"] != float64(1) || blocked.body["activeLeases"] != float64(0) {
+		t.Fatalf("409 counts: %s", blocked.raw)
+	}
+	shown := f.do("GET", "/v1/epochs/"+v14id, api.RoleOperator, nil)
+	if shown.body["uncertainLeases"] != float64(1) || shown.body["state"] != "DRAINING" {
+		t.Fatalf("show: %s", shown.raw)
+	}
+	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=soon", api.RoleOperator, nil), http.StatusBadRequest, "invalid-parameter")
+	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=1h", api.RoleOperator, nil), http.StatusBadRequest, "invalid-parameter")
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		time.Sleep(300 * time.Millisecond)
+		f.member.DeleteRaw(t, marker)
+	}()
+	retired := f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=2m", api.RoleOperator, nil)
+	wg.Wait()
+	f.expect(retired, http.StatusOK, "")
+	if retired.body["state"] != "STALE" {
+		t.Fatalf("retire: %s", retired.raw)
+	}
+	f.expect(f.do("GET", "/v1/epochs/sha256:nope", api.RoleOperator, nil), http.StatusNotFound, "epoch-not-found")
+}
+
+func TestManifestRefusals(t *testing.T) {
+	f := newFixture(t, 0)
+	good := readExample(t, "v1.4")
+	stranger, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := func() []byte {
+		jws := f.sign(good, nil)
+		parts := bytes.Split(jws, []byte("."))
+		// Re-encode a changed payload under the original signature.
+		changed := bytes.Replace(good, []byte(`"v1.4.0"`), []byte(`"v1.4.1"`), 1)
+		parts[1] = []byte(b64(changed))
+		return bytes.Join(parts, []byte("."))
+	}
+	cases := []struct {
+		note   string
+		body   []byte
+		status int
+		slug   string
+		check  func(r reply) bool
+	}{
+		{"not a JWS", []byte("hello"), 400, "malformed-document", nil},
+		{"empty body", nil, 400, "malformed-document", nil},
+		{"tampered payload", tampered(), 401, "bad-signature", func(r reply) bool { return r.header.Get("WWW-Authenticate") == "" }},
+		{"untrusted signer", f.sign(good, stranger), 403, "untrusted-signer", nil},
+		{"unknown field in a signed manifest", f.sign(mutate(t, good, func(m map[string]any) { m["extra"] = true }), nil), 400, "malformed-document", nil},
+		{"unknown field inside a tool", f.sign(mutate(t, good, func(m map[string]any) {
+			m["tools"].([]any)[0].(map[string]any)["sideEffect"] = "read"
+		}), nil), 400, "malformed-document", nil},
+		{"structurally invalid", f.sign(mutate(t, good, func(m map[string]any) { m["pool"] = "" }), nil), 400, "invalid-manifest", nil},
+		{"lint error", f.sign(mutate(t, good, func(m map[string]any) {
+			for _, tl := range m["tools"].([]any) {
+				tl.(map[string]any)["requiresApproval"] = false
+			}
+		}), nil), 422, "lint-failed", func(r reply) bool {
+			fs, _ := r.body["findings"].([]any)
+			for _, x := range fs {
+				if x.(map[string]any)["rule"] == "approval-required" && strings.HasPrefix(x.(map[string]any)["path"].(string), "$.tools[") {
+					return true
+				}
+			}
+			return false
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			f.t = t
+			r := f.do("POST", "/v1/manifests", api.RoleRegistrar, tc.body)
+			f.expect(r, tc.status, tc.slug)
+			if tc.check != nil && !tc.check(r) {
+				t.Fatalf("body check failed: %s", r.raw)
+			}
+		})
+	}
+	// Nothing refused was stored.
+	f.t = t
+	if list := f.do("GET", "/v1/epochs", api.RoleOperator, nil); len(list.body["epochs"].([]any)) != 0 {
+		t.Fatalf("refused manifests left epochs: %s", list.raw)
+	}
+}
+
+func TestBadRequestsAndCredentials(t *testing.T) {
+	f := newFixture(t, 4096)
+	big := bytes.Repeat([]byte("a"), 5000)
+	cases := []struct {
+		note         string
+		method, path string
+		role         api.Role
+		header       string // raw Authorization header, overrides role
+		body         []byte
+		status       int
+		slug         string
+	}{
+		{note: "malformed JSON", method: "POST", path: "/v1/snapshots", role: api.RoleHost, body: []byte(`{"servers":`), status: 400, slug: "malformed-json"},
+		{note: "trailing data", method: "POST", path: "/v1/snapshots", role: api.RoleHost, body: []byte(`{} {}`), status: 400, slug: "malformed-json"},
+		{note: "unknown field", method: "POST", path: "/v1/snapshots", role: api.RoleHost, body: []byte(`{"server":["x"]}`), status: 400, slug: "malformed-json"},
+		{note: "oversized JSON", method: "POST", path: "/v1/snapshots", role: api.RoleHost, body: []byte(`{"servers":["` + string(big) + `"]}`), status: 413, slug: "body-too-large"},
+		{note: "oversized manifest", method: "POST", path: "/v1/manifests", role: api.RoleRegistrar, body: big, status: 413, slug: "body-too-large"},
+		{note: "no credential", method: "GET", path: "/v1/epochs", status: 401, slug: "unauthenticated"},
+		{note: "unknown credential", method: "GET", path: "/v1/epochs", header: "Bearer fcd_operator_nottherealone", status: 401, slug: "unauthenticated"},
+		{note: "wrong scheme", method: "GET", path: "/v1/epochs", header: "Basic b3BlcmF0b3I6eA==", status: 401, slug: "unauthenticated"},
+		{note: "registrar may not list", method: "GET", path: "/v1/epochs", role: api.RoleRegistrar, status: 403, slug: "forbidden-role"},
+		{note: "host may not drain", method: "POST", path: "/v1/epochs/sha256:x/drain", role: api.RoleHost, status: 403, slug: "forbidden-role"},
+		{note: "operator may not register", method: "POST", path: "/v1/manifests", role: api.RoleOperator, body: []byte("x"), status: 403, slug: "forbidden-role"},
+		{note: "backend may not snapshot", method: "POST", path: "/v1/snapshots", role: api.RoleBackend, status: 403, slug: "forbidden-role"},
+		{note: "unknown route", method: "GET", path: "/v1/nothing", role: api.RoleOperator, status: 404, slug: "not-found"},
+		{note: "wrong method", method: "DELETE", path: "/v1/epochs", role: api.RoleOperator, status: 405, slug: "method-not-allowed"},
+		{note: "unknown state filter", method: "GET", path: "/v1/epochs?state=active", role: api.RoleOperator, status: 400, slug: "invalid-parameter"},
+		{note: "healthz", method: "GET", path: "/healthz", status: 200},
+		{note: "openapi", method: "GET", path: "/openapi.yaml", status: 200},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			f.t = t
+			req, err := http.NewRequest(tc.method, f.srv.URL+tc.path, bytes.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.header != "":
+				req.Header.Set("Authorization", tc.header)
+			case tc.role != "":
+				req.Header.Set("Authorization", "Bearer "+string(f.creds[tc.role]))
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
+			_ = json.Unmarshal(raw, &r.body)
+			f.expect(r, tc.status, tc.slug)
+			if tc.status == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+				t.Fatalf("401 without a Bearer challenge")
+			}
+			if tc.status == 405 && resp.Header.Get("Allow") != "GET" {
+				t.Fatalf("405 Allow = %q, want GET", resp.Header.Get("Allow"))
+			}
+		})
+	}
+}
+
+func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
+	f := newFixture(t, 0)
+	v13 := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil))
+	f.expect(v13, http.StatusCreated, "")
+	id := v13.body["epoch"].(string)
+	f.expect(f.do("GET", "/readyz", "", nil), http.StatusOK, "")
+
+	f.member.Stop()
+	f.expect(f.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "not-ready")
+	writes := []struct {
+		method, path string
+		role         api.Role
+		body         []byte
+	}{
+		{"POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil)},
+		{"POST", "/v1/epochs/" + id + "/drain", api.RoleOperator, nil},
+		{"POST", "/v1/epochs/" + id + "/retire", api.RoleOperator, nil},
+		{"POST", "/v1/snapshots", api.RoleHost, nil},
+		{"GET", "/v1/epochs", api.RoleOperator, nil},
+	}
+	for _, w := range writes {
+		r := f.do(w.method, w.path, w.role, w.body)
+		f.expect(r, http.StatusServiceUnavailable, "store-unavailable")
+		if strings.Contains(string(r.raw), "context deadline") || strings.Contains(string(r.raw), "etcdserver") {
+			t.Fatalf("%s %s leaks store internals: %s", w.method, w.path, r.raw)
+		}
+		if r.header.Get("Retry-After") == "" {
+			t.Fatalf("%s %s: 503 without Retry-After", w.method, w.path)
+		}
+	}
+
+	f.member.Restart()
+	deadline := time.Now().Add(30 * time.Second)
+	for f.do("GET", "/readyz", "", nil).status != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready 30s after etcd came back")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Nothing lost, nothing half-done: v1.3 is still ACTIVE, v1.4 was
+	// never registered, and both calls now work.
+	shown := f.do("GET", "/v1/epochs/"+id, api.RoleOperator, nil)
+	f.expect(shown, http.StatusOK, "")
+	if shown.body["state"] != "ACTIVE" {
+		t.Fatalf("epoch after outage: %s", shown.raw)
+	}
+	if list := f.do("GET", "/v1/epochs", api.RoleOperator, nil); len(list.body["epochs"].([]any)) != 1 {
+		t.Fatalf("epochs after outage: %s", list.raw)
+	}
+	f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil)), http.StatusCreated, "")
+	f.expect(f.do("POST", "/v1/epochs/"+id+"/drain", api.RoleOperator, nil), http.StatusOK, "")
+}
+
+func TestConcurrentRegistrationsMakeOneEpoch(t *testing.T) {
+	f := newFixture(t, 0)
+	body := f.sign(readExample(t, "v1.4"), nil)
+	const n = 12
+	statuses := make(chan int, n)
+	epochs := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(context.Background(), "POST", f.srv.URL+"/v1/manifests", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+string(f.creds[api.RoleRegistrar]))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var out map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&out)
+			statuses <- resp.StatusCode
+			epochs <- out["epoch"].(string)
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	close(epochs)
+	created := 0
+	for s := range statuses {
+		if s == http.StatusCreated {
+			created++
+		} else if s != http.StatusOK {
+			t.Fatalf("status %d", s)
+		}
+	}
+	first := ""
+	for e := range epochs {
+		if first == "" {
+			first = e
+		} else if e != first {
+			t.Fatalf("two epochs for one manifest: %s, %s", first, e)
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d registrations answered 201, want exactly 1", created)
+	}
+}

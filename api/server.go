@@ -1,0 +1,197 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// DefaultBodyLimit is the request-body limit when Config.BodyLimit is zero.
+const DefaultBodyLimit = 1 << 20
+
+// Config configures the HTTP handler. Zero fields mean their defaults.
+type Config struct {
+	// Registry serves the registry routes. Required.
+	Registry *authz.Registry
+	// Auth checks bearer credentials. Required.
+	Auth *Authenticator
+	// BodyLimit bounds every request body in bytes; zero means 1 MiB.
+	// Larger bodies are refused with 413.
+	BodyLimit int64
+	// ReadyTimeout bounds the store check of /readyz; zero means 2s.
+	ReadyTimeout time.Duration
+	// Logger receives request logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+type server struct {
+	reg          *authz.Registry
+	auth         *Authenticator
+	limit        int64
+	readyTimeout time.Duration
+	log          *slog.Logger
+}
+
+//go:embed openapi.yaml
+var openAPIDocument []byte
+
+// OpenAPI returns the OpenAPI 3.1 document of the routes New serves.
+func OpenAPI() []byte { return bytes.Clone(openAPIDocument) }
+
+// New returns the HTTP handler of fcd.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Registry == nil || cfg.Auth == nil {
+		return nil, errors.New("api: Registry and Auth are required")
+	}
+	s := &server{reg: cfg.Registry, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger}
+	if s.limit <= 0 {
+		s.limit = DefaultBodyLimit
+	}
+	if s.readyTimeout <= 0 {
+		s.readyTimeout = 2 * time.Second
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, s.limitBodies)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.problem(w, r, errRouteNotFound) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		// RFC 9110 §15.5.6: a 405 lists the methods the target supports.
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+				allow = append(allow, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.problem(w, req, errMethodNotAllowed)
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Get("/openapi.yaml", s.openapi)
+
+	r.Route("/v1", func(r chi.Router) {
+		r.With(s.require(RoleRegistrar)).Post("/manifests", s.registerManifest)
+		r.With(s.require(RoleOperator, RoleHost)).Get("/epochs", s.listEpochs)
+		r.With(s.require(RoleOperator, RoleHost)).Get("/epochs/{epoch}", s.showEpoch)
+		r.With(s.require(RoleOperator)).Post("/epochs/{epoch}/drain", s.drainEpoch)
+		r.With(s.require(RoleOperator)).Post("/epochs/{epoch}/retire", s.retireEpoch)
+		r.With(s.require(RoleHost)).Post("/snapshots", s.createSnapshot)
+		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}", s.showSnapshot)
+		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}/tools/{server}/{tool}", s.showSnapshotTool)
+	})
+	return r, nil
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 only when the store answers a quorum read; a replica
+// that is not ready must be taken out of rotation, since it could not
+// admit anything.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.readyTimeout)
+	defer cancel()
+	if err := s.reg.Ready(ctx); err != nil {
+		s.log.Warn("not ready", "err", err)
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(Problem{
+			Type: ProblemBase + "not-ready", Title: "Not ready", Status: http.StatusServiceUnavailable,
+			Detail: "the registry store is unreachable", Instance: r.URL.Path,
+			Extensions: map[string]any{"checks": map[string]string{"store": "unavailable"}},
+		})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": map[string]string{"store": "ok"}})
+}
+
+func (s *server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(openAPIDocument)
+}
+
+// limitBodies caps every request body; reading past the cap yields an
+// *http.MaxBytesError, which maps to 413.
+func (s *server) limitBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.limit {
+			s.problem(w, r, &http.MaxBytesError{Limit: s.limit})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.limit)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "panic", v, "path", r.URL.Path)
+				s.problem(w, r, errors.New("panic"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// logRequests logs one line per request. It never logs headers: they
+// carry credentials.
+func (s *server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
+			"bytes", ww.BytesWritten(), "duration", time.Since(start), "request_id", middleware.GetReqID(r.Context()))
+	})
+}
+
+// decodeJSON decodes a JSON body strictly into v. An empty body leaves v
+// as it is when allowEmpty.
+func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err // *http.MaxBytesError → 413
+	}
+	if len(bytes.TrimSpace(data)) == 0 && allowEmpty {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", errMalformedJSON, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: data after the JSON value", errMalformedJSON)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,129 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// Types of the registry, named here so transports need no other package.
+type (
+	Epoch        = lease.Epoch
+	EpochFilter  = lease.EpochFilter
+	State        = lease.State
+	Snapshot     = lease.Snapshot
+	SnapshotTool = lease.SnapshotTool
+	FullTool     = lease.FullTool
+	Finding      = manifest.Finding
+)
+
+// MaxRetireWait bounds how long one retire call may wait for lease markers
+// to clear.
+const MaxRetireWait = 5 * time.Minute
+
+// Registry is the use case of registrars, operators and hosts: epochs from
+// signed manifests, their lifecycle, and catalog snapshots.
+type Registry struct {
+	store    *lease.Store
+	verifier *manifest.Verifier
+	log      *slog.Logger
+}
+
+// NewRegistry returns a registry over store that trusts the registrar keys
+// of verifier. A nil logger means slog.Default().
+func NewRegistry(store *lease.Store, verifier *manifest.Verifier, log *slog.Logger) *Registry {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Registry{store: store, verifier: verifier, log: log}
+}
+
+// Registration is the outcome of registering a manifest.
+type Registration struct {
+	Epoch *Epoch
+	// Created is false when the same manifest was registered before.
+	Created bool
+	// Findings are the lint warnings of an accepted manifest.
+	Findings []Finding
+}
+
+// Register verifies a signed manifest (JWS) against the trusted registrar
+// keys, decodes it strictly, lints it, and stores it as an ACTIVE epoch.
+// A manifest with lint errors is refused with a *LintError. Registering
+// the same manifest again returns the existing epoch.
+func (r *Registry) Register(ctx context.Context, jws []byte) (*Registration, error) {
+	sm, err := r.verifier.VerifyManifest(jws)
+	if err != nil {
+		return nil, fmt.Errorf("authz: register: %w", err)
+	}
+	findings := manifest.Lint(sm.Manifest)
+	if manifest.HasErrors(findings) {
+		return nil, fmt.Errorf("authz: register %s: %w", sm.Manifest.Server.Name, &LintError{Findings: findings})
+	}
+	ep, created, err := r.store.RegisterEpoch(ctx, sm)
+	if err != nil {
+		return nil, fmt.Errorf("authz: register: %w", err)
+	}
+	if created {
+		r.log.Info("epoch registered", "epoch", ep.ID, "server", ep.Server, "release", ep.Release, "signer", sm.KeyID)
+	}
+	return &Registration{Epoch: ep, Created: created, Findings: findings}, nil
+}
+
+// Epochs lists epochs.
+func (r *Registry) Epochs(ctx context.Context, f EpochFilter) ([]*Epoch, error) {
+	return r.store.ListEpochs(ctx, f)
+}
+
+// Epoch shows one epoch with its manifest.
+func (r *Registry) Epoch(ctx context.Context, id string) (*Epoch, error) {
+	return r.store.GetEpoch(ctx, id)
+}
+
+// Drain moves an ACTIVE epoch to DRAINING.
+func (r *Registry) Drain(ctx context.Context, id string) (State, error) {
+	return r.store.Drain(ctx, id)
+}
+
+// ErrWaitTooLong is returned for a retire wait beyond MaxRetireWait.
+var ErrWaitTooLong = errors.New("authz: retire wait too long")
+
+// Retire moves a DRAINING epoch to STALE once no lease marker remains,
+// waiting up to wait for markers to clear.
+func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (State, error) {
+	if wait < 0 || wait > MaxRetireWait {
+		return "", fmt.Errorf("%w: %s (at most %s)", ErrWaitTooLong, wait, MaxRetireWait)
+	}
+	return r.store.Retire(ctx, id, wait)
+}
+
+// CreateSnapshot freezes the ACTIVE catalog, optionally of some servers.
+func (r *Registry) CreateSnapshot(ctx context.Context, servers []string) (*Snapshot, error) {
+	s, _, err := r.store.CreateSnapshot(ctx, servers)
+	return s, err
+}
+
+// Snapshot returns a snapshot's summary view.
+func (r *Registry) Snapshot(ctx context.Context, id string) (*Snapshot, error) {
+	return r.store.GetSnapshot(ctx, id)
+}
+
+// SnapshotFull returns a snapshot with every full descriptor.
+func (r *Registry) SnapshotFull(ctx context.Context, id string) ([]FullTool, error) {
+	_, full, err := r.store.GetSnapshotFull(ctx, id)
+	return full, err
+}
+
+// SnapshotTool returns one tool of a snapshot, named "server/tool".
+func (r *Registry) SnapshotTool(ctx context.Context, id, name string) (*FullTool, error) {
+	return r.store.SnapshotTool(ctx, id, name)
+}
+
+// Ready reports whether the store answers; a server that is not ready
+// must not dispatch.
+func (r *Registry) Ready(ctx context.Context) error { return r.store.Ping(ctx) }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is authzd's server configuration. Every field can be set in the
+// YAML (or JSON) file given by --config and by the flag of the same name;
+// a flag given on the command line wins over the file, and the file over
+// the defaults.
+type Config struct {
+	// Listen is the HTTP listen address.
+	Listen string `json:"listen"`
+	// DataDir holds the embedded etcd data and, with --dev, generated keys
+	// and credentials.
+	DataDir string `json:"dataDir"`
+	// EtcdEndpoints selects an external etcd cluster; empty starts the
+	// embedded single-node etcd in DataDir.
+	EtcdEndpoints []string `json:"etcdEndpoints"`
+	// EtcdPrefix is prepended to every key fcd writes.
+	EtcdPrefix string `json:"etcdPrefix"`
+	// EmbeddedEtcdClientURL and EmbeddedEtcdPeerURL place the embedded
+	// member; loopback only.
+	EmbeddedEtcdClientURL string `json:"embeddedEtcdClientURL"`
+	EmbeddedEtcdPeerURL   string `json:"embeddedEtcdPeerURL"`
+	// RegistrarKeys is a JWKS file of trusted registrar public keys.
+	RegistrarKeys string `json:"registrarKeys"`
+	// Credentials is a JSON file: a list of {id, role, hash} bearer
+	// credentials (see `authzd credential new`).
+	Credentials string `json:"credentials"`
+	// BodyLimit bounds request bodies in bytes.
+	BodyLimit int64 `json:"bodyLimit"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `json:"logLevel"`
+	// Dev creates the data directory, a registrar key pair and one
+	// credential per role, and writes DataDir/dev-credentials.json.
+	Dev bool `json:"dev"`
+}
+
+// defaultConfig returns the configuration of `authzd serve` with no flags.
+func defaultConfig() Config {
+	return Config{
+		Listen:                "127.0.0.1:8080",
+		DataDir:               "fcd-data",
+		EtcdPrefix:            "/fcd/",
+		EmbeddedEtcdClientURL: "http://127.0.0.1:2379",
+		EmbeddedEtcdPeerURL:   "http://127.0.0.1:2380",
+		BodyLimit:             1 << 20,
+		LogLevel:              "info",
+	}
+}
+
+// Validate reports a configuration authzd cannot run with.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen is required"))
+	}
+	if c.DataDir == "" && len(c.EtcdEndpoints) == 0 {
+		errs = append(errs, errors.New("dataDir is required for the embedded etcd"))
+	}
+	if c.BodyLimit <= 0 {
+		errs = append(errs, errors.New("bodyLimit must be positive"))
+	}
+	if c.RegistrarKeys == "" {
+		errs = append(errs, errors.New("registrarKeys (a JWKS file of trusted registrar keys) is required; --dev generates one"))
+	}
+	if c.Credentials == "" {
+		errs = append(errs, errors.New("credentials (a file of hashed bearer credentials) is required; --dev generates one"))
+	}
+	return errors.Join(errs...)
+}
+
+// parseServeFlags builds the configuration from defaults, the --config
+// file and the flags, in that order of precedence (last wins).
+func parseServeFlags(args []string) (Config, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	var fl Config
+	def := defaultConfig()
+	configFile := fs.String("config", "", "YAML or JSON configuration file; flags override it")
+	fs.StringVar(&fl.Listen, "listen", def.Listen, "HTTP listen address")
+	fs.StringVar(&fl.DataDir, "data-dir", def.DataDir, "data directory (embedded etcd, dev keys and credentials)")
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
+	fs.StringVar(&fl.EtcdPrefix, "etcd-prefix", def.EtcdPrefix, "key prefix in etcd")
+	fs.StringVar(&fl.EmbeddedEtcdClientURL, "embedded-etcd-client-url", def.EmbeddedEtcdClientURL, "client URL of the embedded etcd (loopback)")
+	fs.StringVar(&fl.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", def.EmbeddedEtcdPeerURL, "peer URL of the embedded etcd (loopback)")
+	fs.StringVar(&fl.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
+	fs.StringVar(&fl.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
+	fs.Int64Var(&fl.BodyLimit, "body-limit", def.BodyLimit, "request body limit in bytes")
+	fs.StringVar(&fl.LogLevel, "log-level", def.LogLevel, "log level: debug, info, warn, error")
+	fs.BoolVar(&fl.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *endpoints != "" {
+		fl.EtcdEndpoints = splitList(*endpoints)
+	}
+
+	cfg := def
+	if *configFile != "" {
+		data, err := os.ReadFile(*configFile)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", *configFile, err)
+		}
+		// Relative paths in the file are relative to the file.
+		base := filepath.Dir(*configFile)
+		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials} {
+			if *p != "" && !filepath.IsAbs(*p) {
+				*p = filepath.Join(base, *p)
+			}
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	override := map[string]func(){
+		"listen":                   func() { cfg.Listen = fl.Listen },
+		"data-dir":                 func() { cfg.DataDir = fl.DataDir },
+		"etcd-endpoints":           func() { cfg.EtcdEndpoints = fl.EtcdEndpoints },
+		"etcd-prefix":              func() { cfg.EtcdPrefix = fl.EtcdPrefix },
+		"embedded-etcd-client-url": func() { cfg.EmbeddedEtcdClientURL = fl.EmbeddedEtcdClientURL },
+		"embedded-etcd-peer-url":   func() { cfg.EmbeddedEtcdPeerURL = fl.EmbeddedEtcdPeerURL },
+		"registrar-keys":           func() { cfg.RegistrarKeys = fl.RegistrarKeys },
+		"credentials":              func() { cfg.Credentials = fl.Credentials },
+		"body-limit":               func() { cfg.BodyLimit = fl.BodyLimit },
+		"log-level":                func() { cfg.LogLevel = fl.LogLevel },
+		"dev":                      func() { cfg.Dev = fl.Dev },
+	}
+	for name := range set {
+		if o, ok := override[name]; ok {
+			o()
+		}
+	}
+	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

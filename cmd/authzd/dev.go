@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+)
+
+// devCredentials is the content of <data-dir>/dev-credentials.json: what a
+// newcomer needs to call a --dev server. The file is mode 0600.
+type devCredentials struct {
+	// Credentials maps each role to its bearer credential.
+	Credentials map[api.Role]api.Secret `json:"credentials"`
+	// Keys names the generated private keys by purpose.
+	Keys map[string]string `json:"keys"`
+	// RegistrarKeys is the JWKS of trusted registrar public keys.
+	RegistrarKeys string `json:"registrarKeys"`
+}
+
+// devSetup prepares cfg.DataDir for development: a registrar key pair and
+// one credential per role, created once and reused on later starts. It
+// points cfg at the generated files unless they were set explicitly.
+func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "keys"), 0o700); err != nil {
+		return nil, fmt.Errorf("dev: %w", err)
+	}
+	path := filepath.Join(dir, "dev-credentials.json")
+	credFile := filepath.Join(dir, "credentials.json")
+	var dc devCredentials
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(data, &dc); err != nil {
+			return nil, fmt.Errorf("dev: %s: %w (delete the data directory to start over)", path, err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if dc, err = devGenerate(dir, credFile); err != nil {
+			return nil, err
+		}
+		if err := writeJSONFile(path, dc, 0o600); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("dev: %w", err)
+	}
+	if cfg.RegistrarKeys == "" {
+		cfg.RegistrarKeys = dc.RegistrarKeys
+	}
+	if cfg.Credentials == "" {
+		cfg.Credentials = credFile
+	}
+	fmt.Fprintf(stderr, "authzd: dev mode: credentials for every role in %s (shell: . %s)\n", path, filepath.Join(dir, devEnvFile))
+	fmt.Fprintf(stderr, "authzd: dev mode: registrar private key %s\n", dc.Keys["registrar"])
+	return &dc, nil
+}
+
+// devEnvFile is the shell form of dev-credentials.json, rewritten at every
+// start because it also carries the URL the server listens on.
+const devEnvFile = "dev-credentials.env"
+
+func devGenerate(dir, credFile string) (devCredentials, error) {
+	dc := devCredentials{Credentials: map[api.Role]api.Secret{}, Keys: map[string]string{}}
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		return dc, err
+	}
+	pub, err := manifest.PublicSet(key)
+	if err != nil {
+		return dc, err
+	}
+	dc.Keys["registrar"] = filepath.Join(dir, "keys", "registrar.jwk")
+	dc.RegistrarKeys = filepath.Join(dir, "keys", "registrar-jwks.json")
+	if err := writeJSONFile(dc.Keys["registrar"], key, 0o600); err != nil {
+		return dc, err
+	}
+	if err := writeJSONFile(dc.RegistrarKeys, pub, 0o644); err != nil {
+		return dc, err
+	}
+	var stored []api.Credential
+	for _, role := range api.Roles() {
+		secret, cred, err := api.NewCredential("dev-"+string(role), role)
+		if err != nil {
+			return dc, err
+		}
+		dc.Credentials[role] = secret
+		stored = append(stored, cred)
+	}
+	if err := writeJSONFile(credFile, stored, 0o600); err != nil {
+		return dc, err
+	}
+	return dc, nil
+}
+
+// writeEnvFile writes shell exports for the README walkthrough:
+// FCD_<ROLE>=credential, FCD_REGISTRAR_KEY, FCD_REGISTRAR_JWKS and FCD_URL.
+func writeEnvFile(path string, dc *devCredentials, url string) error {
+	var lines []string
+	for role, secret := range dc.Credentials {
+		lines = append(lines, fmt.Sprintf("export FCD_%s=%s", strings.ToUpper(string(role)), secret))
+	}
+	sort.Strings(lines)
+	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func writeJSONFile(path string, v any, mode os.FileMode) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	return writeFile(path, append(data, '\n'), mode)
+}
+
+// writeFile creates path with mode, refusing to overwrite: generated
+// secrets are never silently replaced.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("dev: write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// loadCredentials reads a credentials file: a JSON list of {id, role, hash}.
+func loadCredentials(path string) (*api.Authenticator, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	var creds []api.Credential
+	if err := manifest.DecodeStrict(data, &creds); err != nil {
+		return nil, fmt.Errorf("credentials %s: %w", path, err)
+	}
+	if len(creds) == 0 {
+		return nil, fmt.Errorf("credentials %s: no credentials", path)
+	}
+	return api.NewAuthenticator(creds)
+}

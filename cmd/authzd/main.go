@@ -1,0 +1,83 @@
+// Command authzd is fcd's authorization server and its operator CLI.
+//
+//	authzd serve [--dev] [--listen ADDR] [--data-dir DIR] [--etcd-endpoints URLS] [--config FILE] ...
+//	authzd manifest sign --key FILE [FILE|-]
+//	authzd manifest verify --keys JWKS [FILE|-]
+//	authzd manifest lint [--json] [FILE|-]
+//	authzd manifest digest [--tools] [FILE|-]
+//	authzd credential new --role ROLE [--id ID]
+//
+// Every command reads a file or stdin and writes stdout; errors go to
+// stderr with a non-zero exit status.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage:
+  authzd serve [flags]                      run the server (--dev for a local setup; -h for flags)
+  authzd manifest sign --key FILE [FILE|-]  sign a manifest as a JWS with a registrar key
+  authzd manifest verify --keys JWKS [FILE|-]
+                                            verify a signed manifest; print its epoch
+  authzd manifest lint [--json] [FILE|-]    MCP+ lint of a manifest (exit 1 on errors)
+  authzd manifest digest [--tools] [FILE|-] print the epoch id (and tool digests)
+  authzd credential new --role ROLE [--id ID]
+                                            create a bearer credential and its stored hash
+`
+
+// errUsage reports a command line that could not be understood.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns the exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdin, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "authzd: %v\n%s", err, usage)
+		return 2
+	case errors.Is(err, errLintFailed):
+		return 1
+	default:
+		fmt.Fprintf(stderr, "authzd: %v\n", err)
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "manifest":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: manifest needs sign, verify, lint or digest", errUsage)
+		}
+		return manifestCommand(args[1], args[2:], stdin, stdout)
+	case "credential":
+		if len(args) < 2 || args[1] != "new" {
+			return fmt.Errorf("%w: credential new --role ROLE", errUsage)
+		}
+		return credentialNew(args[2:], stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}

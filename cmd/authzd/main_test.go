@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+)
+
+// lockedBuffer is an io.Writer safe for the server goroutine and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var listeningLine = regexp.MustCompile(`authzd: listening on (http://\S+)`)
+
+// startServer runs `authzd serve` in-process with the given extra flags
+// and a fresh embedded etcd on free ports; it returns the server URL and a
+// stop function that asserts a clean, graceful exit.
+func startServer(t *testing.T, dataDir string, extra ...string) (string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir,
+		"--embedded-etcd-client-url", "http://" + etcdtest.FreeAddr(t),
+		"--embedded-etcd-peer-url", "http://" + etcdtest.FreeAddr(t)}, extra...)
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, nil, io.Discard, &stderr) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if m := listeningLine.FindStringSubmatch(stderr.String()); m != nil {
+			stop := func() {
+				cancel()
+				select {
+				case code := <-done:
+					if code != 0 {
+						t.Errorf("authzd exited %d after SIGTERM-equivalent:\n%s", code, stderr.String())
+					}
+				case <-time.After(time.Minute):
+					t.Error("authzd did not shut down within a minute")
+				}
+			}
+			return m[1], stop
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("authzd exited %d before listening:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("authzd not listening after 2 minutes:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestREADMEWalkthrough runs the README's walkthrough block, as written,
+// against a fresh `serve --dev`: the newcomer's path must keep working.
+func TestREADMEWalkthrough(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed for the README walkthrough (.ci/run installs it)")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)<!-- walkthrough:begin -->\\s*```sh\\n(.*?)```\\s*<!-- walkthrough:end -->").FindSubmatch(readme)
+	if block == nil {
+		t.Fatal("README has no walkthrough block")
+	}
+	// The walkthrough runs at the repository root next to ./fcd-data; give it
+	// a root of its own that links to the real sources.
+	root := t.TempDir()
+	entries, err := os.ReadDir("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		switch e.Name() {
+		case "fcd-data", "bin", ".git":
+			continue
+		}
+		abs, _ := filepath.Abs(filepath.Join("../..", e.Name()))
+		if err := os.Symlink(abs, filepath.Join(root, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, stop := startServer(t, filepath.Join(root, "fcd-data"), "--dev")
+	defer stop()
+
+	// The README's first command runs the server with its defaults; only the
+	// ports differ here. The walkthrough learns the URL from the env file.
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", string(block[1]))
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("walkthrough failed: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	// What the walkthrough must have shown, in order.
+	for _, want := range []string{
+		`"release":"v1.3.0"`, `"release":"v1.4.0"`, `"epochs":[`,
+		`"github/create_repository"`, `"state":"DRAINING"`, `"state":"STALE"`,
+	} {
+		i := strings.Index(got, want)
+		if i < 0 {
+			t.Fatalf("walkthrough output lacks %s:\n%s", want, got)
+		}
+		got = got[i:]
+	}
+	// The two snapshots differ: the second binds the tools to v1.3.
+	ids := regexp.MustCompile(`\{"id":"(sha256:[0-9a-f]+)","tools"`).FindAllStringSubmatch(out.String(), -1)
+	if len(ids) != 2 || ids[0][1] == ids[1][1] {
+		t.Fatalf("want two different snapshots, got %v", ids)
+	}
+
+	info, err := os.Stat(filepath.Join(root, "fcd-data", "dev-credentials.json"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("dev-credentials.json: %v, mode %v", err, info.Mode())
+	}
+	var dc devCredentials
+	data, _ := os.ReadFile(filepath.Join(root, "fcd-data", "dev-credentials.json"))
+	if err := json.Unmarshal(data, &dc); err != nil || len(dc.Credentials) != 6 || dc.Keys["registrar"] == "" {
+		t.Fatalf("dev-credentials.json content: %v %+v", err, dc)
+	}
+	for _, k := range dc.Keys {
+		if fi, err := os.Stat(k); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("private key %s: %v", k, err)
+		}
+	}
+}
+
+// TestDevRestartKeepsCredentialsAndData: a second --dev start on the same
+// data directory reuses its credentials and etcd data.
+func TestDevRestartKeepsCredentialsAndData(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	_, stop := startServer(t, dir, "--dev")
+	first, err := os.ReadFile(filepath.Join(dir, "dev-credentials.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	url, stop := startServer(t, dir, "--dev")
+	defer stop()
+	second, _ := os.ReadFile(filepath.Join(dir, "dev-credentials.json"))
+	if !bytes.Equal(first, second) {
+		t.Fatal("restart regenerated the dev credentials")
+	}
+	env, _ := os.ReadFile(filepath.Join(dir, "dev-credentials.env"))
+	if !strings.Contains(string(env), "export FCD_URL="+url+"\n") {
+		t.Fatalf("env file does not carry the current URL %s:\n%s", url, env)
+	}
+}
+
+func TestServeRefusesIncompleteConfiguration(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--data-dir", t.TempDir()}, nil, io.Discard, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "registrarKeys") || !strings.Contains(stderr.String(), "credentials") {
+		t.Fatalf("serve without keys or credentials: exit %d, %s", code, stderr.String())
+	}
+}
+
+func TestConfigFileAndFlagPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "authzd.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("listen: 127.0.0.1:9000\ndataDir: state\netcdEndpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379]\nbodyLimit: 2048\ndev: true\n")
+	cases := []struct {
+		note  string
+		args  []string
+		check func(c Config) error
+	}{
+		{"file over defaults", []string{"--config", file}, func(c Config) error {
+			if c.Listen != "127.0.0.1:9000" || c.BodyLimit != 2048 || !c.Dev || len(c.EtcdEndpoints) != 2 {
+				return fmt.Errorf("%+v", c)
+			}
+			if c.DataDir != filepath.Join(dir, "state") {
+				return fmt.Errorf("dataDir %q not relative to the file", c.DataDir)
+			}
+			if c.EtcdPrefix != "/fcd/" {
+				return fmt.Errorf("default lost: prefix %q", c.EtcdPrefix)
+			}
+			return nil
+		}},
+		{"flags over file", []string{"--config", file, "--listen", ":7000", "--etcd-endpoints", "http://a:1", "--body-limit", "10"}, func(c Config) error {
+			if c.Listen != ":7000" || c.BodyLimit != 10 || len(c.EtcdEndpoints) != 1 || c.EtcdEndpoints[0] != "http://a:1" {
+				return fmt.Errorf("%+v", c)
+			}
+			return nil
+		}},
+		{"defaults", nil, func(c Config) error {
+			if c.Listen == "127.0.0.1:8080" && c.DataDir == "fcd-data" && !c.Dev && c.BodyLimit == 1<<20 {
+				return nil
+			}
+			return fmt.Errorf("%+v", c)
+		}},
+	}
+	for _, tc := range cases {
+		c, err := parseServeFlags(tc.args)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.note, err)
+		}
+		if err := tc.check(c); err != nil {
+			t.Errorf("%s: %v", tc.note, err)
+		}
+	}
+	write("listen: x\nlisten_addr: y\n")
+	if _, err := parseServeFlags([]string{"--config", file}); err == nil {
+		t.Error("unknown key in the config file was accepted")
+	}
+}
+
+func TestManifestCommands(t *testing.T) {
+	dir := t.TempDir()
+	// A registrar key pair from a --dev setup.
+	cfg := Config{DataDir: dir}
+	dc, err := devSetup(&cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := "../../examples/github/manifest-v1.4.json"
+	cli := func(stdin []byte, args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, bytes.NewReader(stdin), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	code, jws, stderr := cli(nil, "manifest", "sign", "--key", dc.Keys["registrar"], example)
+	if code != 0 || strings.Count(strings.TrimSpace(jws), ".") != 2 {
+		t.Fatalf("sign: %d %q %s", code, jws, stderr)
+	}
+	code, digest, _ := cli(nil, "manifest", "digest", example)
+	if code != 0 || !strings.HasPrefix(digest, "sha256:") {
+		t.Fatalf("digest: %d %q", code, digest)
+	}
+	// verify reads stdin and prints the same epoch as digest.
+	code, verified, stderr := cli([]byte(jws), "manifest", "verify", "--keys", dc.RegistrarKeys, "-")
+	if code != 0 || !strings.Contains(verified, strings.TrimSpace(digest)) {
+		t.Fatalf("verify: %d %s %s", code, verified, stderr)
+	}
+	// digest of the signed form equals digest of the plain form.
+	if code, d2, _ := cli([]byte(jws), "manifest", "digest"); code != 0 || d2 != digest {
+		t.Fatalf("digest of JWS %q != %q", d2, digest)
+	}
+	tampered := strings.Replace(jws, ".", ".e30", 1)
+	if code, _, stderr := cli([]byte(tampered), "manifest", "verify", "--keys", dc.RegistrarKeys); code == 0 {
+		t.Fatalf("tampered JWS verified: %s", stderr)
+	}
+	if code, out, _ := cli(nil, "manifest", "lint", example); code != 0 || out != "" {
+		t.Fatalf("lint of the example: %d %q", code, out)
+	}
+	bad, _ := os.ReadFile(example)
+	bad = bytes.ReplaceAll(bad, []byte(`"requiresApproval": true`), []byte(`"requiresApproval": false`))
+	code, out, _ := cli(bad, "manifest", "lint", "--json")
+	if code != 1 || !strings.Contains(out, `"approval-required"`) {
+		t.Fatalf("lint of a bad manifest: %d %s", code, out)
+	}
+	if code, _, stderr := cli([]byte(`{"server":{}, "nope": 1}`), "manifest", "digest"); code == 0 || !strings.Contains(stderr, "malformed") {
+		t.Fatalf("digest of malformed input: %d %s", code, stderr)
+	}
+	if code, _, _ := cli(nil, "manifest", "frobnicate"); code != 2 {
+		t.Fatalf("unknown subcommand exit %d, want 2", code)
+	}
+	code, cred, _ := cli(nil, "credential", "new", "--role", "operator")
+	if code != 0 || !strings.Contains(cred, `"role": "operator"`) || !strings.Contains(cred, `"hash": "sha256:`) {
+		t.Fatalf("credential new: %d %s", code, cred)
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// errLintFailed makes `manifest lint` exit 1 after printing its findings.
+var errLintFailed = errors.New("lint errors")
+
+func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("manifest "+sub, flag.ContinueOnError)
+	key := fs.String("key", "", "private JWK of the registrar (sign)")
+	keys := fs.String("keys", "", "JWKS of trusted registrar keys (verify)")
+	asJSON := fs.Bool("json", false, "print findings as JSON (lint)")
+	tools := fs.Bool("tools", false, "also print each tool's descriptor digest (digest)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 1 {
+		return fmt.Errorf("%w: at most one input file", errUsage)
+	}
+	in, err := readInput(fs.Arg(0), stdin)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "sign":
+		if *key == "" {
+			return fmt.Errorf("%w: sign needs --key FILE", errUsage)
+		}
+		k, err := manifest.LoadPrivateKey(*key)
+		if err != nil {
+			return err
+		}
+		// Refuse to sign what could never be registered.
+		if _, err := manifest.Decode(in); err != nil {
+			return err
+		}
+		jws, err := manifest.Sign(bytes.TrimSpace(in), k, manifest.TypManifest)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", jws)
+		return err
+	case "verify":
+		if *keys == "" {
+			return fmt.Errorf("%w: verify needs --keys JWKS", errUsage)
+		}
+		set, err := manifest.LoadKeySet(*keys)
+		if err != nil {
+			return err
+		}
+		v, err := manifest.NewVerifier(set)
+		if err != nil {
+			return err
+		}
+		sm, err := v.VerifyManifest(in)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, map[string]string{
+			"epoch": sm.Epoch, "server": sm.Manifest.Server.Name, "release": sm.Manifest.Server.Release, "signer": sm.KeyID,
+		})
+	case "lint":
+		m, err := manifest.Decode(payloadOf(in))
+		if err != nil {
+			return err
+		}
+		findings := manifest.Lint(m)
+		if *asJSON {
+			if findings == nil {
+				findings = []manifest.Finding{}
+			}
+			if err := printJSON(stdout, findings); err != nil {
+				return err
+			}
+		} else {
+			for _, f := range findings {
+				fmt.Fprintln(stdout, f.String())
+			}
+		}
+		if manifest.HasErrors(findings) {
+			return errLintFailed
+		}
+		return nil
+	case "digest":
+		m, err := manifest.Decode(payloadOf(in))
+		if err != nil {
+			return err
+		}
+		id, err := m.EpochID()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, id)
+		if *tools {
+			for i := range m.Tools {
+				d, err := m.Tools[i].Digest()
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "%s %s/%s\n", d, m.Server.Name, m.Tools[i].Name)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: unknown manifest command %q", errUsage, sub)
+}
+
+// payloadOf returns the payload of a compact JWS without verifying it, so
+// that lint and digest accept a signed manifest too; anything else is
+// returned as it is.
+func payloadOf(in []byte) []byte {
+	parts := bytes.Split(bytes.TrimSpace(in), []byte("."))
+	if len(parts) != 3 {
+		return in
+	}
+	p, err := base64.RawURLEncoding.DecodeString(string(parts[1]))
+	if err != nil {
+		return in
+	}
+	return p
+}
+
+func readInput(name string, stdin io.Reader) ([]byte, error) {
+	if name == "" || name == "-" {
+		return io.ReadAll(io.LimitReader(stdin, 16<<20))
+	}
+	return os.ReadFile(name)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func credentialNew(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("credential new", flag.ContinueOnError)
+	role := fs.String("role", "", "role of the credential: registrar, host, gateway, approver, operator, backend")
+	id := fs.String("id", "", "id of the credential, safe to log (default: the role)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if !api.Role(*role).Valid() {
+		return fmt.Errorf("%w: --role must be one of %v", errUsage, api.Roles())
+	}
+	if *id == "" {
+		*id = *role
+	}
+	secret, cred, err := api.NewCredential(*id, api.Role(*role))
+	if err != nil {
+		return err
+	}
+	// The secret is printed once, for the caller; only the hash is stored.
+	return printJSON(stdout, map[string]any{"secret": string(secret), "credential": cred})
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// serve runs the server until ctx ends (SIGINT or SIGTERM), then shuts
+// down gracefully: in-flight requests finish, etcd is closed cleanly.
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseServeFlags(args)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return fmt.Errorf("log level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var dev *devCredentials
+	if cfg.Dev {
+		if dev, err = devSetup(&cfg, stderr); err != nil {
+			return err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+
+	keys, err := manifest.LoadKeySet(cfg.RegistrarKeys)
+	if err != nil {
+		return err
+	}
+	verifier, err := manifest.NewVerifier(keys)
+	if err != nil {
+		return err
+	}
+	auth, err := loadCredentials(cfg.Credentials)
+	if err != nil {
+		return err
+	}
+
+	endpoints := cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
+			Dir:       filepath.Join(cfg.DataDir, "etcd"),
+			ClientURL: cfg.EmbeddedEtcdClientURL,
+			PeerURL:   cfg.EmbeddedEtcdPeerURL,
+			LogFile:   filepath.Join(cfg.DataDir, "etcd.log"),
+		})
+		if err != nil {
+			return err
+		}
+		defer member.Close()
+		endpoints = member.Endpoints()
+		log.Info("embedded etcd started", "dir", filepath.Join(cfg.DataDir, "etcd"), "endpoints", endpoints,
+			"log", filepath.Join(cfg.DataDir, "etcd.log"))
+	}
+	store, err := lease.Open(ctx, lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	handler, err := api.New(api.Config{
+		Registry:  authz.NewRegistry(store, verifier, log),
+		Auth:      auth,
+		BodyLimit: cfg.BodyLimit,
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      authz.MaxRetireWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	url := "http://" + ln.Addr().String()
+	if dev != nil {
+		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), dev, url); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	// This line is the contract of scripts and tests that start authzd.
+	fmt.Fprintf(stderr, "authzd: listening on %s\n", url)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
