@@ -35,8 +35,8 @@ type oasOperation struct {
 // oasMethods are the operation keys of an OpenAPI path item.
 var oasMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
-// oasRouter builds the real router over a registry without a store. The
-// walk never calls the registry; a probe that passes the role check and
+// oasRouter builds the real router over a registry and formations without
+// a store. The walk never calls them; a probe that passes the role check and
 // reaches the store panics, which the router's recovery answers with 500,
 // and the role probe counts as admitted. It returns one secret per role.
 func oasRouter(t *testing.T) (http.Handler, map[api.Role]api.Secret) {
@@ -56,9 +56,10 @@ func oasRouter(t *testing.T) (http.Handler, map[api.Role]api.Secret) {
 		t.Fatal(err)
 	}
 	h, err := api.New(api.Config{
-		Registry: authz.NewRegistry(nil, nil, nil),
-		Auth:     auth,
-		Logger:   slog.New(slog.DiscardHandler),
+		Registry:   authz.NewRegistry(nil, nil, nil),
+		Formations: authz.NewFormations(nil, nil, authz.FormationConfig{}),
+		Auth:       auth,
+		Logger:     slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -87,11 +87,25 @@ func problemRules() []problemRule {
 				errors.As(err, &le)
 				return map[string]any{"findings": le.Findings}
 			}},
+		{match: is(authz.ErrBadRequest), status: 400, slug: "invalid-request", title: "Invalid request"},
+		{match: is(authz.ErrBadReference), status: 422, slug: "unknown-reference", title: "Unknown snapshot or tool"},
+		{match: as[*authz.ArgumentError](), status: 422, slug: "invalid-arguments", title: "Arguments do not satisfy the tool's input schema",
+			ext: func(err error) map[string]any {
+				var ae *authz.ArgumentError
+				errors.As(err, &ae)
+				return map[string]any{"violations": ae.Violations}
+			}},
 		{match: is(authz.ErrBadSignature), status: 401, slug: "bad-signature", title: "Signature invalid"},
 		{match: is(authz.ErrUntrustedSigner), status: 403, slug: "untrusted-signer", title: "Signer not trusted"},
 		{match: is(authz.ErrEpochNotFound), status: 404, slug: "epoch-not-found", title: "Epoch not found"},
 		{match: is(authz.ErrSnapshotNotFound), status: 404, slug: "snapshot-not-found", title: "Snapshot not found"},
 		{match: is(authz.ErrToolNotFound), status: 404, slug: "tool-not-found", title: "Tool not in snapshot"},
+		{match: is(authz.ErrFormationNotFound), status: 404, slug: "formation-not-found", title: "Formation not found"},
+		{match: is(authz.ErrSelfApproval), status: 403, slug: "self-approval", title: "Self-approval is not allowed"},
+		{match: is(authz.ErrDigestMismatch), status: 409, slug: "digest-mismatch", title: "Digest does not match the formation"},
+		{match: is(authz.ErrNotPending), status: 409, slug: "not-pending", title: "Formation is not pending approval"},
+		{match: is(authz.ErrExpired), status: 409, slug: "formation-expired", title: "Formation expired"},
+		{match: is(authz.ErrDuplicateApprover), status: 409, slug: "duplicate-approver", title: "Approver already decided"},
 		{match: is(errRouteNotFound), status: 404, slug: "not-found", title: "Not found"},
 		{match: is(errMethodNotAllowed), status: 405, slug: "method-not-allowed", title: "Method not allowed"},
 		{match: as[*authz.StateError](), status: 409, slug: "epoch-state-conflict", title: "Epoch is not in the required state",
@@ -108,6 +122,8 @@ func problemRules() []problemRule {
 			}},
 		{match: is(authz.ErrNoActiveEpochs), status: 409, slug: "no-active-epochs", title: "No ACTIVE epoch to snapshot"},
 		{match: is(authz.ErrTooLarge), status: 413, slug: "record-too-large", title: "Record too large for the store"},
+		{match: is(authz.ErrConflict), status: 503, slug: "contention", title: "Too many concurrent updates",
+			detail: "the record was updated concurrently too many times in a row; retry"},
 		{match: is(authz.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
 			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)"},
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/manifest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -78,6 +79,7 @@ func TestProblemsDocumented(t *testing.T) {
 // handlers and use cases wrap them.
 func TestToProblem(t *testing.T) {
 	findings := []authz.Finding{{Rule: "approval-required", Severity: "error", Path: "$.tools[0].requiresApproval", Message: "m"}}
+	violations := []manifest.Violation{{InstancePath: "/name", Message: "missing property"}, {InstancePath: "/private", Message: "got string, want boolean"}}
 	cases := []struct {
 		name   string
 		err    error
@@ -105,6 +107,19 @@ func TestToProblem(t *testing.T) {
 			map[string]any{"epoch": "e", "state": authz.State("DRAINING"), "requiredState": authz.State("ACTIVE")}},
 		{"retire blocked", &authz.RetireBlockedError{Epoch: "e", Active: 2, Uncertain: 1}, 409, "leases-outstanding",
 			map[string]any{"epoch": "e", "activeLeases": 2, "uncertainLeases": 1}},
+		{"invalid request", fmt.Errorf("%w: session must be 1-256 characters without control characters", authz.ErrBadRequest), 400, "invalid-request", nil},
+		{"unknown status", fmt.Errorf("%w: unknown status %q", authz.ErrBadRequest, "bogus"), 400, "invalid-request", nil},
+		{"unknown snapshot", fmt.Errorf("%w: %w", authz.ErrBadReference, fmt.Errorf("%w: s", authz.ErrSnapshotNotFound)), 422, "unknown-reference", nil},
+		{"unknown tool", fmt.Errorf("%w: %w", authz.ErrBadReference, fmt.Errorf("%w: a/b in s", authz.ErrToolNotFound)), 422, "unknown-reference", nil},
+		{"invalid arguments", fmt.Errorf("authz: form: %w", &authz.ArgumentError{Violations: violations}), 422, "invalid-arguments",
+			map[string]any{"violations": violations}},
+		{"formation not found", fmt.Errorf("authz: approve fm_x: %w", fmt.Errorf("%w: fm_x", authz.ErrFormationNotFound)), 404, "formation-not-found", nil},
+		{"self approval", fmt.Errorf("authz: approve fm_x: %w", authz.ErrSelfApproval), 403, "self-approval", nil},
+		{"digest mismatch", fmt.Errorf("authz: approve fm_x: %w", authz.ErrDigestMismatch), 409, "digest-mismatch", nil},
+		{"not pending", fmt.Errorf("authz: approve fm_x: %w", fmt.Errorf("%w: status is %s", authz.ErrNotPending, authz.StatusReady)), 409, "not-pending", nil},
+		{"formation expired", fmt.Errorf("authz: approve fm_x: %w", authz.ErrExpired), 409, "formation-expired", nil},
+		{"duplicate approver", fmt.Errorf("authz: approve fm_x: %w", authz.ErrDuplicateApprover), 409, "duplicate-approver", nil},
+		{"contention", fmt.Errorf("authz: approve fm_x: %w", fmt.Errorf("%w: formation fm_x at /fcd/formations/fm_x", authz.ErrConflict)), 503, "contention", nil},
 		{"no active epochs", fmt.Errorf("%w: server %q", authz.ErrNoActiveEpochs, "github"), 409, "no-active-epochs", nil},
 		{"record too large", fmt.Errorf("lease: register epoch: %w", authz.ErrTooLarge), 413, "record-too-large", nil},
 		{"store unavailable", fmt.Errorf("lease: get epoch: %w: %v", authz.ErrUnavailable, "etcd 10.0.0.7:2379 leader lost"), 503, "store-unavailable", nil},
@@ -161,6 +176,7 @@ func TestProblemWriter(t *testing.T) {
 	}{
 		{errUnauthenticated, 401, "WWW-Authenticate", `Bearer realm="fcd"`},
 		{fmt.Errorf("x: %w", authz.ErrUnavailable), 503, "Retry-After", "1"},
+		{fmt.Errorf("x: %w", authz.ErrConflict), 503, "Retry-After", "1"},
 		{&authz.StateError{Epoch: "e", State: "STALE", Want: "ACTIVE"}, 409, "", ""},
 	}
 	for _, tc := range cases {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -32,6 +33,8 @@ type fixture struct {
 	srv    *httptest.Server
 	key    jwk.Key // trusted registrar key
 	creds  map[api.Role]api.Secret
+	// policies decide formations (the embedded defaults).
+	policies *policy.Manager
 }
 
 func newFixture(t *testing.T, bodyLimit int64) *fixture {
@@ -65,7 +68,8 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, err := api.New(api.Config{Registry: authz.NewRegistry(store, verifier, log), Auth: auth, BodyLimit: bodyLimit, Logger: log})
+	h, err := api.New(api.Config{Registry: authz.NewRegistry(store, verifier, log), Formations: f.formations(store, log),
+		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // DefaultBodyLimit is the request-body limit when Config.BodyLimit is zero.
@@ -25,6 +27,11 @@ const DefaultBodyLimit = 1 << 20
 type Config struct {
 	// Registry serves the registry routes. Required.
 	Registry *authz.Registry
+	// Formations serves formations and approvals. Required.
+	Formations *authz.Formations
+	// PolicyStatus reports the policy set in force and the last reload
+	// failure, shown in /readyz's body; nil shows nothing.
+	PolicyStatus func() policy.Status
 	// Auth checks bearer credentials. Required.
 	Auth *Authenticator
 	// BodyLimit bounds every request body in bytes; zero means 1 MiB.
@@ -38,6 +45,8 @@ type Config struct {
 
 type server struct {
 	reg          *authz.Registry
+	formations   *authz.Formations
+	policyStatus func() policy.Status
 	auth         *Authenticator
 	limit        int64
 	readyTimeout time.Duration
@@ -52,10 +61,10 @@ func OpenAPI() []byte { return bytes.Clone(openAPIDocument) }
 
 // New returns the HTTP handler of fcd.
 func New(cfg Config) (http.Handler, error) {
-	if cfg.Registry == nil || cfg.Auth == nil {
-		return nil, errors.New("api: Registry and Auth are required")
+	if cfg.Registry == nil || cfg.Formations == nil || cfg.Auth == nil {
+		return nil, errors.New("api: Registry, Formations and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger}
+	s := &server{reg: cfg.Registry, formations: cfg.Formations, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}
@@ -94,6 +103,10 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleHost)).Post("/snapshots", s.createSnapshot)
 		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}", s.showSnapshot)
 		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}/tools/{server}/{tool}", s.showSnapshotTool)
+		r.With(s.require(RoleHost)).Post("/formations", s.createFormation)
+		r.With(s.require(RoleHost, RoleApprover)).Get("/formations", s.listFormations)
+		r.With(s.require(RoleHost, RoleApprover)).Get("/formations/{formation}", s.showFormation)
+		r.With(s.require(RoleApprover)).Post("/formations/{formation}/approvals", s.approveFormation)
 	})
 	return r, nil
 }
@@ -120,7 +133,13 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": map[string]string{"store": "ok"}})
+	checks := map[string]any{"store": "ok"}
+	if s.policyStatus != nil {
+		// A failed reload does not make the replica unready: it keeps
+		// deciding with the working set, and the failure shows here.
+		checks["policies"] = s.policyStatus()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
 }
 
 func (s *server) openapi(w http.ResponseWriter, r *http.Request) {
@@ -178,13 +197,9 @@ func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
 	if len(bytes.TrimSpace(data)) == 0 && allowEmpty {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	// Strict: unknown, duplicated or case-folded members are refused.
+	if err := jsonv2.Unmarshal(bytes.TrimSpace(data), v, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return fmt.Errorf("%w: %v", errMalformedJSON, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: data after the JSON value", errMalformedJSON)
 	}
 	return nil
 }

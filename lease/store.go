@@ -39,6 +39,7 @@ type Store struct {
 	opTimeout time.Duration
 	log       *slog.Logger
 	now       func() time.Time
+	retention retention
 }
 
 // Open connects to etcd. It does not wait for etcd to be reachable: a

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -39,6 +40,15 @@ type Config struct {
 	BodyLimit int64 `json:"bodyLimit"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"logLevel"`
+	// PolicyDir is a directory of Rego and Cedar policies with their
+	// tests; empty uses the embedded default policies. A directory is
+	// watched and reloaded on change and on SIGHUP.
+	PolicyDir string `json:"policyDir"`
+	// PolicyPoll is how often the policy directory is checked for changes.
+	PolicyPoll Duration `json:"policyPoll"`
+	// FormationTTL is how long a formation may wait for approval and
+	// admission.
+	FormationTTL Duration `json:"formationTTL"`
 	// Dev creates the data directory, a registrar key pair and one
 	// credential per role, and writes DataDir/dev-credentials.json.
 	Dev bool `json:"dev"`
@@ -54,6 +64,8 @@ func defaultConfig() Config {
 		EmbeddedEtcdPeerURL:   "http://127.0.0.1:2380",
 		BodyLimit:             1 << 20,
 		LogLevel:              "info",
+		PolicyPoll:            Duration(2 * time.Second),
+		FormationTTL:          Duration(15 * time.Minute),
 	}
 }
 
@@ -68,6 +80,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BodyLimit <= 0 {
 		errs = append(errs, errors.New("bodyLimit must be positive"))
+	}
+	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 {
+		errs = append(errs, errors.New("policyPoll and formationTTL must be positive"))
 	}
 	if c.RegistrarKeys == "" {
 		errs = append(errs, errors.New("registrarKeys (a JWKS file of trusted registrar keys) is required; --dev generates one"))
@@ -96,6 +111,9 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.StringVar(&fl.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
 	fs.Int64Var(&fl.BodyLimit, "body-limit", def.BodyLimit, "request body limit in bytes")
 	fs.StringVar(&fl.LogLevel, "log-level", def.LogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&fl.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
+	fs.TextVar(&fl.PolicyPoll, "policy-poll", def.PolicyPoll, "how often to check the policy directory for changes")
+	fs.TextVar(&fl.FormationTTL, "formation-ttl", def.FormationTTL, "how long a formation may wait for approval and admission")
 	fs.BoolVar(&fl.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("%w: %v", errUsage, err)
@@ -118,7 +136,7 @@ func parseServeFlags(args []string) (Config, error) {
 		}
 		// Relative paths in the file are relative to the file.
 		base := filepath.Dir(*configFile)
-		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials} {
+		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials, &cfg.PolicyDir} {
 			if *p != "" && !filepath.IsAbs(*p) {
 				*p = filepath.Join(base, *p)
 			}
@@ -138,6 +156,9 @@ func parseServeFlags(args []string) (Config, error) {
 		"body-limit":               func() { cfg.BodyLimit = fl.BodyLimit },
 		"log-level":                func() { cfg.LogLevel = fl.LogLevel },
 		"dev":                      func() { cfg.Dev = fl.Dev },
+		"policy-dir":               func() { cfg.PolicyDir = fl.PolicyDir },
+		"policy-poll":              func() { cfg.PolicyPoll = fl.PolicyPoll },
+		"formation-ttl":            func() { cfg.FormationTTL = fl.FormationTTL },
 	}
 	for name := range set {
 		if o, ok := override[name]; ok {
@@ -145,6 +166,23 @@ func parseServeFlags(args []string) (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// Duration is a time.Duration written as text ("15m", "2s") in flags and
+// in the configuration file.
+type Duration time.Duration
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
 }
 
 func splitList(s string) []string {

@@ -5,6 +5,8 @@
 //	authzd manifest verify --keys JWKS [FILE|-]
 //	authzd manifest lint [--json] [FILE|-]
 //	authzd manifest digest [--tools] [FILE|-]
+//	authzd policy test [-v] [DIR]
+//	authzd policy eval --input FILE [--policy-dir DIR]
 //	authzd credential new --role ROLE [--id ID]
 //
 // Every command reads a file or stdin and writes stdout; errors go to
@@ -28,6 +30,10 @@ const usage = `usage:
                                             verify a signed manifest; print its epoch
   authzd manifest lint [--json] [FILE|-]    MCP+ lint of a manifest (exit 1 on errors)
   authzd manifest digest [--tools] [FILE|-] print the epoch id (and tool digests)
+  authzd policy test [-v] [DIR]             run the Rego tests and Cedar cases of a policy set
+                                            (default: the embedded defaults); exit 1 on failure
+  authzd policy eval --input FILE [--policy-dir DIR]
+                                            print the combined decision for a policy input
   authzd credential new --role ROLE [--id ID]
                                             create a bearer credential and its stored hash
 `
@@ -50,7 +56,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "authzd: %v\n%s", err, usage)
 		return 2
-	case errors.Is(err, errLintFailed):
+	case errors.Is(err, errLintFailed), errors.Is(err, errPolicyFailed):
 		return 1
 	default:
 		fmt.Fprintf(stderr, "authzd: %v\n", err)
@@ -70,6 +76,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return fmt.Errorf("%w: manifest needs sign, verify, lint or digest", errUsage)
 		}
 		return manifestCommand(args[1], args[2:], stdin, stdout)
+	case "policy":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: policy needs test or eval", errUsage)
+		}
+		return policyCommand(ctx, args[1], args[2:], stdin, stdout)
 	case "credential":
 		if len(args) < 2 || args[1] != "new" {
 			return fmt.Errorf("%w: credential new --role ROLE", errUsage)

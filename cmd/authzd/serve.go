@@ -8,13 +8,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/policies"
 )
 
 // serve runs the server until ctx ends (SIGINT or SIGTERM), then shuts
@@ -74,11 +79,37 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer store.Close()
 
+	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
+	pm, err := policy.NewManager(ctx, src, policy.ManagerOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("policies loaded", "source", src.String(), "digest", pm.Status().Digest)
+	if cfg.PolicyDir != "" {
+		go pm.Watch(ctx, time.Duration(cfg.PolicyPoll))
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				// A failed reload keeps the working set; Reload logs why.
+				_ = pm.Reload(ctx)
+			}
+		}
+	}()
+
 	handler, err := api.New(api.Config{
-		Registry:  authz.NewRegistry(store, verifier, log),
-		Auth:      auth,
-		BodyLimit: cfg.BodyLimit,
-		Logger:    log,
+		Registry:     authz.NewRegistry(store, verifier, log),
+		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Duration(cfg.FormationTTL), Logger: log}),
+		PolicyStatus: pm.Status,
+		Auth:         auth,
+		BodyLimit:    cfg.BodyLimit,
+		Logger:       log,
 	})
 	if err != nil {
 		return err

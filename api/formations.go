@@ -1,0 +1,91 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/go-chi/chi/v5"
+)
+
+// formationRequest is the body of POST /v1/formations.
+type formationRequest struct {
+	Snapshot  string          `json:"snapshot"`
+	Session   string          `json:"session"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	Principal *struct {
+		ID         string         `json:"id"`
+		Attributes map[string]any `json:"attributes"`
+	} `json:"principal"`
+}
+
+// createFormation records a formed call. A call the policy denies is still
+// recorded and answered 403 with the formation, for audit.
+func (s *server) createFormation(w http.ResponseWriter, r *http.Request) {
+	var req formationRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	caller, _ := CallerFrom(r.Context())
+	fr := authz.FormRequest{Snapshot: req.Snapshot, Session: req.Session, Tool: req.Tool, Arguments: req.Arguments, Host: caller.ID}
+	if req.Principal != nil {
+		fr.PrincipalID, fr.Attributes = req.Principal.ID, req.Principal.Attributes
+	}
+	f, err := s.formations.Form(r.Context(), fr)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/formations/"+f.ID)
+	status := http.StatusCreated
+	if f.Status == authz.StatusDenied {
+		status = http.StatusForbidden
+	}
+	writeJSON(w, status, f)
+}
+
+func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
+	f, err := s.formations.Get(r.Context(), chi.URLParam(r, "formation"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
+	fs, err := s.formations.List(r.Context(), authz.Status(r.URL.Query().Get("status")))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"formations": fs})
+}
+
+// approvalRequest is the body of POST /v1/formations/{id}/approvals.
+type approvalRequest struct {
+	Decision authz.ApprovalDecision `json:"decision"`
+	Digest   string                 `json:"digest"`
+	Reason   string                 `json:"reason"`
+}
+
+// approveFormation records a human decision bound to the digest the
+// approver saw. The approver is the authenticated credential.
+func (s *server) approveFormation(w http.ResponseWriter, r *http.Request) {
+	var req approvalRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	caller, _ := CallerFrom(r.Context())
+	f, err := s.formations.Approve(r.Context(), chi.URLParam(r, "formation"), authz.ApprovalRequest{
+		Approver: caller.ID, Decision: req.Decision, Digest: req.Digest, Reason: req.Reason,
+	})
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}

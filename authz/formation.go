@@ -1,0 +1,412 @@
+package authz
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Types of formations, named here so transports need no other package.
+type (
+	Formation        = lease.Formation
+	Status           = lease.Status
+	Principal        = lease.Principal
+	Decision         = lease.Decision
+	Approval         = lease.Approval
+	ApprovalDecision = lease.ApprovalDecision
+	ArgumentError    = manifest.ArgumentError
+)
+
+// Formation statuses.
+const (
+	StatusPendingApproval = lease.StatusPendingApproval
+	StatusReady           = lease.StatusReady
+	StatusAdmitted        = lease.StatusAdmitted
+	StatusDenied          = lease.StatusDenied
+	StatusExpired         = lease.StatusExpired
+)
+
+// Errors of formations and approvals.
+var (
+	ErrFormationNotFound = lease.ErrFormationNotFound
+	ErrConflict          = lease.ErrConflict
+	// ErrBadReference: a formation names a snapshot or tool that does not
+	// exist; the request cannot be processed as given.
+	ErrBadReference = errors.New("authz: formation references an unknown snapshot or tool")
+	// ErrBadRequest: a request field is missing or malformed.
+	ErrBadRequest = errors.New("authz: invalid request")
+	// ErrDigestMismatch: the approver approved another record than this one.
+	ErrDigestMismatch = errors.New("authz: digest does not match the formation")
+	// ErrNotPending: the formation is not waiting for approval.
+	ErrNotPending = errors.New("authz: formation is not pending approval")
+	// ErrExpired: the formation expired before it was approved or admitted.
+	ErrExpired = errors.New("authz: formation expired")
+	// ErrSelfApproval: the principal who formed a call cannot approve it.
+	ErrSelfApproval = errors.New("authz: the principal who formed the call cannot approve it")
+	// ErrDuplicateApprover: this approver already decided on the formation.
+	ErrDuplicateApprover = errors.New("authz: approver already decided on this formation")
+)
+
+// Decider decides a formation by policy. Implementations never fail: an
+// evaluation error is a deny recorded in the decision.
+type Decider interface {
+	Decide(ctx context.Context, in *policy.Input) lease.Decision
+}
+
+// FormationConfig configures [Formations]. Zero fields mean defaults.
+type FormationConfig struct {
+	// TTL is how long a formation may wait for approval and admission;
+	// zero means 15 minutes.
+	TTL time.Duration
+	// Retention is how long a record is kept after it expires, for audit;
+	// zero means 24 hours.
+	Retention time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Formations is the use case of hosts and approvers: record a formed call
+// against the snapshot the model saw, decide it by policy once, and bind
+// human approvals to its digest.
+type Formations struct {
+	store     *lease.Store
+	decider   Decider
+	ttl       time.Duration
+	retention time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+	schemas   schemaCache
+}
+
+// NewFormations returns the formation use case.
+func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Formations {
+	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger}
+	if f.ttl <= 0 {
+		f.ttl = 15 * time.Minute
+	}
+	if f.retention <= 0 {
+		f.retention = 24 * time.Hour
+	}
+	if f.now == nil {
+		f.now = time.Now
+	}
+	if f.log == nil {
+		f.log = slog.Default()
+	}
+	return f
+}
+
+// FormRequest is a formed call as a host reports it.
+type FormRequest struct {
+	Snapshot  string
+	Session   string
+	Tool      string // "server/tool"
+	Arguments json.RawMessage
+	// PrincipalID and Attributes describe who the call is for, as vouched
+	// by the host; an empty PrincipalID means the host itself.
+	PrincipalID string
+	Attributes  map[string]any
+	// Host is the authenticated host credential id.
+	Host string
+}
+
+const maxIDLength = 256
+
+func (r *FormRequest) validate() error {
+	var errs []string
+	check := func(name, v string) {
+		if v == "" || len(v) > maxIDLength || strings.ContainsAny(v, "\x00\n\r") {
+			errs = append(errs, fmt.Sprintf("%s must be 1-%d characters without control characters", name, maxIDLength))
+		}
+	}
+	check("snapshot", r.Snapshot)
+	check("session", r.Session)
+	check("tool", r.Tool)
+	check("host", r.Host)
+	if r.PrincipalID != "" {
+		check("principal.id", r.PrincipalID)
+	}
+	if server, tool, ok := strings.Cut(r.Tool, "/"); !ok || server == "" || tool == "" {
+		errs = append(errs, `tool must be "server/tool"`)
+	}
+	if a := bytes.TrimSpace(r.Arguments); len(a) > 0 && a[0] != '{' && !bytes.Equal(a, []byte("null")) {
+		errs = append(errs, "arguments must be a JSON object")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrBadRequest, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Form records a formed call and decides it. A call the policy denies is
+// stored too (status denied, kept for audit) and returned without error;
+// the caller tells the outcome from Status.
+func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	tool, err := f.store.SnapshotTool(ctx, req.Snapshot, req.Tool)
+	if err != nil {
+		if errors.Is(err, lease.ErrSnapshotNotFound) || errors.Is(err, lease.ErrToolNotFound) {
+			return nil, fmt.Errorf("%w: %w", ErrBadReference, err)
+		}
+		return nil, fmt.Errorf("authz: form: %w", err)
+	}
+	args := bytes.TrimSpace(req.Arguments)
+	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
+		args = []byte("{}")
+	}
+	schema, err := f.schemas.get(tool.DescriptorDigest, tool.Descriptor.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("authz: form: %w", err)
+	}
+	if err := manifest.ValidateArguments(schema, args); err != nil {
+		if errors.Is(err, manifest.ErrMalformed) {
+			return nil, fmt.Errorf("%w: arguments: %v", ErrBadRequest, err)
+		}
+		return nil, fmt.Errorf("authz: form: %w", err)
+	}
+	// Store the arguments in canonical form: what was formed, exactly,
+	// without formatting noise.
+	canonArgs, err := manifest.CanonicalJSON(args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: arguments: %v", ErrBadRequest, err)
+	}
+	argDigest, err := fencecheck.ArgumentDigest(req.Tool, canonArgs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	epoch, err := f.store.GetEpoch(ctx, tool.Epoch)
+	if err != nil {
+		return nil, fmt.Errorf("authz: form: source epoch: %w", err)
+	}
+	history, err := f.store.SessionHistory(ctx, req.Session)
+	if err != nil {
+		return nil, fmt.Errorf("authz: form: %w", err)
+	}
+	id, err := lease.NewFormationID()
+	if err != nil {
+		return nil, err
+	}
+	principal := lease.Principal{ID: req.PrincipalID, Attributes: req.Attributes, Host: req.Host}
+	if principal.ID == "" {
+		principal.ID = req.Host
+	}
+	now := f.now().UTC()
+	d := tool.Descriptor
+	rec := &Formation{Call: lease.Call{
+		ID: id, Session: req.Session, Principal: principal, Snapshot: req.Snapshot, Tool: req.Tool,
+		DescriptorDigest: tool.DescriptorDigest, Arguments: canonArgs, ArgumentDigest: argDigest,
+		Source: lease.Target{
+			Epoch: epoch.ID, Server: epoch.Server, Release: epoch.Release, Pool: epoch.Pool,
+			Artifact: epoch.Artifact, ConfigDigest: epoch.ConfigDigest,
+		},
+		Metadata: lease.Metadata{
+			Summary: d.Summary, SideEffects: d.SideEffects, RequiresApproval: d.RequiresApproval,
+			FailureModes: d.FailureModes, Dependencies: d.Dependencies,
+		},
+		CreatedAt: now, ExpiresAt: now.Add(f.ttl),
+	}, Approvals: []lease.Approval{}}
+	if rec.Digest, err = rec.Call.Digest(); err != nil {
+		return nil, err
+	}
+	in := &policy.Input{
+		Formation: policy.FormationInput{Call: rec.Call, Digest: rec.Digest},
+		Tool:      policy.NewToolInput(epoch.Server, d),
+		Epoch:     policy.NewEpochInput(epoch),
+		Session:   *history,
+	}
+	rec.Decision = f.decider.Decide(ctx, in)
+	rec.ApprovalsRequired = requiredApprovals(rec)
+	switch {
+	case !rec.Decision.Allowed():
+		rec.Status = lease.StatusDenied
+	case rec.ApprovalsRequired > 0:
+		rec.Status = lease.StatusPendingApproval
+	default:
+		rec.Status = lease.StatusReady
+	}
+	rec.UpdatedAt = now
+	if err := f.store.CreateFormation(ctx, rec, f.ttl+f.retention); err != nil {
+		return nil, fmt.Errorf("authz: form: %w", err)
+	}
+	f.log.Info("formation", "id", rec.ID, "tool", rec.Tool, "session", rec.Session, "status", rec.Status,
+		"approvals", rec.ApprovalsRequired, "policy", rec.Decision.PolicyDigest)
+	return rec, nil
+}
+
+// requiredApprovals is the number of distinct approvers a formation needs:
+// the larger of the policy's obligation and one for requiresApproval —
+// and, whatever the policy or the descriptor says, at least one for a
+// write or delete. This is the code-level MCP+ invariant.
+func requiredApprovals(f *Formation) int {
+	n := f.Decision.Approvals
+	if (f.Metadata.RequiresApproval || f.Metadata.SideEffects.Mutating()) && n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// approvedBy counts the distinct approvers that approved f.
+func approvedBy(f *Formation) int {
+	seen := map[string]bool{}
+	for _, a := range f.Approvals {
+		if a.Decision == lease.Approve && a.Digest == f.Digest {
+			seen[a.Approver] = true
+		}
+	}
+	return len(seen)
+}
+
+// ready reports whether f may be admitted as far as approvals go: allowed
+// by policy and approved by enough distinct approvers, never fewer than
+// one for a write or delete.
+func ready(f *Formation) bool {
+	return f.Decision.Allowed() && approvedBy(f) >= requiredApprovals(f)
+}
+
+// view returns f as callers should see it now: a formation past its
+// expiry that was not admitted is expired.
+func (f *Formations) view(rec *Formation) *Formation {
+	if rec.Status.Expires() && !f.now().Before(rec.ExpiresAt) {
+		rec.Status = lease.StatusExpired
+	}
+	return rec
+}
+
+// Get returns one formation.
+func (f *Formations) Get(ctx context.Context, id string) (*Formation, error) {
+	rec, err := f.store.GetFormation(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return f.view(rec), nil
+}
+
+// List returns the formations in status (all when empty), oldest first.
+func (f *Formations) List(ctx context.Context, status Status) ([]*Formation, error) {
+	if status != "" && !status.Valid() {
+		return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, status)
+	}
+	all, err := f.store.ListFormations(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Formation, 0, len(all))
+	for _, rec := range all {
+		if rec = f.view(rec); status == "" || rec.Status == status {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// ApprovalRequest is an approver's decision on a formation.
+type ApprovalRequest struct {
+	// Approver is the authenticated approver credential id.
+	Approver string
+	Decision ApprovalDecision
+	// Digest is the formation digest the approver saw.
+	Digest string
+	Reason string
+}
+
+// Approve records an approver's decision. The digest must equal the
+// formation's; approvers must be distinct and may not be the principal who
+// formed the call; one deny ends the formation as denied; an expired
+// formation cannot be approved. Concurrent decisions are ordered by etcd
+// and none is lost.
+func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest) (*Formation, error) {
+	if req.Decision != lease.Approve && req.Decision != lease.Deny {
+		return nil, fmt.Errorf("%w: decision must be approve or deny", ErrBadRequest)
+	}
+	if req.Approver == "" || req.Digest == "" || len(req.Reason) > 4096 {
+		return nil, fmt.Errorf("%w: approver and digest are required, reason at most 4096 bytes", ErrBadRequest)
+	}
+	var expired bool
+	rec, err := f.store.UpdateFormation(ctx, id, func(rec *Formation) error {
+		now := f.now().UTC()
+		expired = false
+		if rec.Status.Expires() && !now.Before(rec.ExpiresAt) {
+			// Persist what the clock already decided, then refuse.
+			rec.Status, rec.UpdatedAt, expired = lease.StatusExpired, now, true
+			return nil
+		}
+		switch {
+		case rec.Status == lease.StatusExpired:
+			return ErrExpired
+		case rec.Status != lease.StatusPendingApproval:
+			return fmt.Errorf("%w: status is %s", ErrNotPending, rec.Status)
+		case req.Digest != rec.Digest:
+			return ErrDigestMismatch
+		case req.Approver == rec.Principal.ID:
+			return ErrSelfApproval
+		}
+		for _, a := range rec.Approvals {
+			if a.Approver == req.Approver {
+				return ErrDuplicateApprover
+			}
+		}
+		rec.Approvals = append(rec.Approvals, lease.Approval{
+			Approver: req.Approver, Decision: req.Decision, Digest: req.Digest, Reason: req.Reason, At: now,
+		})
+		switch {
+		case req.Decision == lease.Deny:
+			rec.Status = lease.StatusDenied
+		case ready(rec):
+			rec.Status = lease.StatusReady
+		}
+		rec.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		return rec, fmt.Errorf("authz: approve %s: %w", id, err)
+	}
+	if expired {
+		return rec, fmt.Errorf("authz: approve %s: %w", id, ErrExpired)
+	}
+	f.log.Info("approval", "formation", id, "approver", req.Approver, "decision", req.Decision, "status", rec.Status)
+	return rec, nil
+}
+
+// schemaCache holds compiled input schemas by descriptor digest. A
+// descriptor never changes under its digest, so entries never go stale;
+// the set is bounded by the registered descriptors.
+type schemaCache struct {
+	mu sync.RWMutex
+	m  map[string]*jsonschema.Schema
+}
+
+func (c *schemaCache) get(digest string, raw json.RawMessage) (*jsonschema.Schema, error) {
+	c.mu.RLock()
+	s, ok := c.m[digest]
+	c.mu.RUnlock()
+	if ok {
+		return s, nil
+	}
+	s, err := manifest.CompileSchema(raw)
+	if err != nil {
+		return nil, fmt.Errorf("input schema of %s: %w", digest, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*jsonschema.Schema{}
+	}
+	c.m[digest] = s
+	return s, nil
+}

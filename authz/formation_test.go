@@ -1,0 +1,389 @@
+package authz_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/policies"
+)
+
+const prefix = "/authztest/"
+
+// clock is an injectable test clock: time in these tests must move on
+// command (formation expiry), never by sleeping.
+type clock struct{ now atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.now.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()).UTC() }
+func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+
+type env struct {
+	member   *etcdtest.Member
+	store    *lease.Store
+	forms    *authz.Formations
+	clock    *clock
+	snapshot string
+}
+
+// newEnv registers the example github v1.4 (optionally edited), freezes a
+// snapshot and returns formations decided by the given policy set (the
+// embedded defaults when nil).
+func newEnv(t *testing.T, set *policy.Set, edit func(m *manifest.Manifest)) *env {
+	t.Helper()
+	ctx := context.Background()
+	member := etcdtest.Start(t)
+	store := member.Store(t, prefix)
+	data, err := os.ReadFile("../examples/github/manifest-v1.4.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(m)
+	}
+	id, err := m.EpochID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Straight to the store: some tests register descriptors that lint
+	// would refuse, to prove the code-level invariants do not rely on lint.
+	if _, _, err := store.RegisterEpoch(ctx, &manifest.Signed{Manifest: m, Epoch: id, KeyID: "test", JWS: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := store.CreateSnapshot(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set == nil {
+		set = defaultSet(t)
+	}
+	c := newClock()
+	return &env{member: member, store: store, clock: c, snapshot: snap.ID,
+		forms: authz.NewFormations(store, set, authz.FormationConfig{TTL: 15 * time.Minute, Now: c.Now})}
+}
+
+func defaultSet(t *testing.T) *policy.Set {
+	t.Helper()
+	set, err := policy.Load(context.Background(), policies.FS)
+	if err != nil {
+		t.Fatalf("default policies: %v", err)
+	}
+	return set
+}
+
+func (e *env) form(t *testing.T, session, tool, args, principal string, attrs map[string]any) (*authz.Formation, error) {
+	t.Helper()
+	return e.forms.Form(context.Background(), authz.FormRequest{
+		Snapshot: e.snapshot, Session: session, Tool: tool, Arguments: json.RawMessage(args),
+		PrincipalID: principal, Attributes: attrs, Host: "host-1",
+	})
+}
+
+// completed plants "tool completed in session" the way completion will
+// record it (admission and completion are not built yet).
+func (e *env) completed(t *testing.T, session, tool string) {
+	t.Helper()
+	e.member.PutRaw(t, prefix+"sessions/"+session+"/completed/"+tool, tool)
+}
+
+var admins = map[string]any{"groups": []any{"repo-admins"}}
+
+func TestFormDecidesOverTheRecord(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.completed(t, "s-met", "github/get_repository")
+	cases := []struct {
+		note      string
+		session   string
+		tool      string
+		args      string
+		attrs     map[string]any
+		status    authz.Status
+		approvals int
+	}{
+		{"read is ready", "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, nil, authz.StatusReady, 0},
+		{"write waits for one approval", "s1", "github/create_repository", `{"name":"demo"}`, nil, authz.StatusPendingApproval, 1},
+		{"delete without the attribute is denied", "s-met", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, nil, authz.StatusDenied, 0},
+		{"delete with an unmet requires is denied", "s2", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, admins, authz.StatusDenied, 0},
+		{"delete by an admin after get_repository waits for two", "s-met", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, admins, authz.StatusPendingApproval, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			f, err := e.form(t, tc.session, tc.tool, tc.args, "alice", tc.attrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Status != tc.status {
+				t.Fatalf("status %s, want %s; decision %+v", f.Status, tc.status, f.Decision)
+			}
+			if tc.status != authz.StatusDenied && f.ApprovalsRequired != tc.approvals {
+				t.Fatalf("approvals %d, want %d", f.ApprovalsRequired, tc.approvals)
+			}
+			if f.Decision.PolicyDigest == "" || len(f.Decision.Engines) != 2 {
+				t.Fatalf("decision lacks policy digest or engines: %+v", f.Decision)
+			}
+			for _, ed := range f.Decision.Engines {
+				if len(ed.Rules) == 0 {
+					t.Fatalf("engine %s decided without naming rules: %+v", ed.Engine, ed)
+				}
+			}
+			want, _ := fencecheck.ArgumentDigest(tc.tool, json.RawMessage(tc.args))
+			if f.ArgumentDigest != want {
+				t.Fatalf("argument digest %s, want %s", f.ArgumentDigest, want)
+			}
+			if d, _ := f.Call.Digest(); d != f.Digest {
+				t.Fatal("record digest does not cover the call")
+			}
+			if f.Principal.ID != "alice" || f.Principal.Host != "host-1" || f.Source.Pool != "github-v1-4" || f.Snapshot != e.snapshot {
+				t.Fatalf("provenance: %+v %+v", f.Principal, f.Source)
+			}
+			// Every formation is stored, denied ones too (audit).
+			got, err := e.forms.Get(context.Background(), f.ID)
+			if err != nil || got.Status != tc.status || got.Digest != f.Digest {
+				t.Fatalf("stored: %+v %v", got, err)
+			}
+		})
+	}
+}
+
+func TestFormRefusesBadInput(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	var argErr *authz.ArgumentError
+	cases := []struct {
+		note  string
+		req   authz.FormRequest
+		check func(error) bool
+	}{
+		{"missing required argument", authz.FormRequest{Tool: "github/create_repository", Arguments: json.RawMessage(`{}`)},
+			func(err error) bool { return errors.As(err, &argErr) && len(argErr.Violations) > 0 }},
+		{"wrong type at a path", authz.FormRequest{Tool: "github/create_repository", Arguments: json.RawMessage(`{"name":"x","private":"yes"}`)},
+			func(err error) bool {
+				return errors.As(err, &argErr) && argErr.Violations[0].InstancePath == "/private"
+			}},
+		{"unknown tool", authz.FormRequest{Tool: "github/fork_repository"}, is(authz.ErrBadReference)},
+		{"unknown snapshot", authz.FormRequest{Snapshot: "sha256:00", Tool: "github/get_repository"}, is(authz.ErrBadReference)},
+		{"tool not server/tool", authz.FormRequest{Tool: "get_repository"}, is(authz.ErrBadRequest)},
+		{"arguments not an object", authz.FormRequest{Tool: "github/get_repository", Arguments: json.RawMessage(`[1]`)}, is(authz.ErrBadRequest)},
+		{"no session", authz.FormRequest{Tool: "github/get_repository", Session: "-"}, is(authz.ErrBadRequest)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			req := tc.req
+			if req.Snapshot == "" {
+				req.Snapshot = e.snapshot
+			}
+			switch req.Session {
+			case "":
+				req.Session = "s"
+			case "-":
+				req.Session = ""
+			}
+			req.Host = "host-1"
+			f, err := e.forms.Form(context.Background(), req)
+			if !tc.check(err) {
+				t.Fatalf("Form = %+v, %v", f, err)
+			}
+		})
+	}
+	if fs, _ := e.forms.List(context.Background(), ""); len(fs) != 0 {
+		t.Fatalf("refused formations were stored: %d", len(fs))
+	}
+}
+
+func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
+
+func approve(e *env, f *authz.Formation, approver string, d authz.ApprovalDecision) (*authz.Formation, error) {
+	return e.forms.Approve(context.Background(), f.ID, authz.ApprovalRequest{Approver: approver, Decision: d, Digest: f.Digest, Reason: "looked at it"})
+}
+
+func TestApprovals(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.completed(t, "s", "github/get_repository")
+	ctx := context.Background()
+
+	write, err := e.form(t, "s", "github/create_repository", `{"name":"demo"}`, "alice", nil)
+	if err != nil || write.Status != authz.StatusPendingApproval {
+		t.Fatalf("write: %+v %v", write, err)
+	}
+	if _, err := e.forms.Approve(ctx, write.ID, authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "sha256:other"}); !errors.Is(err, authz.ErrDigestMismatch) {
+		t.Fatalf("digest mismatch: %v", err)
+	}
+	if _, err := approve(e, write, "alice", "approve"); !errors.Is(err, authz.ErrSelfApproval) {
+		t.Fatalf("self approval: %v", err)
+	}
+	if _, err := e.forms.Approve(ctx, write.ID, authz.ApprovalRequest{Approver: "bob", Decision: "maybe", Digest: write.Digest}); !errors.Is(err, authz.ErrBadRequest) {
+		t.Fatalf("bad decision: %v", err)
+	}
+	got, err := approve(e, write, "bob", "approve")
+	if err != nil || got.Status != authz.StatusReady || len(got.Approvals) != 1 {
+		t.Fatalf("approve: %+v %v", got, err)
+	}
+	if _, err := approve(e, write, "carol", "approve"); !errors.Is(err, authz.ErrNotPending) {
+		t.Fatalf("approve a ready formation: %v", err)
+	}
+
+	del, err := e.form(t, "s", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, "alice", admins)
+	if err != nil || del.ApprovalsRequired != 2 {
+		t.Fatalf("delete: %+v %v", del, err)
+	}
+	if got, err := approve(e, del, "bob", "approve"); err != nil || got.Status != authz.StatusPendingApproval {
+		t.Fatalf("first of two: %+v %v", got, err)
+	}
+	if _, err := approve(e, del, "bob", "approve"); !errors.Is(err, authz.ErrDuplicateApprover) {
+		t.Fatalf("same approver twice: %v", err)
+	}
+	if got, err := approve(e, del, "carol", "approve"); err != nil || got.Status != authz.StatusReady {
+		t.Fatalf("second of two: %+v %v", got, err)
+	}
+
+	denied, _ := e.form(t, "s", "github/create_repository", `{"name":"other"}`, "alice", nil)
+	if got, err := approve(e, denied, "bob", "deny"); err != nil || got.Status != authz.StatusDenied {
+		t.Fatalf("deny: %+v %v", got, err)
+	}
+	if _, err := approve(e, denied, "carol", "approve"); !errors.Is(err, authz.ErrNotPending) {
+		t.Fatalf("approve after a deny: %v", err)
+	}
+	if _, err := e.forms.Approve(ctx, "fm_nope", authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "x"}); !errors.Is(err, authz.ErrFormationNotFound) {
+		t.Fatalf("unknown formation: %v", err)
+	}
+	pending, err := e.forms.List(ctx, authz.StatusPendingApproval)
+	if err != nil || len(pending) != 0 {
+		t.Fatalf("pending list: %d %v", len(pending), err)
+	}
+}
+
+func TestApprovalAfterExpiry(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	f, err := e.form(t, "s", "github/create_repository", `{"name":"demo"}`, "alice", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(15*time.Minute + time.Second)
+	if got, _ := e.forms.Get(context.Background(), f.ID); got.Status != authz.StatusExpired {
+		t.Fatalf("status after expiry: %s", got.Status)
+	}
+	if _, err := approve(e, f, "bob", "approve"); !errors.Is(err, authz.ErrExpired) {
+		t.Fatalf("approve after expiry: %v", err)
+	}
+	// The expiry is now stored, not only computed.
+	stored, err := e.store.GetFormation(context.Background(), f.ID)
+	if err != nil || stored.Status != lease.StatusExpired || len(stored.Approvals) != 0 {
+		t.Fatalf("stored after refused approval: %+v %v", stored, err)
+	}
+	if _, err := approve(e, f, "carol", "approve"); !errors.Is(err, authz.ErrExpired) {
+		t.Fatalf("second approval after expiry: %v", err)
+	}
+}
+
+func TestConcurrentApprovalsAreOrderedAndNoneLost(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.completed(t, "s", "github/get_repository")
+	for round := range 8 {
+		f, err := e.form(t, "s", "github/delete_repository", `{"owner":"octo","repo":"r`+fmt.Sprint(round)+`"}`, "alice", admins)
+		if err != nil || f.ApprovalsRequired != 2 {
+			t.Fatalf("form: %+v %v", f, err)
+		}
+		// Two distinct approvers at once, and a third racing them with the
+		// same identity as the second: both distinct approvals must land,
+		// the duplicate must be refused.
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i, who := range []string{"bob", "carol", "carol"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = approve(e, f, who, "approve")
+			}()
+		}
+		wg.Wait()
+		if errs[0] != nil {
+			t.Fatalf("bob: %v", errs[0])
+		}
+		okCarol := 0
+		for _, err := range errs[1:] {
+			switch {
+			case err == nil:
+				okCarol++
+			case !errors.Is(err, authz.ErrDuplicateApprover) && !errors.Is(err, authz.ErrNotPending):
+				t.Fatalf("carol: %v", err)
+			}
+		}
+		got, _ := e.forms.Get(context.Background(), f.ID)
+		if okCarol != 1 || got.Status != authz.StatusReady || len(got.Approvals) != 2 {
+			t.Fatalf("round %d: carol ok %d, status %s, approvals %+v", round, okCarol, got.Status, got.Approvals)
+		}
+	}
+}
+
+// allowAll is a policy set that allows every call with no approval.
+func allowAll(t *testing.T) *policy.Set {
+	t.Helper()
+	set, err := policy.Load(context.Background(), fstest.MapFS{
+		"all.rego":  {Data: []byte("package fcd.authz\n\nallow contains {\"rule\": \"allow_all\", \"reason\": \"test\"}\n")},
+		"all.cedar": {Data: []byte("@id(\"allow-all\")\npermit (principal, action, resource);\n")},
+	})
+	if err != nil {
+		t.Fatalf("allow-all policies: %v", err)
+	}
+	return set
+}
+
+// TestMutatingCallsNeverReadyWithoutApproval proves the MCP+ invariant in
+// code: with a policy that allows everything and descriptors that claim no
+// approval is needed, a write or delete still waits for one approval.
+func TestMutatingCallsNeverReadyWithoutApproval(t *testing.T) {
+	e := newEnv(t, allowAll(t), func(m *manifest.Manifest) {
+		for i := range m.Tools {
+			m.Tools[i].RequiresApproval = false
+			m.Tools[i].Dependencies = nil
+		}
+	})
+	for _, tc := range []struct {
+		tool, args string
+		want       authz.Status
+	}{
+		{"github/get_repository", `{"owner":"o","repo":"r"}`, authz.StatusReady},
+		{"github/create_repository", `{"name":"n"}`, authz.StatusPendingApproval},
+		{"github/delete_repository", `{"owner":"o","repo":"r"}`, authz.StatusPendingApproval},
+	} {
+		f, err := e.form(t, "s", tc.tool, tc.args, "alice", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Decision.Approvals != 0 || f.Decision.Verdict != lease.VerdictAllow {
+			t.Fatalf("%s: the allow-all policy did not allow with zero approvals: %+v", tc.tool, f.Decision)
+		}
+		if f.Status != tc.want {
+			t.Fatalf("%s: status %s, want %s", tc.tool, f.Status, tc.want)
+		}
+		if tc.want == authz.StatusPendingApproval {
+			if f.ApprovalsRequired != 1 {
+				t.Fatalf("%s: approvals required %d, want 1", tc.tool, f.ApprovalsRequired)
+			}
+			got, err := approve(e, f, "bob", "approve")
+			if err != nil || got.Status != authz.StatusReady {
+				t.Fatalf("%s: after one approval: %+v %v", tc.tool, got, err)
+			}
+		}
+	}
+}

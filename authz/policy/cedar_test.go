@@ -1,0 +1,204 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+
+	"github.com/fcd-authz/fcd/lease"
+)
+
+// TestCedarRejectedAtBuild covers the annotations NewCedarEngine requires.
+func TestCedarRejectedAtBuild(t *testing.T) {
+	tests := []struct {
+		note, src, errPart string
+	}{
+		{"syntax error", `@id("a") permit (principal, action, resource`, "parser error"},
+		{"policy without @id", `permit (principal, action, resource);`, "@id"},
+		{"empty @id", `@id("") permit (principal, action, resource);`, "@id"},
+		{"duplicate @id", `@id("a") permit (principal, action, resource); @id("a") forbid (principal, action, resource);`, "duplicate"},
+		{"@approvals on a forbid", `@id("a") @approvals("1") forbid (principal, action, resource);`, "only meaningful on a permit"},
+		{"@approvals not a number", `@id("a") @approvals("two") permit (principal, action, resource);`, "@approvals"},
+		{"@approvals zero", `@id("a") @approvals("0") permit (principal, action, resource);`, "@approvals"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := NewCedarEngine(map[string][]byte{"p.cedar": []byte(tc.src)})
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("err = %v, want ErrInvalidPolicy", err)
+			}
+			if !strings.Contains(err.Error(), tc.errPart) {
+				t.Errorf("error %q does not mention %q", err, tc.errPart)
+			}
+		})
+	}
+	t.Run("duplicate @id across files", func(t *testing.T) {
+		_, err := NewCedarEngine(map[string][]byte{
+			"a.cedar": []byte(`@id("x") permit (principal, action, resource);`),
+			"b.cedar": []byte(`@id("x") permit (principal, action, resource);`),
+		})
+		if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "b.cedar") {
+			t.Fatalf("err = %v, want a duplicate in b.cedar", err)
+		}
+	})
+}
+
+// TestCedarFailsClosed covers diagnostic and mapping errors: each denies
+// with Error set, even when a permit matched.
+func TestCedarFailsClosed(t *testing.T) {
+	m := githubManifest(t)
+	tests := []struct {
+		note    string
+		src     string
+		c       call
+		errPart string
+	}{
+		{
+			note:    "attribute accessed without has",
+			src:     allowAllCedar + `@id("f") forbid (principal, action, resource) when { principal.clearance > 3 };`,
+			c:       call{tool: "get_repository"},
+			errPart: "clearance",
+		},
+		{
+			note:    "type error in a permit",
+			src:     allowAllCedar + `@id("p") permit (principal, action, resource) when { context.arguments.owner > 1 };`,
+			c:       call{tool: "get_repository"},
+			errPart: "policy `p`",
+		},
+		{
+			note:    "a number Cedar cannot hold exactly",
+			src:     allowAllCedar,
+			c:       call{tool: "get_repository", args: `{"owner":"o","repo":"r","ratio":0.123456}`},
+			errPart: "ratio",
+		},
+		{
+			note:    "a null inside an array",
+			src:     allowAllCedar,
+			c:       call{tool: "get_repository", args: `{"owner":"o","repo":"r","tags":["a",null]}`},
+			errPart: "tags[1]",
+		},
+		{
+			note:    "arguments that are not an object",
+			src:     allowAllCedar,
+			c:       call{tool: "get_repository", args: `["o","r"]`},
+			errPart: "arguments",
+		},
+		{
+			note:    "an integer beyond int64",
+			src:     allowAllCedar,
+			c:       call{tool: "get_repository", attrs: map[string]any{"n": json.Number("99999999999999999999")}},
+			errPart: "principal attributes.n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			e, err := NewCedarEngine(map[string][]byte{"p.cedar": []byte(tc.src)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := NewDocument(githubInput(t, m, tc.c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := e.Decide(context.Background(), doc)
+			if got.Verdict != lease.VerdictDeny || got.Error == "" {
+				t.Fatalf("got %s (error %q), want a deny with an error", got.Verdict, got.Error)
+			}
+			if !strings.Contains(got.Error, tc.errPart) {
+				t.Errorf("error %q does not mention %q", got.Error, tc.errPart)
+			}
+		})
+	}
+}
+
+// TestCedarValues pins the JSON → Cedar value mapping.
+func TestCedarValues(t *testing.T) {
+	dec := func(s string) cedar.Value {
+		d, err := types.ParseDecimal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	tests := []struct {
+		json string
+		want cedar.Value // nil: an error
+	}{
+		{`"x"`, cedar.String("x")},
+		{`true`, cedar.True},
+		{`42`, cedar.Long(42)},
+		{`-7`, cedar.Long(-7)},
+		{`2.0`, cedar.Long(2)},
+		{`1e3`, cedar.Long(1000)},
+		{`1.5`, dec("1.5")},
+		{`-0.25`, dec("-0.25")},
+		{`0.1230`, dec("0.123")},
+		{`0.12345`, nil},
+		{`1.5e-1`, nil},
+		{`1e300`, nil},
+		{`9223372036854775808`, nil},
+		{`922337203685478.0001`, nil},
+		{`["a","a","b"]`, cedar.NewSet(cedar.String("a"), cedar.String("b"))},
+		{`{"a":1,"b":null}`, cedar.NewRecord(cedar.RecordMap{"a": cedar.Long(1)})},
+		{`{"a":{"b":[1,2]}}`, cedar.NewRecord(cedar.RecordMap{"a": cedar.NewRecord(cedar.RecordMap{"b": cedar.NewSet(cedar.Long(1), cedar.Long(2))})})},
+		{`[null]`, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.json, func(t *testing.T) {
+			v, err := astFromJSON([]byte(tc.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := cedarValue(v, "v")
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("got %v, want an error", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Equal(tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCedarRequestMapping checks the entity and request shape policies
+// rely on: principal, action per side effect, resource inside its server.
+func TestCedarRequestMapping(t *testing.T) {
+	m := githubManifest(t)
+	doc, err := NewDocument(githubInput(t, m, call{tool: "delete_repository", admin: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entities, req, err := cedarRequest(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Principal.String() != `Principal::"alice"` || req.Action.String() != `Action::"delete"` ||
+		req.Resource.String() != `Tool::"github/delete_repository"` {
+		t.Errorf("request = %v %v %v", req.Principal, req.Action, req.Resource)
+	}
+	tool, ok := entities[req.Resource]
+	if !ok || !tool.Parents.Contains(cedar.NewEntityUID("Server", "github")) {
+		t.Fatalf("tool entity %+v has no Server parent", tool)
+	}
+	for _, attr := range []cedar.String{"sideEffects", "requiresApproval", "requires", "exclusiveWith", "producesInputFor"} {
+		if _, ok := tool.Attributes.Get(attr); !ok {
+			t.Errorf("tool entity lacks %s", attr)
+		}
+	}
+	for _, key := range []cedar.String{"arguments", "formation", "epoch", "session", "principal"} {
+		if _, ok := req.Context.Get(key); !ok {
+			t.Errorf("context lacks %s", key)
+		}
+	}
+}

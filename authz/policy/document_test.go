@@ -1,0 +1,85 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/util"
+)
+
+// TestDocumentMatchesOPAConversion checks that the streaming conversion
+// gives exactly the value OPA's own conversion (rego.EvalInput: JSON round
+// trip with UseNumber, then ast.InterfaceToValue) gives, so policies see
+// the same input as under `opa eval`.
+func TestDocumentMatchesOPAConversion(t *testing.T) {
+	m := githubManifest(t)
+	inputs := []*Input{
+		githubInput(t, m, call{tool: "create_repository", args: `{"name":"x","n":1.5,"big":12345678901234567890,"e":1e3,"s":"\u00e9\ud83d\ude00","nested":{"a":[1,null,{"b":false}]}}`}),
+		githubInput(t, m, call{tool: "delete_repository", admin: true, unpinned: true, completed: []string{"github/get_repository"}}),
+		{},
+	}
+	for i, in := range inputs {
+		doc, err := NewDocument(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var x any
+		if err := util.UnmarshalJSON(raw, &x); err != nil {
+			t.Fatal(err)
+		}
+		want, err := ast.InterfaceToValue(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doc.value.Compare(want) != 0 {
+			t.Errorf("input %d: document differs from OPA's conversion:\n got %v\nwant %v", i, doc.value, want)
+		}
+	}
+}
+
+func TestNewDocumentRefuses(t *testing.T) {
+	m := githubManifest(t)
+	tests := []struct {
+		note string
+		edit func(in *Input)
+	}{
+		{"duplicate argument members", func(in *Input) { in.Formation.Arguments = []byte(`{"a":1,"a":2}`) }},
+		{"invalid arguments", func(in *Input) { in.Formation.Arguments = []byte(`{"a":`) }},
+		{"side effects disagree", func(in *Input) { in.Tool.SideEffects = "delete" }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			in := githubInput(t, m, call{tool: "get_repository"})
+			tc.edit(in)
+			if _, err := NewDocument(in); !errors.Is(err, ErrInvalidInput) {
+				t.Fatalf("NewDocument = %v, want ErrInvalidInput", err)
+			}
+		})
+	}
+	if _, err := NewDocument(nil); !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("NewDocument(nil) = %v", err)
+	}
+	for _, raw := range []string{`{} {}`, `{"a":1,"a":2}`, `[1,`, "\"\xff\""} {
+		if _, err := astFromJSON([]byte(raw)); err == nil {
+			t.Errorf("astFromJSON(%q) succeeded", raw)
+		}
+	}
+}
+
+func TestDecodeInputIsStrict(t *testing.T) {
+	if _, err := DecodeInput([]byte(`{"formation": {"principal": {"id": "a"}}, "tool": {"sideEffects": "read"}}`)); err != nil {
+		t.Fatalf("a partial input: %v", err)
+	}
+	for _, raw := range []string{`{"tool": {"sideEfects": "read"}}`, `{"formation": {}, "formation": {}}`, `{} {}`} {
+		if _, err := DecodeInput([]byte(raw)); !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), "malformed") {
+			t.Errorf("DecodeInput(%s) = %v", raw, err)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package policy
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/fcd-authz/fcd/lease"
+)
+
+// Engine names, as recorded in [lease.EngineDecision.Engine]. A [Set]
+// always lists its engines in this order.
+const (
+	EngineRego  = "rego"
+	EngineCedar = "cedar"
+)
+
+// Engine is one policy language's compiled policies. Decide never fails:
+// any evaluation error, undefined result or malformed policy output is a
+// deny with [lease.EngineDecision.Error] set, so a caller cannot forget to
+// fail closed. An Engine is immutable once built and safe for concurrent
+// use by any number of goroutines; it is swapped, never mutated, on
+// reload.
+type Engine interface {
+	// Name is EngineRego or EngineCedar.
+	Name() string
+	// Decide evaluates the policies over one prepared input document.
+	Decide(ctx context.Context, doc *Document) lease.EngineDecision
+}
+
+// errorDecision is the fail-closed answer of an engine that could not
+// evaluate.
+func errorDecision(engine string, err error) lease.EngineDecision {
+	return lease.EngineDecision{
+		Engine: engine, Verdict: lease.VerdictDeny,
+		Rules: []string{}, Reasons: []string{}, Error: err.Error(),
+	}
+}
+
+// finding is one deciding rule with its reason.
+type finding struct{ rule, reason string }
+
+// mergeFindings sorts findings by rule and merges those of the same rule,
+// joining their distinct reasons with "; ", so that Rules names each
+// deciding rule once and a decision is reproducible byte for byte.
+func mergeFindings(fs []finding) []finding {
+	slices.SortFunc(fs, func(a, b finding) int {
+		return cmp.Or(cmp.Compare(a.rule, b.rule), cmp.Compare(a.reason, b.reason))
+	})
+	fs = slices.Compact(fs)
+	out := fs[:0]
+	for _, f := range fs {
+		if n := len(out); n > 0 && out[n-1].rule == f.rule {
+			out[n-1].reason += "; " + f.reason
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// decision assembles an engine decision from merged findings, keeping
+// Rules and Reasons index-aligned.
+func decision(engine string, v lease.Verdict, approvals int, fs []finding) lease.EngineDecision {
+	d := lease.EngineDecision{
+		Engine: engine, Verdict: v, Approvals: approvals,
+		Rules: make([]string, 0, len(fs)), Reasons: make([]string, 0, len(fs)),
+	}
+	for _, f := range fs {
+		d.Rules = append(d.Rules, f.rule)
+		d.Reasons = append(d.Reasons, f.reason)
+	}
+	return d
+}

@@ -1,0 +1,105 @@
+package policy
+
+import (
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// Input is the one document both engines decide over. Rego sees it as
+// `input`; the Cedar mapping (see cedar.go) is derived from it. Its JSON
+// form is documented in policies/README.md; changing it is a breaking
+// change for every operator's policies.
+type Input struct {
+	// Formation is the complete formation record being decided: the call
+	// (session, principal, snapshot, tool, descriptor digest, arguments
+	// and their digest, source and successor targets, MCP+ metadata,
+	// creation and expiry) and its digest.
+	Formation FormationInput `json:"formation"`
+	// Tool is the full Tool+ descriptor of the formed tool, as registered.
+	Tool ToolInput `json:"tool"`
+	// Epoch describes the source epoch: its lifecycle state and what its
+	// signed manifest binds.
+	Epoch EpochInput `json:"epoch"`
+	// Session is the session's history at the time of the decision.
+	Session lease.SessionHistory `json:"session"`
+}
+
+// FormationInput is the formation record as policies see it.
+type FormationInput struct {
+	lease.Call
+	Digest string `json:"digest"`
+}
+
+// ToolInput is the Tool+ descriptor, its server, its qualified name and
+// its dependencies qualified as "server/tool" so policies can compare them
+// with the session history directly.
+type ToolInput struct {
+	manifest.Tool
+	Server string `json:"server"`
+	// QualifiedName is "server/tool".
+	QualifiedName string `json:"qualifiedName"`
+	// Requires, ProducesInputFor and ExclusiveWith are the dependencies,
+	// qualified; empty lists, never null.
+	Requires         []string `json:"requires"`
+	ProducesInputFor []string `json:"producesInputFor"`
+	ExclusiveWith    []string `json:"exclusiveWith"`
+}
+
+// EpochInput is the source epoch as policies see it.
+type EpochInput struct {
+	ID       string            `json:"id"`
+	Server   string            `json:"server"`
+	Release  string            `json:"release"`
+	Pool     string            `json:"pool"`
+	State    lease.State       `json:"state"`
+	Artifact manifest.Artifact `json:"artifact"`
+	// ArtifactPinned is true when the artifact is identified by a digest.
+	ArtifactPinned bool                   `json:"artifactPinned"`
+	ConfigDigest   string                 `json:"configDigest"`
+	FeatureFlags   *manifest.FeatureFlags `json:"featureFlags,omitempty"`
+	Downstream     []manifest.Downstream  `json:"downstream"`
+	// Secrets are names and versions only; a value never reaches a policy.
+	Secrets   []SecretInput       `json:"secrets"`
+	Policy    *manifest.PolicyRef `json:"policy,omitempty"`
+	SignerKid string              `json:"signerKid"`
+}
+
+// SecretInput names a secret by version.
+type SecretInput struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// NewToolInput qualifies a descriptor of server for policy input.
+func NewToolInput(server string, t *manifest.Tool) ToolInput {
+	q := func(names []string) []string {
+		out := make([]string, 0, len(names))
+		for _, n := range names {
+			out = append(out, server+"/"+n)
+		}
+		return out
+	}
+	ti := ToolInput{Tool: *t, Server: server, QualifiedName: server + "/" + t.Name,
+		Requires: []string{}, ProducesInputFor: []string{}, ExclusiveWith: []string{}}
+	if d := t.Dependencies; d != nil {
+		ti.Requires, ti.ProducesInputFor, ti.ExclusiveWith = q(d.Requires), q(d.ProducesInputFor), q(d.ExclusiveWith)
+	}
+	return ti
+}
+
+// NewEpochInput describes an epoch for policy input.
+func NewEpochInput(e *lease.Epoch) EpochInput {
+	in := EpochInput{
+		ID: e.ID, Server: e.Server, Release: e.Release, Pool: e.Pool, State: e.State,
+		Artifact: e.Artifact, ArtifactPinned: e.Artifact.Pinned(), ConfigDigest: e.ConfigDigest,
+		SignerKid: e.SignerKeyID, Downstream: []manifest.Downstream{}, Secrets: []SecretInput{},
+	}
+	if m := e.Manifest; m != nil {
+		in.FeatureFlags, in.Policy = m.FeatureFlags, m.Policy
+		in.Downstream = append(in.Downstream, m.Downstream...)
+		for _, s := range m.Secrets {
+			in.Secrets = append(in.Secrets, SecretInput{Name: s.Name, Version: s.Version})
+		}
+	}
+	return in
+}

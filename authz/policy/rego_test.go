@@ -1,0 +1,177 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fcd-authz/fcd/lease"
+)
+
+func regoEngine(t *testing.T, src string) *RegoEngine {
+	t.Helper()
+	e, err := NewRegoEngine(context.Background(), map[string][]byte{"p.rego": []byte(src)})
+	if err != nil {
+		t.Fatalf("NewRegoEngine: %v", err)
+	}
+	return e
+}
+
+// TestRegoFailsClosed covers what the Rego contract turns into a deny with
+// Error set: runtime errors, an undefined result, and malformed elements.
+func TestRegoFailsClosed(t *testing.T) {
+	m := githubManifest(t)
+	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		note    string
+		src     string
+		errPart string
+	}{
+		{
+			note: "conflicting complete rule values",
+			src: `package fcd.authz
+owner := input.tool.name
+owner := input.tool.server
+allow contains {"rule": "r", "reason": owner}`,
+			errPart: "conflict",
+		},
+		{
+			note: "division by zero with strict builtin errors",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"} if 1 / count(input.session.completed) > 0`,
+			errPart: "divide by zero",
+		},
+		{
+			note: "builtin type error with strict builtin errors",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"} if to_number(input.tool.name) > 0`,
+			errPart: "to_number",
+		},
+		{
+			note:    "package missing: the result is undefined",
+			src:     `package other.authz` + "\n" + `allow contains {"rule": "r", "reason": "x"}`,
+			errPart: "undefined",
+		},
+		{
+			note:    "allow element is not an object",
+			src:     `package fcd.authz` + "\n" + `allow contains "everything"`,
+			errPart: "want an object",
+		},
+		{
+			note:    "rule is not a string",
+			src:     `package fcd.authz` + "\n" + `allow contains {"rule": 7, "reason": "x"}`,
+			errPart: `"rule"`,
+		},
+		{
+			note:    "rule missing",
+			src:     `package fcd.authz` + "\n" + `allow contains {"reason": "x"}`,
+			errPart: `"rule"`,
+		},
+		{
+			note:    "reason is not a string",
+			src:     `package fcd.authz` + "\n" + `allow contains {"rule": "r", "reason": ["x"]}`,
+			errPart: `"reason"`,
+		},
+		{
+			note: "malformed deny element denies even with an allow",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+deny contains "no"`,
+			errPart: "malformed deny",
+		},
+		{
+			note: "approvals count zero",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+approvals contains {"rule": "r", "count": 0, "reason": "x"}`,
+			errPart: `"count"`,
+		},
+		{
+			note: "approvals count a string",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+approvals contains {"rule": "r", "count": "2", "reason": "x"}`,
+			errPart: `"count"`,
+		},
+		{
+			note: "approvals count fractional",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+approvals contains {"rule": "r", "count": 1.5, "reason": "x"}`,
+			errPart: `"count"`,
+		},
+		{
+			note: "approvals count absurd",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+approvals contains {"rule": "r", "count": 1000, "reason": "x"}`,
+			errPart: `"count"`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			got := regoEngine(t, tc.src).Decide(context.Background(), doc)
+			if got.Verdict != lease.VerdictDeny || got.Error == "" {
+				t.Fatalf("got %s (error %q), want a deny with an error", got.Verdict, got.Error)
+			}
+			if !strings.Contains(got.Error, tc.errPart) {
+				t.Errorf("error %q does not mention %q", got.Error, tc.errPart)
+			}
+			if got.Rules == nil || got.Reasons == nil {
+				t.Errorf("rules/reasons must be empty lists, not null")
+			}
+		})
+	}
+}
+
+// TestRegoRejectedAtBuild covers policies NewRegoEngine refuses before
+// they can decide anything.
+func TestRegoRejectedAtBuild(t *testing.T) {
+	tests := []struct {
+		note, src, errPart string
+	}{
+		{"syntax error", "package fcd.authz\nallow contains {", "rego_parse_error"},
+		{"Rego v0 syntax", "package fcd.authz\nallow[x] { x := {\"rule\": \"r\"} }", "rego_parse_error"},
+		{"allow as a boolean rule", "package fcd.authz\nallow if true", "partial set rule"},
+		{"deny as a complete rule", "package fcd.authz\nallow contains {\"rule\": \"r\"}\ndeny := {{\"rule\": \"d\"}}", "partial set rule"},
+		{"strict: unused local variable", "package fcd.authz\nallow contains {\"rule\": \"r\"} if { x := 1 }", "rego_compile_error"},
+		{"network builtin", "package fcd.authz\nallow contains {\"rule\": \"r\"} if http.send({\"method\": \"get\", \"url\": \"http://x\"}).status_code == 200", "http.send"},
+		{"environment builtin", "package fcd.authz\nallow contains {\"rule\": opa.runtime().env.HOME}", "opa.runtime"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := NewRegoEngine(context.Background(), map[string][]byte{"p.rego": []byte(tc.src)})
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("err = %v, want ErrInvalidPolicy", err)
+			}
+			if !strings.Contains(err.Error(), tc.errPart) {
+				t.Errorf("error %q does not mention %q", err, tc.errPart)
+			}
+		})
+	}
+}
+
+// TestRegoReasonsMergePerRule checks that a rule with several elements is
+// named once, its reasons joined, so Rules and Reasons stay aligned.
+func TestRegoReasonsMergePerRule(t *testing.T) {
+	m := githubManifest(t)
+	in := githubInput(t, m, call{tool: "create_repository", requires: []string{"a", "b"}})
+	doc, err := NewDocument(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := loadDefaults(t).rego.Decide(context.Background(), doc)
+	want := []string{"deny-requires-unmet"}
+	if strings.Join(got.Rules, ",") != strings.Join(want, ",") || len(got.Reasons) != 1 {
+		t.Fatalf("rules %q reasons %q", got.Rules, got.Reasons)
+	}
+	for _, tool := range []string{"github/a", "github/b"} {
+		if !strings.Contains(got.Reasons[0], "requires "+tool) {
+			t.Errorf("reason %q does not name %s", got.Reasons[0], tool)
+		}
+	}
+}

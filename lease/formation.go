@@ -1,0 +1,218 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Errors of formations.
+var (
+	// ErrFormationNotFound: no formation has this id (or it was collected).
+	ErrFormationNotFound = errors.New("lease: formation not found")
+	// ErrConflict: a compare-and-swap update lost to concurrent writers too
+	// many times in a row.
+	ErrConflict = errors.New("lease: too many concurrent updates")
+)
+
+// NewFormationID returns a fresh random formation id ("fm_" and 26
+// base32 characters, 128 bits).
+func NewFormationID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("lease: formation id: %w", err)
+	}
+	return "fm_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
+}
+
+// CreateFormation stores a new formation record. The record is kept at
+// least for keep (then etcd collects it); ids are random, so creation
+// never overwrites.
+func (s *Store) CreateFormation(ctx context.Context, f *Formation, keep time.Duration) error {
+	val, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("lease: encode formation: %w", err)
+	}
+	lid, err := s.retention.lease(ctx, s, keep)
+	if err != nil {
+		return err
+	}
+	key := s.k.formation(f.ID)
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lid))).
+		Commit()
+	if err != nil {
+		return s.wrap(ctx, "create formation", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("lease: formation id %s already used", f.ID)
+	}
+	return nil
+}
+
+// GetFormation returns a formation record.
+func (s *Store) GetFormation(ctx context.Context, id string) (*Formation, error) {
+	f, _, err := s.getFormation(ctx, id)
+	return f, err
+}
+
+func (s *Store) getFormation(ctx context.Context, id string) (*Formation, int64, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.formation(id))
+	if err != nil {
+		return nil, 0, s.wrap(ctx, "get formation", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, fmt.Errorf("%w: %s", ErrFormationNotFound, id)
+	}
+	var f Formation
+	if err := json.Unmarshal(resp.Kvs[0].Value, &f); err != nil {
+		return nil, 0, fmt.Errorf("%w: formation %s", ErrCorrupt, id)
+	}
+	return &f, resp.Kvs[0].ModRevision, nil
+}
+
+// UpdateFormation applies change to the stored record with compare-and-
+// swap on its revision, retrying from a fresh read when a concurrent
+// writer got there first; etcd orders concurrent updates and none is lost.
+// If change returns an error the record is left as it was and that error
+// is returned (wrapped in nothing). change may run more than once.
+func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *Formation) error) (*Formation, error) {
+	const attempts = 32
+	key := s.k.formation(id)
+	for range attempts {
+		f, rev, err := s.getFormation(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := change(f); err != nil {
+			return f, err
+		}
+		val, err := json.Marshal(f)
+		if err != nil {
+			return nil, fmt.Errorf("lease: encode formation: %w", err)
+		}
+		octx, cancel := s.op(ctx)
+		resp, err := s.cli.Txn(octx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithIgnoreLease())).
+			Commit()
+		cancel()
+		if err != nil {
+			return nil, s.wrap(ctx, "update formation", err)
+		}
+		if resp.Succeeded {
+			return f, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: formation %s", ErrConflict, id)
+}
+
+// ListFormations returns the formations keep accepts (all when keep is
+// nil), oldest first. It reads every stored
+// formation: records are collected after their retention, which bounds
+// the range.
+func (s *Store) ListFormations(ctx context.Context, keep func(*Formation) bool) ([]*Formation, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.formations(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, s.wrap(ctx, "list formations", err)
+	}
+	var out []*Formation
+	for _, kv := range resp.Kvs {
+		var f Formation
+		if err := json.Unmarshal(kv.Value, &f); err != nil {
+			return nil, fmt.Errorf("%w: formation %s", ErrCorrupt, kv.Key)
+		}
+		if keep == nil || keep(&f) {
+			out = append(out, &f)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// SessionHistory returns the tools completed and admitted in a session,
+// as recorded by admission and completion.
+func (s *Store) SessionHistory(ctx context.Context, session string) (*SessionHistory, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.k.sessionCompleted(session), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.sessionAdmitted(session), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return nil, s.wrap(ctx, "session history", err)
+	}
+	h := &SessionHistory{Session: session, Completed: []string{}, Admitted: []string{}}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		h.Completed = append(h.Completed, string(kv.Value))
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		h.Admitted = append(h.Admitted, string(kv.Value))
+	}
+	h.Completed, h.Admitted = uniqueSorted(h.Completed), uniqueSorted(h.Admitted)
+	return h, nil
+}
+
+func uniqueSorted(in []string) []string {
+	sort.Strings(in)
+	out := in[:0]
+	for i, s := range in {
+		if i == 0 || s != in[i-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// retention hands out etcd leases that keep records for a while. Records
+// created within one minute share a lease, so a formation costs no extra
+// etcd round trip most of the time.
+type retention struct {
+	mu      sync.Mutex
+	id      clientv3.LeaseID
+	expires time.Time
+}
+
+const retentionBucket = time.Minute
+
+func (r *retention) lease(ctx context.Context, s *Store, keep time.Duration) (clientv3.LeaseID, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := s.now()
+	need := now.Add(keep)
+	if r.id != 0 && !r.expires.Before(need) && r.expires.Before(need.Add(retentionBucket)) {
+		return r.id, nil
+	}
+	ttl := keep + retentionBucket
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Grant(octx, int64(ttl.Seconds())+1)
+	if err != nil {
+		return 0, s.wrap(ctx, "grant retention lease", err)
+	}
+	r.id, r.expires = resp.ID, now.Add(ttl)
+	return r.id, nil
+}
+
+func (k keys) formations() string                { return k.p + "formations/" }
+func (k keys) formation(id string) string        { return k.formations() + id }
+func (k keys) session(id string) string          { return k.p + "sessions/" + url.PathEscape(id) + "/" }
+func (k keys) sessionCompleted(id string) string { return k.session(id) + "completed/" }
+func (k keys) sessionAdmitted(id string) string  { return k.session(id) + "admitted/" }
