@@ -33,6 +33,8 @@ type fixture struct {
 	srv    *httptest.Server
 	key    jwk.Key // trusted registrar key
 	creds  map[api.Role]api.Secret
+	// byID holds every credential by its id, extra approvers included.
+	byID map[string]api.Secret
 	// policies decide formations (the embedded defaults).
 	policies *policy.Manager
 }
@@ -53,16 +55,23 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}}
+	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}}
 	var stored []api.Credential
-	for _, role := range api.Roles() {
-		secret, cred, err := api.NewCredential(string(role), role)
+	add := func(id string, role api.Role) api.Secret {
+		secret, cred, err := api.NewCredential(id, role)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.creds[role] = secret
+		f.byID[id] = secret
 		stored = append(stored, cred)
+		return secret
 	}
+	for _, role := range api.Roles() {
+		f.creds[role] = add(string(role), role)
+	}
+	// More approvers, one of them also a principal ("alice") forming calls.
+	add("approver-2", api.RoleApprover)
+	add("alice", api.RoleApprover)
 	auth, err := api.NewAuthenticator(stored)
 	if err != nil {
 		t.Fatal(err)
@@ -87,12 +96,18 @@ type reply struct {
 
 func (f *fixture) do(method, path string, role api.Role, body []byte) reply {
 	f.t.Helper()
+	return f.doAs(method, path, f.creds[role], body)
+}
+
+// doAs calls with the given credential ("" for none).
+func (f *fixture) doAs(method, path string, secret api.Secret, body []byte) reply {
+	f.t.Helper()
 	req, err := http.NewRequest(method, f.srv.URL+path, bytes.NewReader(body))
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if role != "" {
-		req.Header.Set("Authorization", "Bearer "+string(f.creds[role]))
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+string(secret))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -386,4 +389,118 @@ func TestMutatingCallsNeverReadyWithoutApproval(t *testing.T) {
 			}
 		}
 	}
+}
+
+// writePolicies writes a complete policy set into dir: the default set,
+// with a comment naming version, so that two versions differ in digest
+// (and in nothing they decide).
+func writePolicies(t *testing.T, dir, version string) {
+	t.Helper()
+	entries, err := fs.ReadDir(policies.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".rego") && !strings.HasSuffix(name, ".cedar") && !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		data, err := fs.ReadFile(policies.FS, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "fcd.rego" {
+			data = append(data, "\n# policy version "+version+"\n"...)
+		}
+		tmp := filepath.Join(dir, "."+name+".tmp")
+		if err := os.WriteFile(tmp, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPolicyReloadRacesFormations forms calls from several goroutines while
+// the policy set is reloaded back and forth between two versions. Every
+// formation must be decided by one whole version: it records the digest of
+// one of them and the decision both give. Run with -race.
+func TestPolicyReloadRacesFormations(t *testing.T) {
+	ctx := context.Background()
+	live := t.TempDir()
+	writePolicies(t, live, "(v1)")
+	pm, err := policy.NewManager(ctx, policy.Source{Dir: live}, policy.ManagerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := map[string]string{pm.Status().Digest: "(v1)"}
+	writePolicies(t, live, "(v2)")
+	if err := pm.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	digest[pm.Status().Digest] = "(v2)"
+	if len(digest) != 2 {
+		t.Fatal("the two versions have the same digest")
+	}
+	e := newEnv(t, nil, nil)
+	forms := authz.NewFormations(e.store, pm, authz.FormationConfig{})
+
+	stop := make(chan struct{})
+	var reloads atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			writePolicies(t, live, []string{"(v1)", "(v2)"}[i%2])
+			if err := pm.Reload(ctx); err != nil {
+				t.Errorf("reload: %v", err)
+				return
+			}
+			reloads.Add(1)
+		}
+	}()
+	const workers, each = 4, 10
+	results := make(chan *authz.Formation, workers*each)
+	var formers sync.WaitGroup
+	for w := range workers {
+		formers.Add(1)
+		go func() {
+			defer formers.Done()
+			for i := range each {
+				f, err := forms.Form(ctx, authz.FormRequest{Snapshot: e.snapshot, Session: fmt.Sprintf("w%d", w), Tool: "github/create_repository",
+					Arguments: json.RawMessage(fmt.Sprintf(`{"name":"r%d"}`, i)), PrincipalID: "alice", Host: "host-1"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results <- f
+			}
+		}()
+	}
+	formers.Wait()
+	close(stop)
+	wg.Wait()
+	close(results)
+	seen := map[string]int{}
+	for f := range results {
+		version, ok := digest[f.Decision.PolicyDigest]
+		if !ok {
+			t.Fatalf("formation decided by unknown policy %s", f.Decision.PolicyDigest)
+		}
+		seen[version]++
+		if len(f.Decision.Engines) != 2 || !f.Decision.Allowed() || f.Status != authz.StatusPendingApproval || f.ApprovalsRequired != 1 {
+			t.Fatalf("formation %+v", f)
+		}
+	}
+	if reloads.Load() < 2 {
+		t.Fatalf("only %d reloads raced the formations", reloads.Load())
+	}
+	t.Logf("%d reloads; formations per version: %v", reloads.Load(), seen)
 }

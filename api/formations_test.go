@@ -1,0 +1,145 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/fcd-authz/fcd/api"
+)
+
+// registerAndSnapshot registers the example v1.4 and returns a snapshot id.
+func (f *fixture) registerAndSnapshot() string {
+	f.t.Helper()
+	f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(f.t, "v1.4"), nil)), http.StatusCreated, "")
+	snap := f.do("POST", "/v1/snapshots", api.RoleHost, nil)
+	f.expect(snap, http.StatusCreated, "")
+	return snap.body["id"].(string)
+}
+
+func formationBody(snapshot, session, tool, args, principal string) []byte {
+	p := ""
+	if principal != "" {
+		p = fmt.Sprintf(`,"principal":{"id":%q,"attributes":{"groups":["dev"]}}`, principal)
+	}
+	return []byte(fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":%q,"arguments":%s%s}`, snapshot, session, tool, args, p))
+}
+
+func approvalBody(decision, digest string) []byte {
+	return []byte(fmt.Sprintf(`{"decision":%q,"digest":%q,"reason":"reviewed"}`, decision, digest))
+}
+
+func TestFormationsAndApprovalsOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+
+	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
+	f.expect(read, http.StatusCreated, "")
+	if read.body["status"] != "ready" || !strings.HasPrefix(read.header.Get("Location"), "/v1/formations/fm_") {
+		t.Fatalf("read formation: %s", read.raw)
+	}
+	if p := read.body["principal"].(map[string]any); p["id"] != "host" || p["host"] != "host" {
+		t.Fatalf("principal defaults to the host credential: %v", p)
+	}
+
+	write := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/create_repository", `{"name":"demo"}`, "alice"))
+	f.expect(write, http.StatusCreated, "")
+	if write.body["status"] != "pending_approval" || write.body["approvalsRequired"] != float64(1) {
+		t.Fatalf("write formation: %s", write.raw)
+	}
+	id, digest := write.body["id"].(string), write.body["digest"].(string)
+
+	del := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, "alice"))
+	f.expect(del, http.StatusForbidden, "")
+	if del.body["status"] != "denied" || del.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("denied formation must be answered 403 with the record: %s", del.raw)
+	}
+	// The denied record is kept for audit.
+	f.expect(f.do("GET", "/v1/formations/"+del.body["id"].(string), api.RoleApprover, nil), http.StatusOK, "")
+
+	pending := f.do("GET", "/v1/formations?status=pending_approval", api.RoleApprover, nil)
+	f.expect(pending, http.StatusOK, "")
+	if list := pending.body["formations"].([]any); len(list) != 1 || list[0].(map[string]any)["id"] != id {
+		t.Fatalf("pending list: %s", pending.raw)
+	}
+	f.expect(f.do("GET", "/v1/formations?status=waiting", api.RoleApprover, nil), http.StatusBadRequest, "invalid-request")
+
+	path := "/v1/formations/" + id + "/approvals"
+	f.expect(f.doAs("POST", path, f.byID["alice"], approvalBody("approve", digest)), http.StatusForbidden, "self-approval")
+	f.expect(f.do("POST", path, api.RoleApprover, approvalBody("approve", "sha256:"+strings.Repeat("0", 64))), http.StatusConflict, "digest-mismatch")
+	f.expect(f.do("POST", path, api.RoleHost, approvalBody("approve", digest)), http.StatusForbidden, "forbidden-role")
+	f.expect(f.do("POST", path, api.RoleApprover, []byte(`{"decision":"approve","digest":"x","extra":1}`)), http.StatusBadRequest, "malformed-json")
+	f.expect(f.do("POST", path, api.RoleApprover, approvalBody("perhaps", digest)), http.StatusBadRequest, "invalid-request")
+	ok := f.do("POST", path, api.RoleApprover, approvalBody("approve", digest))
+	f.expect(ok, http.StatusOK, "")
+	if ok.body["status"] != "ready" {
+		t.Fatalf("after approval: %s", ok.raw)
+	}
+	f.expect(f.doAs("POST", path, f.byID["approver-2"], approvalBody("approve", digest)), http.StatusConflict, "not-pending")
+	f.expect(f.do("POST", "/v1/formations/fm_nope/approvals", api.RoleApprover, approvalBody("approve", digest)), http.StatusNotFound, "formation-not-found")
+
+	// A deny ends a formation.
+	w2 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s2", "github/create_repository", `{"name":"x"}`, "alice"))
+	p2 := "/v1/formations/" + w2.body["id"].(string) + "/approvals"
+	denied := f.doAs("POST", p2, f.byID["approver-2"], approvalBody("deny", w2.body["digest"].(string)))
+	f.expect(denied, http.StatusOK, "")
+	if denied.body["status"] != "denied" {
+		t.Fatalf("after deny: %s", denied.raw)
+	}
+	f.expect(f.do("POST", p2, api.RoleApprover, approvalBody("approve", w2.body["digest"].(string))), http.StatusConflict, "not-pending")
+}
+
+func TestFormationBadInputOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+	cases := []struct {
+		note   string
+		body   string
+		status int
+		slug   string
+		check  func(r reply) bool
+	}{
+		{"malformed JSON", `{"snapshot":`, 400, "malformed-json", nil},
+		{"unknown field", `{"snapshot":"x","session":"s","tool":"github/get_repository","arguments":{},"tools":1}`, 400, "malformed-json", nil},
+		{"duplicate member", `{"snapshot":"x","snapshot":"y","session":"s","tool":"github/get_repository"}`, 400, "malformed-json", nil},
+		{"missing session", string(formationBody(snap, "", "github/get_repository", `{}`, "")), 400, "invalid-request", nil},
+		{"unknown snapshot", string(formationBody("sha256:00", "s", "github/get_repository", `{}`, "")), 422, "unknown-reference", nil},
+		{"unknown tool", string(formationBody(snap, "s", "github/fork", `{}`, "")), 422, "unknown-reference", nil},
+		{"schema violation", string(formationBody(snap, "s", "github/create_repository", `{"name":"x","private":"no"}`, "")), 422, "invalid-arguments",
+			func(r reply) bool {
+				vs, _ := r.body["violations"].([]any)
+				return len(vs) == 1 && vs[0].(map[string]any)["instancePath"] == "/private"
+			}},
+		{"duplicate argument", string(formationBody(snap, "s", "github/create_repository", `{"name":"x","name":"y"}`, "")), 400, "malformed-json", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			f.t = t
+			r := f.do("POST", "/v1/formations", api.RoleHost, []byte(tc.body))
+			f.expect(r, tc.status, tc.slug)
+			if tc.check != nil && !tc.check(r) {
+				t.Fatalf("body: %s", r.raw)
+			}
+		})
+	}
+	f.t = t
+	all := f.do("GET", "/v1/formations", api.RoleHost, nil)
+	var out struct{ Formations []json.RawMessage }
+	_ = json.Unmarshal(all.raw, &out)
+	if len(out.Formations) != 0 {
+		t.Fatalf("refused formations were stored: %s", all.raw)
+	}
+}
+
+func TestReadyzShowsPolicies(t *testing.T) {
+	f := newFixture(t, 0)
+	r := f.do("GET", "/readyz", "", nil)
+	f.expect(r, http.StatusOK, "")
+	checks := r.body["checks"].(map[string]any)
+	pol, ok := checks["policies"].(map[string]any)
+	if !ok || !strings.HasPrefix(pol["digest"].(string), "sha256:") || pol["source"] != "embedded" {
+		t.Fatalf("readyz policies: %s", r.raw)
+	}
+}
