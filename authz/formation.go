@@ -225,6 +225,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 		return nil, err
 	}
 	in := &policy.Input{
+		Phase:     policy.PhaseFormation,
 		Formation: policy.FormationInput{Call: rec.Call, Digest: rec.Digest},
 		Tool:      policy.NewToolInput(epoch.Server, d),
 		Epoch:     policy.NewEpochInput(epoch),

@@ -136,6 +136,9 @@ func (e *CedarEngine) Decide(ctx context.Context, doc *Document) lease.EngineDec
 	if err := ctx.Err(); err != nil {
 		return errorDecision(EngineCedar, err)
 	}
+	if doc == nil {
+		return errorDecision(EngineCedar, ErrInvalidInput)
+	}
 	entities, req, err := cedarRequest(doc)
 	if err != nil {
 		return errorDecision(EngineCedar, fmt.Errorf("input: %w", err))

@@ -247,6 +247,11 @@ when {
 		check(t, e.Decide(cctx, doc), want{verdict: lease.VerdictDeny, err: true})
 	})
 
+	t.Run("a nil document denies", func(t *testing.T) {
+		e := build(t, fixture{rego: allowAllRego, cedar: allowAllCedar})
+		check(t, e.Decide(ctx, nil), want{verdict: lease.VerdictDeny, err: true})
+	})
+
 	t.Run("strings are compared exactly, not as patterns", func(t *testing.T) {
 		e := build(t, fixture{
 			rego:  `allow contains {"rule": "exact", "reason": "r"} if input.formation.arguments.owner == "octo-*"`,

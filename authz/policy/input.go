@@ -10,6 +10,9 @@ import (
 // form is documented in policies/README.md; changing it is a breaking
 // change for every operator's policies.
 type Input struct {
+	// Phase says which decision this is: "formation" (the first decision)
+	// or "admission" (the re-check when the policy set changed since).
+	Phase Phase `json:"phase"`
 	// Formation is the complete formation record being decided: the call
 	// (session, principal, snapshot, tool, descriptor digest, arguments
 	// and their digest, source and successor targets, MCP+ metadata,
@@ -23,6 +26,15 @@ type Input struct {
 	// Session is the session's history at the time of the decision.
 	Session lease.SessionHistory `json:"session"`
 }
+
+// Phase names the point in a call's life at which policies decide.
+type Phase string
+
+// Phases of decision.
+const (
+	PhaseFormation Phase = "formation"
+	PhaseAdmission Phase = "admission"
+)
 
 // FormationInput is the formation record as policies see it.
 type FormationInput struct {
@@ -54,10 +66,14 @@ type EpochInput struct {
 	State    lease.State       `json:"state"`
 	Artifact manifest.Artifact `json:"artifact"`
 	// ArtifactPinned is true when the artifact is identified by a digest.
-	ArtifactPinned bool                   `json:"artifactPinned"`
-	ConfigDigest   string                 `json:"configDigest"`
-	FeatureFlags   *manifest.FeatureFlags `json:"featureFlags,omitempty"`
-	Downstream     []manifest.Downstream  `json:"downstream"`
+	ArtifactPinned bool   `json:"artifactPinned"`
+	ConfigDigest   string `json:"configDigest"`
+	// Config is the configuration the manifest shows for review (may be
+	// empty); its digest is ConfigDigest.
+	Config       map[string]any         `json:"config"`
+	Deployment   manifest.Deployment    `json:"deployment"`
+	FeatureFlags *manifest.FeatureFlags `json:"featureFlags,omitempty"`
+	Downstream   []manifest.Downstream  `json:"downstream"`
 	// Secrets are names and versions only; a value never reaches a policy.
 	Secrets   []SecretInput       `json:"secrets"`
 	Policy    *manifest.PolicyRef `json:"policy,omitempty"`
@@ -92,10 +108,13 @@ func NewEpochInput(e *lease.Epoch) EpochInput {
 	in := EpochInput{
 		ID: e.ID, Server: e.Server, Release: e.Release, Pool: e.Pool, State: e.State,
 		Artifact: e.Artifact, ArtifactPinned: e.Artifact.Pinned(), ConfigDigest: e.ConfigDigest,
-		SignerKid: e.SignerKeyID, Downstream: []manifest.Downstream{}, Secrets: []SecretInput{},
+		SignerKid: e.SignerKeyID, Downstream: []manifest.Downstream{}, Secrets: []SecretInput{}, Config: map[string]any{},
 	}
 	if m := e.Manifest; m != nil {
-		in.FeatureFlags, in.Policy = m.FeatureFlags, m.Policy
+		in.FeatureFlags, in.Policy, in.Deployment = m.FeatureFlags, m.Policy, m.Deployment
+		if m.Config.Values != nil {
+			in.Config = m.Config.Values
+		}
 		in.Downstream = append(in.Downstream, m.Downstream...)
 		for _, s := range m.Secrets {
 			in.Secrets = append(in.Secrets, SecretInput{Name: s.Name, Version: s.Version})

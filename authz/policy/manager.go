@@ -76,12 +76,16 @@ type Manager struct {
 
 	cur atomic.Pointer[Set]
 
-	// mu serializes reloads and guards the fields below.
-	mu     sync.Mutex
-	status Status
-	// seen is the digest of the files of the last load attempt, good or
-	// bad, so Watch retries a broken directory only when it changes.
+	// mu serializes reloads and guards seen: the fingerprint of the files
+	// of the last load attempt, good or bad, so Watch retries a broken
+	// directory only when it changes.
+	mu   sync.Mutex
 	seen string
+
+	// smu guards status on its own, so /readyz never waits for a reload
+	// that is compiling and testing a set.
+	smu    sync.Mutex
+	status Status
 }
 
 // NewManager loads the initial set from src; it fails if that load fails,
@@ -98,7 +102,7 @@ func NewManager(ctx context.Context, src Source, opts ManagerOptions) (*Manager,
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.status.Source = src.String()
+	m.status.Source = src.String() // not shared yet
 	if err := m.Reload(ctx); err != nil {
 		return nil, fmt.Errorf("policy: initial load from %s: %w", src, err)
 	}
@@ -116,9 +120,15 @@ func (m *Manager) Decide(ctx context.Context, in *Input) lease.Decision {
 
 // Status returns the set in force and the last reload error.
 func (m *Manager) Status() Status {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.smu.Lock()
+	defer m.smu.Unlock()
 	return m.status
+}
+
+func (m *Manager) updateStatus(f func(*Status)) {
+	m.smu.Lock()
+	defer m.smu.Unlock()
+	f(&m.status)
 }
 
 // Reload loads the source again and, if the new set loads and passes its
@@ -145,8 +155,11 @@ func (m *Manager) applyLocked(ctx context.Context, pf *policyFiles, readErr erro
 		var s *Set
 		if s, err = loadFiles(ctx, pf); err == nil {
 			old := m.cur.Swap(s.WithClock(m.now))
-			m.status.Digest, m.status.LoadedAt = s.digest, m.now().UTC()
-			m.status.LastError, m.status.LastErrorAt = "", time.Time{}
+			at := m.now().UTC()
+			m.updateStatus(func(st *Status) {
+				st.Digest, st.LoadedAt = s.digest, at
+				st.LastError, st.LastErrorAt = "", time.Time{}
+			})
 			if old == nil || old.digest != s.digest {
 				m.log.Info("policy set loaded", "source", m.src.String(), "digest", s.digest, "files", s.files)
 			}
@@ -155,7 +168,8 @@ func (m *Manager) applyLocked(ctx context.Context, pf *policyFiles, readErr erro
 	} else {
 		m.seen = fingerprintOf(nil, err)
 	}
-	m.status.LastError, m.status.LastErrorAt = err.Error(), m.now().UTC()
+	at := m.now().UTC()
+	m.updateStatus(func(st *Status) { st.LastError, st.LastErrorAt = err.Error(), at })
 	if cur := m.cur.Load(); cur != nil {
 		m.log.Error("policy reload failed; keeping the set in force",
 			"source", m.src.String(), "digest", cur.digest, "err", err)

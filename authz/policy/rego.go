@@ -149,6 +149,9 @@ func (e *RegoEngine) Decide(ctx context.Context, doc *Document) lease.EngineDeci
 	if err := ctx.Err(); err != nil {
 		return errorDecision(EngineRego, err)
 	}
+	if doc == nil {
+		return errorDecision(EngineRego, ErrInvalidInput)
+	}
 	rs, err := e.query.Eval(ctx, rego.EvalParsedInput(doc.value), rego.EvalMetrics(metrics.NoOp()))
 	if err != nil {
 		return errorDecision(EngineRego, fmt.Errorf("evaluation: %w", err))

@@ -168,9 +168,9 @@ func (s *Set) WithClock(now func() time.Time) *Set {
 // engine error denies, and the approval obligation is the largest of the
 // engines' (zero when denied: a deny carries no obligation). It never
 // fails; an input that cannot be converted denies with the error recorded
-// on every engine. A nil Set denies everything.
+// on every engine. A nil or zero Set (no engines) denies everything.
 func (s *Set) Decide(ctx context.Context, in *Input) lease.Decision {
-	if s == nil {
+	if s == nil || len(s.engines) == 0 {
 		return lease.Decision{
 			Verdict: lease.VerdictDeny, Engines: []lease.EngineDecision{},
 			DecidedAt: time.Now().UTC(),

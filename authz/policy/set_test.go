@@ -216,10 +216,13 @@ func TestSetDecide(t *testing.T) {
 		}
 	})
 
-	t.Run("a nil set denies", func(t *testing.T) {
+	t.Run("a nil or zero set denies", func(t *testing.T) {
 		var s *Set
 		if d := s.Decide(ctx, githubInput(t, m, call{tool: "get_repository"})); d.Verdict != lease.VerdictDeny {
-			t.Errorf("got %+v", d)
+			t.Errorf("nil set: got %+v", d)
+		}
+		if d := new(Set).Decide(ctx, githubInput(t, m, call{tool: "get_repository"})); d.Verdict != lease.VerdictDeny {
+			t.Errorf("zero set: got %+v", d)
 		}
 	})
 }

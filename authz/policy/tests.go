@@ -126,7 +126,7 @@ func (r *TestReport) Print(w io.Writer, verbose bool) bool {
 		case !t.Passed:
 			status = "FAIL"
 		}
-		if status == "PASS" && !verbose || status == "SKIP" && !verbose {
+		if status != "FAIL" && !verbose {
 			continue
 		}
 		fmt.Fprintf(w, "%s  %-5s  %s  %s (%s)\n", status, t.Engine, t.File, t.Name, t.Duration.Round(time.Microsecond))
