@@ -82,8 +82,10 @@ func startServer(t *testing.T, dataDir string, extra ...string) (string, func())
 // TestREADMEWalkthrough runs the README's walkthrough block, as written,
 // against a fresh `serve --dev`: the newcomer's path must keep working.
 func TestREADMEWalkthrough(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Fatal("curl is needed for the README walkthrough (.ci/run installs it)")
+	for _, tool := range []string{"curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed for the README walkthrough (.ci/run installs it)", tool)
+		}
 	}
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -125,8 +127,11 @@ func TestREADMEWalkthrough(t *testing.T) {
 	got := out.String()
 	// What the walkthrough must have shown, in order.
 	for _, want := range []string{
-		`"release":"v1.3.0"`, `"release":"v1.4.0"`, `"epochs":[`,
-		`"github/create_repository"`, `"state":"DRAINING"`, `"state":"STALE"`,
+		`"release":"v1.3.0"`, `"release":"v1.4.0"`, `{"release":"v1.3.0","state":"ACTIVE"`,
+		`"github/create_repository"`,
+		`"status":"pending_approval","approvalsRequired":1`, `{"engine":"rego","rules":["allow-write"]}`,
+		`"status":"ready","approvals":["dev-approver"]`,
+		`"state":"DRAINING"`, `"state":"STALE"`,
 	} {
 		i := strings.Index(got, want)
 		if i < 0 {
