@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,5 +144,44 @@ func TestPolicyDirectoryReload(t *testing.T) {
 	broken := waitFor("the reload error", func(p map[string]any) bool { return p["lastError"] != nil })
 	if broken["digest"] != second["digest"] {
 		t.Fatalf("a broken policy replaced the working set: %v", broken)
+	}
+}
+
+// TestSIGHUPReloadsPolicies: with polling effectively off, a change is
+// picked up on SIGHUP. The signal goes to this test process, where the
+// in-process server has registered for it.
+func TestSIGHUPReloadsPolicies(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policies")
+	os.Mkdir(pol, 0o700)
+	copyPolicies(t, pol)
+	url, stop := startServer(t, filepath.Join(dir, "data"), "--dev", "--policy-dir", pol, "--policy-poll", "1h")
+	defer stop()
+	digest := func() string {
+		t.Helper()
+		resp, err := http.Get(url + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct{ Checks struct{ Policies struct{ Digest string } } }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Checks.Policies.Digest
+	}
+	before := digest()
+	f, _ := os.OpenFile(filepath.Join(pol, "fcd.rego"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("\n# reviewed again\n")
+	f.Close()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for digest() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("SIGHUP did not reload the policies within a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
