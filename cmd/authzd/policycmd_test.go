@@ -164,7 +164,9 @@ func TestSIGHUPReloadsPolicies(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var out struct{ Checks struct{ Policies struct{ Digest string } } }
+		var out struct {
+			Checks struct{ Policies struct{ Digest string } }
+		}
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 			t.Fatal(err)
 		}
