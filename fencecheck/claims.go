@@ -1,0 +1,72 @@
+package fencecheck
+
+import "fmt"
+
+// Token format constants shared by the issuer (authzd) and the verifier.
+const (
+	// TokenType is the JWS "typ" header of every dispatch token. A token
+	// with another typ is refused, so no other JWT can pass as one.
+	TokenType = "fcd-dispatch+jwt"
+	// Header carries the dispatch token on the HTTP request to the backend.
+	Header = "Fcd-Dispatch-Token"
+	// TargetHeader names the admitted pool, for gateways that route on it.
+	TargetHeader = "Fcd-Target"
+)
+
+// Claims are the claims of a dispatch token. Every field is required; a
+// token with a claim missing, empty, or not listed here is refused.
+type Claims struct {
+	// Issuer is authzd's issuer name.
+	Issuer string `json:"iss"`
+	// Audience is the admitted backend pool.
+	Audience string `json:"aud"`
+	// Subject is the fcd session the call was formed in.
+	Subject string `json:"sub"`
+	// ID is the lease id; a backend accepts each id once (replay).
+	ID        string `json:"jti"`
+	IssuedAt  int64  `json:"iat"`
+	NotBefore int64  `json:"nbf"`
+	Expiry    int64  `json:"exp"`
+
+	// Formation is the formation id.
+	Formation string `json:"fcd_formation"`
+	// Tool is "server/tool".
+	Tool string `json:"fcd_tool"`
+	// ArgumentDigest is [ArgumentDigest] of the formed call.
+	ArgumentDigest string `json:"fcd_args"`
+	// Epoch is the admitted target epoch.
+	Epoch string `json:"fcd_epoch"`
+	// Artifact identifies the admitted code: its digest when pinned, else
+	// its image reference.
+	Artifact string `json:"fcd_artifact"`
+	// Config is the admitted configuration digest.
+	Config string `json:"fcd_config"`
+	// Generation is the pool's backend generation at admission.
+	Generation int64 `json:"fcd_generation"`
+	// Revision and Cluster are the etcd revision of the admission and the
+	// etcd cluster id: the fencing token of the admission.
+	Revision int64  `json:"fcd_revision"`
+	Cluster  string `json:"fcd_cluster"`
+}
+
+// Validate reports the first required claim that is missing.
+func (c *Claims) Validate() error {
+	for name, v := range map[string]string{
+		"iss": c.Issuer, "aud": c.Audience, "sub": c.Subject, "jti": c.ID,
+		"fcd_formation": c.Formation, "fcd_tool": c.Tool, "fcd_args": c.ArgumentDigest,
+		"fcd_epoch": c.Epoch, "fcd_artifact": c.Artifact, "fcd_config": c.Config, "fcd_cluster": c.Cluster,
+	} {
+		if v == "" {
+			return fmt.Errorf("claim %s is missing", name)
+		}
+	}
+	for name, v := range map[string]int64{"iat": c.IssuedAt, "nbf": c.NotBefore, "exp": c.Expiry, "fcd_revision": c.Revision} {
+		if v <= 0 {
+			return fmt.Errorf("claim %s is missing", name)
+		}
+	}
+	if c.Generation < 0 {
+		return fmt.Errorf("claim fcd_generation is negative")
+	}
+	return nil
+}
