@@ -33,6 +33,8 @@ type Problem struct {
 	Instance string
 	// Extensions are extra members, e.g. lint findings or lease counts.
 	Extensions map[string]any
+	// retryAfter is the Retry-After header to send, if any.
+	retryAfter string
 }
 
 // MarshalJSON writes the standard members and the extensions side by side.
@@ -60,7 +62,9 @@ type problemRule struct {
 	// detail replaces err.Error() when the error's text must not reach the
 	// client (store internals).
 	detail string
-	ext    func(error) map[string]any
+	// retryAfter, when set, is sent as the Retry-After header.
+	retryAfter string
+	ext        func(error) map[string]any
 }
 
 func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
@@ -106,6 +110,30 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrNotPending), status: 409, slug: "not-pending", title: "Formation is not pending approval"},
 		{match: is(authz.ErrExpired), status: 409, slug: "formation-expired", title: "Formation expired"},
 		{match: is(authz.ErrDuplicateApprover), status: 409, slug: "duplicate-approver", title: "Approver already decided"},
+		{match: is(authz.ErrNotApproved), status: 403, slug: "not-approved", title: "Formation lacks its approvals"},
+		{match: is(authz.ErrFormationDenied), status: 403, slug: "formation-denied", title: "Formation was denied"},
+		{match: is(authz.ErrPolicyNowDenies), status: 403, slug: "policy-denies", title: "The policy in force now denies the call"},
+		{match: func(err error) bool { var de *authz.DependencyError; return errors.As(err, &de) && !de.Exclusive },
+			status: 403, slug: "dependency-unmet", title: "A required tool has not completed in the session",
+			ext: func(err error) map[string]any {
+				var de *authz.DependencyError
+				errors.As(err, &de)
+				return map[string]any{"tool": de.Tool}
+			}},
+		{match: func(err error) bool { var de *authz.DependencyError; return errors.As(err, &de) && de.Exclusive },
+			status: 403, slug: "exclusive-conflict", title: "An exclusive tool was already admitted or completed in the session",
+			ext: func(err error) map[string]any {
+				var de *authz.DependencyError
+				errors.As(err, &de)
+				return map[string]any{"tool": de.Tool}
+			}},
+		{match: is(authz.ErrSourceDraining), status: 409, slug: "source-draining", title: "Source epoch is draining", retryAfter: "5"},
+		{match: is(authz.ErrSourceStale), status: 410, slug: "source-stale", title: "Source epoch is stale and no successor is eligible"},
+		{match: is(authz.ErrLeaseNotFound), status: 404, slug: "lease-not-found", title: "Lease not found"},
+		{match: is(authz.ErrLeaseClosed), status: 409, slug: "lease-closed", title: "Lease already closed"},
+		{match: is(authz.ErrLeaseUncertain), status: 409, slug: "lease-uncertain", title: "Lease outcome is uncertain"},
+		{match: is(authz.ErrLeaseNotUncertain), status: 409, slug: "lease-not-uncertain", title: "Lease is not uncertain"},
+		{match: is(authz.ErrStaleGeneration), status: 409, slug: "stale-generation", title: "Generation is not newer"},
 		{match: is(errRouteNotFound), status: 404, slug: "not-found", title: "Not found"},
 		{match: is(errMethodNotAllowed), status: 405, slug: "method-not-allowed", title: "Method not allowed"},
 		{match: as[*authz.StateError](), status: 409, slug: "epoch-state-conflict", title: "Epoch is not in the required state",
@@ -124,6 +152,9 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrTooLarge), status: 413, slug: "record-too-large", title: "Record too large for the store"},
 		{match: is(authz.ErrConflict), status: 503, slug: "contention", title: "Too many concurrent updates",
 			detail: "the record was updated concurrently too many times in a row; retry"},
+		{match: is(authz.ErrSigningKeyUnpublished), status: 503, slug: "signing-key-unpublished", title: "Signing key not published",
+			retryAfter: "1"},
+		{match: is(authz.ErrAdmissionDisabled), status: 503, slug: "admission-disabled", title: "Admission is not configured"},
 		{match: is(authz.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
 			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)"},
 	}
@@ -134,7 +165,7 @@ func problemRules() []problemRule {
 func toProblem(err error) Problem {
 	for _, r := range problemRules() {
 		if r.match(err) {
-			p := Problem{Type: ProblemBase + r.slug, Title: r.title, Status: r.status, Detail: r.detail}
+			p := Problem{Type: ProblemBase + r.slug, Title: r.title, Status: r.status, Detail: r.detail, retryAfter: r.retryAfter}
 			if p.Detail == "" {
 				p.Detail = err.Error()
 			}
@@ -167,7 +198,10 @@ func (s *server) problem(w http.ResponseWriter, r *http.Request, err error) {
 		// manifest signature (also 401) is not about the caller's credential.
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fcd"`)
 	}
-	if p.Status == http.StatusServiceUnavailable {
+	switch {
+	case p.retryAfter != "":
+		w.Header().Set("Retry-After", p.retryAfter)
+	case p.Status == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
 	}
 	body, merr := json.Marshal(p)

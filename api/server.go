@@ -93,6 +93,7 @@ func New(cfg Config) (http.Handler, error) {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.yaml", s.openapi)
+	r.Get("/.well-known/jwks.json", s.jwks)
 
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.require(RoleRegistrar)).Post("/manifests", s.registerManifest)
@@ -107,6 +108,10 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleHost, RoleApprover)).Get("/formations", s.listFormations)
 		r.With(s.require(RoleHost, RoleApprover)).Get("/formations/{formation}", s.showFormation)
 		r.With(s.require(RoleApprover)).Post("/formations/{formation}/approvals", s.approveFormation)
+		r.With(s.require(RoleGateway, RoleHost)).Post("/formations/{formation}/admit", s.admitFormation)
+		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/{lease}/complete", s.completeLease)
+		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)
+		r.With(s.require(RoleOperator)).Post("/pools/{pool}/generation", s.setGeneration)
 	})
 	return r, nil
 }

@@ -77,6 +77,8 @@ type FormationConfig struct {
 	Now func() time.Time
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Issuer signs dispatch tokens; nil disables admission.
+	Issuer *TokenIssuer
 }
 
 // Formations is the use case of hosts and approvers: record a formed call
@@ -89,12 +91,13 @@ type Formations struct {
 	retention time.Duration
 	now       func() time.Time
 	log       *slog.Logger
+	issuer    *TokenIssuer
 	schemas   schemaCache
 }
 
 // NewFormations returns the formation use case.
 func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Formations {
-	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger}
+	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer}
 	if f.ttl <= 0 {
 		f.ttl = 15 * time.Minute
 	}

@@ -49,24 +49,49 @@ type Claims struct {
 	Cluster  string `json:"fcd_cluster"`
 }
 
-// Validate reports the first required claim that is missing.
+// Validate reports the first required claim that is missing or empty,
+// checking in the order the fields are declared, so the same claims always
+// give the same error.
 func (c *Claims) Validate() error {
-	for name, v := range map[string]string{
-		"iss": c.Issuer, "aud": c.Audience, "sub": c.Subject, "jti": c.ID,
-		"fcd_formation": c.Formation, "fcd_tool": c.Tool, "fcd_args": c.ArgumentDigest,
-		"fcd_epoch": c.Epoch, "fcd_artifact": c.Artifact, "fcd_config": c.Config, "fcd_cluster": c.Cluster,
+	for _, f := range []struct {
+		name string
+		v    string
+	}{
+		{"iss", c.Issuer}, {"aud", c.Audience}, {"sub", c.Subject}, {"jti", c.ID},
 	} {
-		if v == "" {
-			return fmt.Errorf("claim %s is missing", name)
+		if f.v == "" {
+			return fmt.Errorf("claim %s is missing", f.name)
 		}
 	}
-	for name, v := range map[string]int64{"iat": c.IssuedAt, "nbf": c.NotBefore, "exp": c.Expiry, "fcd_revision": c.Revision} {
-		if v <= 0 {
-			return fmt.Errorf("claim %s is missing", name)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"iat", c.IssuedAt}, {"nbf", c.NotBefore}, {"exp", c.Expiry},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("claim %s is missing", f.name)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    string
+	}{
+		{"fcd_formation", c.Formation}, {"fcd_tool", c.Tool}, {"fcd_args", c.ArgumentDigest},
+		{"fcd_epoch", c.Epoch}, {"fcd_artifact", c.Artifact}, {"fcd_config", c.Config},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("claim %s is missing", f.name)
 		}
 	}
 	if c.Generation < 0 {
 		return fmt.Errorf("claim fcd_generation is negative")
+	}
+	if c.Revision <= 0 {
+		return fmt.Errorf("claim fcd_revision is missing")
+	}
+	if c.Cluster == "" {
+		return fmt.Errorf("claim fcd_cluster is missing")
 	}
 	return nil
 }

@@ -47,6 +47,10 @@ type Epoch struct {
 	Manifest *manifest.Manifest `json:"manifest,omitempty"`
 	JWS      string             `json:"jws,omitempty"`
 
+	// StateRevision is the etcd revision of the last lifecycle change (the
+	// drain or retire that set State); filled by GetEpoch.
+	StateRevision int64 `json:"-"`
+
 	// revision is the etcd revision that created the epoch; it orders
 	// registrations.
 	revision int64
@@ -167,6 +171,7 @@ func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
 		return nil, err
 	}
 	ep.ActiveLeases, ep.UncertainLeases = tallyMarkers(resp.Responses[2].GetResponseRange().Kvs)
+	ep.StateRevision = st[0].ModRevision
 	return ep, nil
 }
 

@@ -49,6 +49,17 @@ type Config struct {
 	// FormationTTL is how long a formation may wait for approval and
 	// admission.
 	FormationTTL Duration `json:"formationTTL"`
+	// SigningKey is the private JWK (Ed25519 or P-256, with a kid) that
+	// signs dispatch tokens; --dev generates one. Without it the server
+	// registers and forms but does not admit.
+	SigningKey string `json:"signingKey"`
+	// SigningAlg is the algorithm of the key --dev generates: EdDSA or
+	// ES256.
+	SigningAlg string `json:"signingAlg"`
+	// Issuer is the iss claim of dispatch tokens.
+	Issuer string `json:"issuer"`
+	// TokenLifetime is how long a dispatch token is valid.
+	TokenLifetime Duration `json:"tokenLifetime"`
 	// Dev creates the data directory, a registrar key pair and one
 	// credential per role, and writes DataDir/dev-credentials.json.
 	Dev bool `json:"dev"`
@@ -66,6 +77,9 @@ func defaultConfig() Config {
 		LogLevel:              "info",
 		PolicyPoll:            Duration(2 * time.Second),
 		FormationTTL:          Duration(15 * time.Minute),
+		SigningAlg:            "EdDSA",
+		Issuer:                "fcd",
+		TokenLifetime:         Duration(30 * time.Second),
 	}
 }
 
@@ -83,6 +97,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 {
 		errs = append(errs, errors.New("policyPoll and formationTTL must be positive"))
+	}
+	if c.SigningAlg != "EdDSA" && c.SigningAlg != "ES256" {
+		errs = append(errs, errors.New("signingAlg must be EdDSA or ES256"))
 	}
 	if c.RegistrarKeys == "" {
 		errs = append(errs, errors.New("registrarKeys (a JWKS file of trusted registrar keys) is required; --dev generates one"))
@@ -114,6 +131,10 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.StringVar(&fl.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
 	fs.TextVar(&fl.PolicyPoll, "policy-poll", def.PolicyPoll, "how often to check the policy directory for changes")
 	fs.TextVar(&fl.FormationTTL, "formation-ttl", def.FormationTTL, "how long a formation may wait for approval and admission")
+	fs.StringVar(&fl.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
+	fs.StringVar(&fl.SigningAlg, "signing-alg", def.SigningAlg, "algorithm of the key --dev generates: EdDSA or ES256")
+	fs.StringVar(&fl.Issuer, "issuer", def.Issuer, "iss claim of dispatch tokens")
+	fs.TextVar(&fl.TokenLifetime, "token-lifetime", def.TokenLifetime, "dispatch token lifetime")
 	fs.BoolVar(&fl.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("%w: %v", errUsage, err)
@@ -136,7 +157,7 @@ func parseServeFlags(args []string) (Config, error) {
 		}
 		// Relative paths in the file are relative to the file.
 		base := filepath.Dir(*configFile)
-		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials, &cfg.PolicyDir} {
+		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials, &cfg.PolicyDir, &cfg.SigningKey} {
 			if *p != "" && !filepath.IsAbs(*p) {
 				*p = filepath.Join(base, *p)
 			}
@@ -159,6 +180,10 @@ func parseServeFlags(args []string) (Config, error) {
 		"policy-dir":               func() { cfg.PolicyDir = fl.PolicyDir },
 		"policy-poll":              func() { cfg.PolicyPoll = fl.PolicyPoll },
 		"formation-ttl":            func() { cfg.FormationTTL = fl.FormationTTL },
+		"signing-key":              func() { cfg.SigningKey = fl.SigningKey },
+		"signing-alg":              func() { cfg.SigningAlg = fl.SigningAlg },
+		"issuer":                   func() { cfg.Issuer = fl.Issuer },
+		"token-lifetime":           func() { cfg.TokenLifetime = fl.TokenLifetime },
 	}
 	for name := range set {
 		if o, ok := override[name]; ok {

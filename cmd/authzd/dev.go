@@ -48,7 +48,7 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 			return nil, fmt.Errorf("dev: %s: %w (delete the data directory to start over)", path, err)
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		if dc, err = devGenerate(dir, credFile); err != nil {
+		if dc, err = devGenerate(dir, credFile, cfg.SigningAlg); err != nil {
 			return nil, err
 		}
 		if err := writeJSONFile(path, dc, 0o600); err != nil {
@@ -56,6 +56,21 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 		}
 	default:
 		return nil, fmt.Errorf("dev: %w", err)
+	}
+	if dc.Keys["dispatch"] == "" {
+		// A data directory from before admission existed: add the key.
+		if err := devDispatchKey(&dc, dir, cfg.SigningAlg); err != nil {
+			return nil, err
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("dev: %w", err)
+		}
+		if err := writeJSONFile(path, dc, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.SigningKey == "" {
+		cfg.SigningKey = dc.Keys["dispatch"]
 	}
 	if cfg.RegistrarKeys == "" {
 		cfg.RegistrarKeys = dc.RegistrarKeys
@@ -72,7 +87,7 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 // start because it also carries the URL the server listens on.
 const devEnvFile = "dev-credentials.env"
 
-func devGenerate(dir, credFile string) (devCredentials, error) {
+func devGenerate(dir, credFile, alg string) (devCredentials, error) {
 	dc := devCredentials{Credentials: map[api.Role]api.Secret{}, Keys: map[string]string{}}
 	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
@@ -90,6 +105,9 @@ func devGenerate(dir, credFile string) (devCredentials, error) {
 	if err := writeJSONFile(dc.RegistrarKeys, pub, 0o644); err != nil {
 		return dc, err
 	}
+	if err := devDispatchKey(&dc, dir, alg); err != nil {
+		return dc, err
+	}
 	var stored []api.Credential
 	for _, role := range api.Roles() {
 		secret, cred, err := api.NewCredential("dev-"+string(role), role)
@@ -105,6 +123,20 @@ func devGenerate(dir, credFile string) (devCredentials, error) {
 	return dc, nil
 }
 
+// devDispatchKey generates the dispatch-token signing key.
+func devDispatchKey(dc *devCredentials, dir, alg string) error {
+	a := jwa.EdDSA
+	if alg == "ES256" {
+		a = jwa.ES256
+	}
+	key, err := manifest.GenerateKey(a)
+	if err != nil {
+		return err
+	}
+	dc.Keys["dispatch"] = filepath.Join(dir, "keys", "dispatch.jwk")
+	return writeJSONFile(dc.Keys["dispatch"], key, 0o600)
+}
+
 // writeEnvFile writes shell exports for the README walkthrough:
 // FCD_<ROLE>=credential, FCD_REGISTRAR_KEY, FCD_REGISTRAR_JWKS and FCD_URL.
 func writeEnvFile(path string, dc *devCredentials, url string) error {
@@ -113,7 +145,7 @@ func writeEnvFile(path string, dc *devCredentials, url string) error {
 		lines = append(lines, fmt.Sprintf("export FCD_%s=%s", strings.ToUpper(string(role)), secret))
 	}
 	sort.Strings(lines)
-	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
+	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_JWKS_URL="+url+"/.well-known/jwks.json", "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return fmt.Errorf("dev: %w", err)

@@ -103,9 +103,24 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
+	var issuer *authz.TokenIssuer
+	if cfg.SigningKey != "" {
+		key, err := manifest.LoadPrivateKey(cfg.SigningKey)
+		if err != nil {
+			return fmt.Errorf("signing key: %w", err)
+		}
+		if issuer, err = authz.NewTokenIssuer(key, cfg.Issuer, time.Duration(cfg.TokenLifetime)); err != nil {
+			return err
+		}
+		go issuer.Publish(ctx, store)
+		log.Info("dispatch tokens", "kid", issuer.KeyID(), "issuer", cfg.Issuer, "lifetime", issuer.Lifetime())
+	} else {
+		log.Warn("no --signing-key: admission is disabled")
+	}
+
 	handler, err := api.New(api.Config{
 		Registry:     authz.NewRegistry(store, verifier, log),
-		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Duration(cfg.FormationTTL), Logger: log}),
+		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer}),
 		PolicyStatus: pm.Status,
 		Auth:         auth,
 		BodyLimit:    cfg.BodyLimit,

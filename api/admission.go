@@ -1,0 +1,92 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/go-chi/chi/v5"
+)
+
+// admitFormation performs the etcd-ordered admission and answers the
+// dispatch token.
+func (s *server) admitFormation(w http.ResponseWriter, r *http.Request) {
+	a, err := s.formations.Admit(r.Context(), chi.URLParam(r, "formation"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, a)
+}
+
+type completeRequest struct {
+	Outcome authz.Outcome `json:"outcome"`
+	Detail  string        `json:"detail"`
+}
+
+func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
+	var req completeRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	l, err := s.formations.Complete(r.Context(), chi.URLParam(r, "lease"), req.Outcome, req.Detail)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lease": l.ID, "outcome": req.Outcome, "formation": l.Formation})
+}
+
+type resolveRequest struct {
+	Outcome authz.Outcome `json:"outcome"`
+	Reason  string        `json:"reason"`
+}
+
+func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
+	var req resolveRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	l, err := s.formations.Resolve(r.Context(), chi.URLParam(r, "lease"), req.Outcome, req.Reason)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lease": l.ID, "outcome": req.Outcome, "formation": l.Formation})
+}
+
+type generationRequest struct {
+	Generation int64 `json:"generation"`
+}
+
+func (s *server) setGeneration(w http.ResponseWriter, r *http.Request) {
+	var req generationRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	pool := chi.URLParam(r, "pool")
+	released, err := s.formations.SetGeneration(r.Context(), pool, req.Generation)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if released == nil {
+		released = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"pool": pool, "generation": req.Generation, "released": released})
+}
+
+// jwks serves the public keys of every replica's dispatch-token signer.
+func (s *server) jwks(w http.ResponseWriter, r *http.Request) {
+	body, err := s.formations.JWKS(r.Context())
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/jwk-set+json")
+	w.Header().Set("Cache-Control", "max-age=5")
+	_, _ = w.Write(body)
+}

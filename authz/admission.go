@@ -1,0 +1,345 @@
+package authz
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/lease"
+)
+
+// Errors of admission and the lease lifecycle.
+var (
+	ErrLeaseNotFound     = lease.ErrLeaseNotFound
+	ErrLeaseClosed       = lease.ErrLeaseClosed
+	ErrLeaseUncertain    = lease.ErrLeaseUncertain
+	ErrLeaseNotUncertain = lease.ErrLeaseNotUncertain
+	ErrStaleGeneration   = lease.ErrStaleGeneration
+
+	// ErrNotApproved: the formation lacks the approvals it needs.
+	ErrNotApproved = errors.New("authz: formation is not approved")
+	// ErrFormationDenied: the policy or an approver denied the formation.
+	ErrFormationDenied = errors.New("authz: formation was denied")
+	// ErrPolicyNowDenies: the policy set changed since formation and now
+	// denies the call (or asks for more approvals than it has).
+	ErrPolicyNowDenies = errors.New("authz: the policy in force now denies the call")
+	// ErrSourceDraining: the source epoch is DRAINING; a draining source
+	// never substitutes, retry later or form the call again.
+	ErrSourceDraining = errors.New("authz: source epoch is draining")
+	// ErrSourceStale: the source epoch is STALE and no eligible successor
+	// was captured at formation.
+	ErrSourceStale = errors.New("authz: source epoch is stale and no successor is eligible")
+	// ErrAdmissionDisabled: this server has no signing key.
+	ErrAdmissionDisabled = errors.New("authz: admission is not configured (no signing key)")
+)
+
+// DependencyError: a required tool has not completed in the session, or an
+// exclusive tool was admitted or completed there.
+type DependencyError = lease.DependencyError
+
+// Lease is an open admission.
+type Lease = lease.Lease
+
+// Outcome is how a lease closes.
+type Outcome = lease.Outcome
+
+// Outcomes.
+const (
+	OutcomeEffect    = lease.OutcomeEffect
+	OutcomeRejected  = lease.OutcomeRejected
+	OutcomeUncertain = lease.OutcomeUncertain
+	OutcomeNoEffect  = lease.OutcomeNoEffect
+)
+
+// Admission is a granted admission: the dispatch token and where it goes.
+type Admission struct {
+	Token     string    `json:"token"`
+	Lease     string    `json:"lease"`
+	Target    Where     `json:"target"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Where names an admitted target.
+type Where struct {
+	Epoch string `json:"epoch"`
+	Pool  string `json:"pool"`
+}
+
+// Admit performs the etcd-ordered admission of a ready formation and
+// returns a dispatch token. Admitting the same formation again while its
+// lease is open returns the same lease and a token with the same jti. A
+// DRAINING source answers ErrSourceDraining (never a substitution); a
+// STALE one ErrSourceStale. If the policy set changed since formation it
+// is evaluated again and may deny, never widen. An ambiguous etcd error is
+// resolved by reading the formation back; the call is never admitted
+// twice.
+func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
+	if f.issuer == nil {
+		return nil, ErrAdmissionDisabled
+	}
+	for attempt := 0; ; attempt++ {
+		a, err := f.admitOnce(ctx, id)
+		if errors.Is(err, lease.ErrFormationChanged) || errors.Is(err, lease.ErrGenerationChanged) {
+			if attempt < 8 {
+				continue
+			}
+			return nil, fmt.Errorf("authz: admit %s: %w", id, ErrConflict)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("authz: admit %s: %w", id, err)
+		}
+		return a, nil
+	}
+}
+
+func (f *Formations) admitOnce(ctx context.Context, id string) (*Admission, error) {
+	rec, rev, err := f.store.GetFormationRevision(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	now := f.now().UTC()
+	switch rec.Status {
+	case lease.StatusAdmitted:
+		return f.reissue(ctx, rec, now)
+	case lease.StatusReady:
+	case lease.StatusPendingApproval:
+		if !now.Before(rec.ExpiresAt) {
+			return nil, ErrExpired
+		}
+		return nil, fmt.Errorf("%w: %d of %d approvals", ErrNotApproved, approvedBy(rec), rec.ApprovalsRequired)
+	case lease.StatusDenied:
+		return nil, ErrFormationDenied
+	case lease.StatusExpired:
+		return nil, ErrExpired
+	case lease.StatusUncertain:
+		return nil, ErrLeaseUncertain
+	default: // completed, rejected
+		return nil, fmt.Errorf("%w: formation is %s", ErrLeaseClosed, rec.Status)
+	}
+	if !now.Before(rec.ExpiresAt) {
+		return nil, ErrExpired
+	}
+	// The MCP+ invariant, again at the last gate: a write or delete never
+	// goes without its approvals, whatever got it to "ready".
+	if !ready(rec) {
+		return nil, fmt.Errorf("%w: %d of %d approvals", ErrNotApproved, approvedBy(rec), requiredApprovals(rec))
+	}
+	if err := f.recheck(ctx, rec); err != nil {
+		return nil, err
+	}
+	gen, err := f.store.PoolGeneration(ctx, rec.Source.Pool)
+	if err != nil {
+		return nil, err
+	}
+	lid, err := lease.NewLeaseID()
+	if err != nil {
+		return nil, err
+	}
+	l := &lease.Lease{
+		ID: lid, Formation: rec.ID, Session: rec.Session, Tool: rec.Tool, ArgumentDigest: rec.ArgumentDigest,
+		Target: rec.Source, Generation: gen, AdmittedAt: now,
+	}
+	// The dependencies come from the record: the descriptor the call was
+	// formed and decided against. The transaction checks them, and the
+	// epoch's state, against the ledger as etcd orders it.
+	var requires, exclusive []string
+	if d := rec.Metadata.Dependencies; d != nil {
+		requires = qualify(rec.Source.Server, d.Requires)
+		exclusive = qualify(rec.Source.Server, d.ExclusiveWith)
+	}
+	err = f.store.Admit(ctx, lease.AdmitRequest{Formation: rec, FormationRev: rev, Lease: l, Requires: requires, Exclusive: exclusive})
+	switch {
+	case errors.Is(err, lease.ErrUnavailable):
+		// The commit may or may not have happened: read back.
+		return f.readBack(ctx, id, lid, now, err)
+	case err != nil:
+		var se *lease.StateError
+		if errors.As(err, &se) {
+			if se.State == lease.StateDraining {
+				return nil, ErrSourceDraining
+			}
+			return nil, ErrSourceStale
+		}
+		return nil, err
+	}
+	f.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool, "revision", l.Revision)
+	return f.token(l, now)
+}
+
+func qualify(server string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = server + "/" + n
+	}
+	return out
+}
+
+// policyDigest returns the digest of the policy set the decider would use
+// now, when it can tell.
+func policyDigest(d Decider) (string, bool) {
+	switch v := d.(type) {
+	case interface{ Current() *policy.Set }:
+		return v.Current().Digest(), true
+	case interface{ Digest() string }:
+		return v.Digest(), true
+	}
+	return "", false
+}
+
+// recheck evaluates the policy again when the set in force differs from
+// the one that decided the formation. It can only narrow: a deny, or an
+// obligation of more approvals than were given, refuses the admission.
+func (f *Formations) recheck(ctx context.Context, rec *Formation) error {
+	if d, ok := policyDigest(f.decider); ok && d == rec.Decision.PolicyDigest {
+		return nil
+	}
+	tool, err := f.store.SnapshotTool(ctx, rec.Snapshot, rec.Tool)
+	if err != nil {
+		return err
+	}
+	epoch, err := f.store.GetEpoch(ctx, rec.Source.Epoch)
+	if err != nil {
+		return err
+	}
+	history, err := f.store.SessionHistory(ctx, rec.Session)
+	if err != nil {
+		return err
+	}
+	d := f.decider.Decide(ctx, &policy.Input{
+		Phase:     policy.PhaseAdmission,
+		Formation: policy.FormationInput{Call: rec.Call, Digest: rec.Digest},
+		Tool:      policy.NewToolInput(epoch.Server, tool.Descriptor),
+		Epoch:     policy.NewEpochInput(epoch),
+		Session:   *history,
+	})
+	if d.PolicyDigest == rec.Decision.PolicyDigest {
+		return nil
+	}
+	if !d.Allowed() {
+		return fmt.Errorf("%w: %s", ErrPolicyNowDenies, reasons(d))
+	}
+	if d.Approvals > approvedBy(rec) {
+		return fmt.Errorf("%w: it now needs %d approvals, the formation has %d", ErrPolicyNowDenies, d.Approvals, approvedBy(rec))
+	}
+	return nil
+}
+
+func reasons(d lease.Decision) string {
+	var out []string
+	for _, e := range d.Engines {
+		if e.Verdict != lease.VerdictAllow {
+			out = append(out, fmt.Sprintf("%s: %v %v %s", e.Engine, e.Rules, e.Reasons, e.Error))
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// reissue answers a repeated admission of an admitted formation: the same
+// lease and jti while the lease is open.
+func (f *Formations) reissue(ctx context.Context, rec *Formation, now time.Time) (*Admission, error) {
+	l, err := f.store.OpenLease(ctx, rec.Lease)
+	if err != nil {
+		return nil, err
+	}
+	if l.State == lease.LeaseUncertain {
+		return nil, ErrLeaseUncertain
+	}
+	return f.token(l, now)
+}
+
+// readBack resolves an ambiguous admission: admitted with our lease id
+// means it committed; anything else means it did not, and the caller may
+// retry. If the store cannot answer, nothing is dispatched.
+func (f *Formations) readBack(ctx context.Context, id, lid string, now time.Time, cause error) (*Admission, error) {
+	rec, err := f.store.GetFormation(ctx, id)
+	if err != nil {
+		return nil, cause
+	}
+	if rec.Status == lease.StatusAdmitted && rec.Lease == lid {
+		l, err := f.store.OpenLease(ctx, lid)
+		if err != nil {
+			return nil, cause
+		}
+		return f.token(l, now)
+	}
+	return nil, cause
+}
+
+// token signs the dispatch token of an open lease.
+func (f *Formations) token(l *lease.Lease, now time.Time) (*Admission, error) {
+	artifact := l.Target.Artifact.Digest
+	if artifact == "" {
+		artifact = l.Target.Artifact.Image
+	}
+	tok, exp, err := f.issuer.sign(fencecheck.Claims{
+		Audience: l.Target.Pool, Subject: l.Session, ID: l.ID,
+		Formation: l.Formation, Tool: l.Tool, ArgumentDigest: l.ArgumentDigest,
+		Epoch: l.Target.Epoch, Artifact: artifact, Config: l.Target.ConfigDigest,
+		Generation: l.Generation, Revision: l.Revision, Cluster: l.Cluster,
+	}, now)
+	if err != nil {
+		return nil, err
+	}
+	return &Admission{Token: tok, Lease: l.ID, Target: Where{Epoch: l.Target.Epoch, Pool: l.Target.Pool}, ExpiresAt: exp}, nil
+}
+
+// Complete applies a backend's or gateway's outcome to a lease: effect and
+// rejected release it (effect also records the tool as completed in the
+// session), uncertain keeps it and blocks retirement until resolved.
+func (f *Formations) Complete(ctx context.Context, leaseID string, outcome Outcome, detail string) (*Lease, error) {
+	switch outcome {
+	case OutcomeEffect, OutcomeRejected, OutcomeUncertain:
+	default:
+		return nil, fmt.Errorf("%w: outcome must be effect, rejected or uncertain", ErrBadRequest)
+	}
+	l, err := f.store.CloseLease(ctx, leaseID, outcome, false, f.retention)
+	if err != nil {
+		return l, fmt.Errorf("authz: complete %s: %w", leaseID, err)
+	}
+	f.log.Info("lease outcome", "lease", leaseID, "outcome", outcome, "detail", detail)
+	return l, nil
+}
+
+// Resolve is an operator's resolution of an uncertain lease: effect or
+// no_effect; either releases the marker.
+func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome Outcome, reason string) (*Lease, error) {
+	if outcome != OutcomeEffect && outcome != OutcomeNoEffect {
+		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
+	}
+	l, err := f.store.CloseLease(ctx, leaseID, outcome, true, f.retention)
+	if err != nil {
+		return l, fmt.Errorf("authz: resolve %s: %w", leaseID, err)
+	}
+	f.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason)
+	return l, nil
+}
+
+// SetGeneration records a newer backend generation of pool and releases
+// the pool's uncertain leases of older generations.
+func (f *Formations) SetGeneration(ctx context.Context, pool string, gen int64) ([]string, error) {
+	if pool == "" || len(pool) > maxIDLength {
+		return nil, fmt.Errorf("%w: pool", ErrBadRequest)
+	}
+	released, err := f.store.SetGeneration(ctx, pool, gen, f.retention)
+	if err != nil {
+		return released, fmt.Errorf("authz: generation of %s: %w", pool, err)
+	}
+	return released, nil
+}
+
+// JWKS returns the JSON Web Key Set of every published signing key.
+func (f *Formations) JWKS(ctx context.Context) ([]byte, error) {
+	keys, err := f.store.PublishedKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw := make([]json.RawMessage, len(keys))
+	for i, k := range keys {
+		raw[i] = k
+	}
+	return json.Marshal(map[string]any{"keys": raw})
+}

@@ -1,0 +1,105 @@
+package authz
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+// MaxTokenLifetime bounds the dispatch-token lifetime: tokens are meant to
+// live seconds, just long enough to reach the backend.
+const MaxTokenLifetime = 5 * time.Minute
+
+// ErrSigningKeyUnpublished: this replica's signing key is not (or no
+// longer) published in etcd, so a backend could not verify its tokens;
+// it issues none until it is.
+var ErrSigningKeyUnpublished = errors.New("authz: signing key not published")
+
+// TokenIssuer signs dispatch tokens with one private key (EdDSA or ES256)
+// and publishes its public half so backends can verify them.
+type TokenIssuer struct {
+	key       jwk.Key
+	public    []byte
+	issuer    string
+	lifetime  time.Duration
+	published atomic.Bool
+}
+
+// NewTokenIssuer returns an issuer for key (a private JWK with a kid),
+// naming itself issuer ("fcd" when empty), with tokens valid for lifetime
+// (30s when zero, at most MaxTokenLifetime).
+func NewTokenIssuer(key jwk.Key, issuer string, lifetime time.Duration) (*TokenIssuer, error) {
+	if issuer == "" {
+		issuer = "fcd"
+	}
+	if lifetime == 0 {
+		lifetime = 30 * time.Second
+	}
+	if lifetime < time.Second || lifetime > MaxTokenLifetime {
+		return nil, fmt.Errorf("authz: token lifetime %s out of [1s, %s]", lifetime, MaxTokenLifetime)
+	}
+	if key.KeyID() == "" {
+		return nil, errors.New("authz: signing key has no kid")
+	}
+	pub, err := key.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("authz: signing key: %w", err)
+	}
+	if !isPrivate(key) {
+		return nil, errors.New("authz: signing key is a public key")
+	}
+	pj, err := json.Marshal(pub)
+	if err != nil {
+		return nil, fmt.Errorf("authz: signing key: %w", err)
+	}
+	// Refuse a key of a kind the allow-list does not sign with.
+	if _, err := manifest.Sign([]byte("{}"), key, fencecheck.TokenType); err != nil {
+		return nil, err
+	}
+	return &TokenIssuer{key: key, public: pj, issuer: issuer, lifetime: lifetime}, nil
+}
+
+func isPrivate(k jwk.Key) bool { ok, err := jwk.IsPrivateKey(k); return err == nil && ok }
+
+// KeyID names the signing key.
+func (t *TokenIssuer) KeyID() string { return t.key.KeyID() }
+
+// Lifetime is how long tokens live.
+func (t *TokenIssuer) Lifetime() time.Duration { return t.lifetime }
+
+// Publish keeps the public key published in store until ctx ends. Run it
+// in its own goroutine; tokens are issued only while it is published.
+func (t *TokenIssuer) Publish(ctx context.Context, store *lease.Store) {
+	// Keep the key one minute past the longest-lived token it signed.
+	store.KeepPublished(ctx, t.key.KeyID(), t.public, t.lifetime+time.Minute, t.published.Store)
+}
+
+// sign returns a signed dispatch token for claims, stamping iss, iat, nbf
+// and exp from now.
+func (t *TokenIssuer) sign(c fencecheck.Claims, now time.Time) (string, time.Time, error) {
+	if !t.published.Load() {
+		return "", time.Time{}, ErrSigningKeyUnpublished
+	}
+	exp := now.Add(t.lifetime)
+	c.Issuer, c.IssuedAt, c.NotBefore, c.Expiry = t.issuer, now.Unix(), now.Unix(), exp.Unix()
+	if err := c.Validate(); err != nil {
+		return "", time.Time{}, fmt.Errorf("authz: token: %w", err)
+	}
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("authz: token: %w", err)
+	}
+	tok, err := manifest.Sign(payload, t.key, fencecheck.TokenType)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return string(tok), time.Unix(exp.Unix(), 0).UTC(), nil
+}

@@ -1,0 +1,461 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Errors of admission and the lease lifecycle.
+var (
+	// ErrLeaseNotFound: no lease has this id.
+	ErrLeaseNotFound = errors.New("lease: lease not found")
+	// ErrLeaseClosed: the lease was already completed or released.
+	ErrLeaseClosed = errors.New("lease: lease already closed")
+	// ErrLeaseUncertain: the lease's outcome is unknown; only an operator's
+	// resolution or a newer backend generation releases it.
+	ErrLeaseUncertain = errors.New("lease: lease outcome is uncertain")
+	// ErrLeaseNotUncertain: a resolution for a lease that is not uncertain.
+	ErrLeaseNotUncertain = errors.New("lease: lease is not uncertain")
+	// ErrFormationChanged: the formation changed between read and admission
+	// (a concurrent admission or approval); read it again.
+	ErrFormationChanged = errors.New("lease: formation changed concurrently")
+	// ErrGenerationChanged: the pool's generation changed during admission.
+	ErrGenerationChanged = errors.New("lease: pool generation changed concurrently")
+	// ErrStaleGeneration: a generation not newer than the recorded one.
+	ErrStaleGeneration = errors.New("lease: generation is not newer than the recorded one")
+)
+
+// DependencyError reports an admission refused by the session ledger: a
+// required tool has not completed, or an exclusive tool is admitted or
+// completed in the session.
+type DependencyError struct {
+	Tool string
+	// Exclusive is false for an unmet requires, true for an exclusive
+	// conflict.
+	Exclusive bool
+}
+
+func (e *DependencyError) Error() string {
+	if e.Exclusive {
+		return fmt.Sprintf("lease: %s is exclusive with this tool and was already admitted or completed in the session", e.Tool)
+	}
+	return fmt.Sprintf("lease: required tool %s has not completed in the session", e.Tool)
+}
+
+// LeaseState is the state of an open lease (its marker).
+type LeaseState string
+
+// Lease states. Both keep the epoch from retiring.
+const (
+	LeaseAdmitted  LeaseState = LeaseState(markerAdmitted)
+	LeaseUncertain LeaseState = LeaseState(markerUncertain)
+)
+
+// Lease is an admission: one marker key under its target epoch, holding
+// this record. Its id is the dispatch token's jti.
+type Lease struct {
+	ID             string     `json:"id"`
+	State          LeaseState `json:"state"`
+	Formation      string     `json:"formation"`
+	Session        string     `json:"session"`
+	Tool           string     `json:"tool"`
+	ArgumentDigest string     `json:"argumentDigest"`
+	Target         Target     `json:"target"`
+	Generation     int64      `json:"generation"`
+	AdmittedAt     time.Time  `json:"admittedAt"`
+	// Revision is the etcd revision of the admission, Cluster the etcd
+	// cluster id: together the fencing token. Filled on read.
+	Revision int64  `json:"-"`
+	Cluster  string `json:"-"`
+}
+
+// NewLeaseID returns a fresh random lease id ("ls_" and 26 base32
+// characters).
+func NewLeaseID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("lease: lease id: %w", err)
+	}
+	return "ls_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
+}
+
+// GetFormationRevision returns a formation and the etcd revision it was
+// last written at, for a later compare-and-swap.
+func (s *Store) GetFormationRevision(ctx context.Context, id string) (*Formation, int64, error) {
+	return s.getFormation(ctx, id)
+}
+
+// PoolGeneration returns the recorded backend generation of a pool (0 when
+// none was recorded).
+func (s *Store) PoolGeneration(ctx context.Context, pool string) (int64, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.generation(pool))
+	if err != nil {
+		return 0, s.wrap(ctx, "pool generation", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return parseGeneration(resp.Kvs[0].Value)
+}
+
+// Generations are stored zero-padded so that etcd's byte-wise value
+// comparison orders them numerically.
+func formatGeneration(g int64) string { return fmt.Sprintf("%020d", g) }
+
+func parseGeneration(b []byte) (int64, error) {
+	g, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: generation %q", ErrCorrupt, b)
+	}
+	return g, nil
+}
+
+// AdmitRequest is one admission: the formation as read (and its
+// revision), the lease to open, and the session-ledger conditions.
+type AdmitRequest struct {
+	Formation    *Formation
+	FormationRev int64
+	Lease        *Lease
+	// Requires must all have completed in the session; Exclusive must be
+	// neither admitted nor completed there ("server/tool" names).
+	Requires  []string
+	Exclusive []string
+}
+
+// Admit opens a lease in one etcd transaction that checks, against
+// everything written before it in etcd's order: the formation is as read
+// (ready, not yet admitted), the target epoch is ACTIVE, every required
+// tool has completed in the session, no exclusive tool is admitted or
+// completed there, and the pool generation is the one in the lease. It
+// writes the lease marker under the target epoch, the lease index, the
+// session ledger entry and the formation (status admitted, lease id), so a
+// drain either commits before it (and it fails) or after it (and the
+// marker holds retirement back).
+//
+// On success the lease's Revision and Cluster are set. A compare that
+// fails is reported as *StateError (epoch not ACTIVE), *DependencyError,
+// ErrFormationChanged or ErrGenerationChanged. ErrUnavailable means the
+// outcome is unknown: read the formation back before answering.
+func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
+	f, l := req.Formation, req.Lease
+	l.State = LeaseAdmitted
+	fkey, skey := s.k.formation(f.ID), s.k.state(l.Target.Epoch)
+	gkey := s.k.generation(l.Target.Pool)
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(fkey), "=", req.FormationRev),
+		clientv3.Compare(clientv3.Value(skey), "=", string(StateActive)),
+	}
+	if l.Generation == 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0))
+	} else {
+		cmps = append(cmps, clientv3.Compare(clientv3.Value(gkey), "=", formatGeneration(l.Generation)))
+	}
+	for _, t := range req.Requires {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.completed(l.Session, t)), ">", 0))
+	}
+	for _, t := range req.Exclusive {
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.CreateRevision(s.k.completed(l.Session, t)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(s.k.admittedTool(l.Session, t)), "=", 0).WithPrefix())
+	}
+	lval, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("lease: encode lease: %w", err)
+	}
+	f.Status, f.Lease, f.UpdatedAt = StatusAdmitted, l.ID, l.AdmittedAt
+	fval, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("lease: encode formation: %w", err)
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).If(cmps...).Then(
+		clientv3.OpPut(s.k.marker(l.Target.Epoch, l.ID), string(lval)),
+		clientv3.OpPut(s.k.lease(l.ID), l.Target.Epoch),
+		clientv3.OpPut(s.k.admitted(l.Session, l.Tool, l.ID), l.Tool),
+		// No lease option: the admitted record is detached from its
+		// retention lease and lives until the lease closes.
+		clientv3.OpPut(fkey, string(fval)),
+	).Commit()
+	if err != nil {
+		return s.wrap(ctx, "admit", err)
+	}
+	if resp.Succeeded {
+		l.Revision, l.Cluster = resp.Header.Revision, clusterID(resp.Header.ClusterId)
+		return nil
+	}
+	return s.diagnoseAdmit(ctx, req)
+}
+
+// diagnoseAdmit tells which condition of a failed admission did not hold.
+func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
+	l := req.Lease
+	ops := []clientv3.Op{
+		clientv3.OpGet(s.k.formation(req.Formation.ID), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.k.state(l.Target.Epoch)),
+		clientv3.OpGet(s.k.generation(l.Target.Pool)),
+	}
+	for _, t := range req.Requires {
+		ops = append(ops, clientv3.OpGet(s.k.completed(l.Session, t), clientv3.WithKeysOnly()))
+	}
+	for _, t := range req.Exclusive {
+		ops = append(ops, clientv3.OpGet(s.k.completed(l.Session, t), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.k.admittedTool(l.Session, t), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+	if err != nil {
+		return s.wrap(ctx, "diagnose admission", err)
+	}
+	r := func(i int) []*mvccpb.KeyValue { return resp.Responses[i].GetResponseRange().Kvs }
+	if f := r(0); len(f) == 0 || f[0].ModRevision != req.FormationRev {
+		return ErrFormationChanged
+	}
+	if st := r(1); len(st) == 0 {
+		return fmt.Errorf("%w: %s", ErrEpochNotFound, l.Target.Epoch)
+	} else if State(st[0].Value) != StateActive {
+		return &StateError{Epoch: l.Target.Epoch, State: State(st[0].Value), Want: StateActive}
+	}
+	g := r(2)
+	if (l.Generation == 0 && len(g) > 0) || (l.Generation != 0 && (len(g) == 0 || string(g[0].Value) != formatGeneration(l.Generation))) {
+		return ErrGenerationChanged
+	}
+	i := 3
+	for _, t := range req.Requires {
+		if len(r(i)) == 0 {
+			return &DependencyError{Tool: t}
+		}
+		i++
+	}
+	for _, t := range req.Exclusive {
+		if len(r(i)) > 0 || len(r(i+1)) > 0 {
+			return &DependencyError{Tool: t, Exclusive: true}
+		}
+		i += 2
+	}
+	// Every condition holds now: something changed and changed back.
+	return ErrFormationChanged
+}
+
+// OpenLease returns an open lease (its marker) with the revision that
+// created it and the cluster id, or ErrLeaseNotFound / ErrLeaseClosed.
+func (s *Store) OpenLease(ctx context.Context, id string) (*Lease, error) {
+	l, _, err := s.openLease(ctx, id)
+	return l, err
+}
+
+func (s *Store) openLease(ctx context.Context, id string) (*Lease, int64, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	idx, err := s.cli.Get(octx, s.k.lease(id))
+	if err != nil {
+		return nil, 0, s.wrap(ctx, "get lease", err)
+	}
+	if len(idx.Kvs) == 0 {
+		return nil, 0, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
+	}
+	resp, err := s.cli.Get(octx, s.k.marker(string(idx.Kvs[0].Value), id))
+	if err != nil {
+		return nil, 0, s.wrap(ctx, "get lease", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, fmt.Errorf("%w: %s", ErrLeaseClosed, id)
+	}
+	var l Lease
+	if err := json.Unmarshal(resp.Kvs[0].Value, &l); err != nil {
+		return nil, 0, fmt.Errorf("%w: lease %s", ErrCorrupt, id)
+	}
+	l.Revision, l.Cluster = resp.Kvs[0].CreateRevision, clusterID(resp.Header.ClusterId)
+	return &l, resp.Kvs[0].ModRevision, nil
+}
+
+// Outcome is how a lease closes.
+type Outcome string
+
+// Outcomes of a lease.
+const (
+	// OutcomeEffect: the effect happened; the tool is recorded as
+	// completed in the session and the marker released.
+	OutcomeEffect Outcome = "effect"
+	// OutcomeRejected: the backend refused before any effect; released.
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeUncertain: unknown (a timeout); the marker stays, blocking
+	// retirement and replay, until resolved.
+	OutcomeUncertain Outcome = "uncertain"
+	// OutcomeNoEffect: an operator's resolution that nothing happened.
+	OutcomeNoEffect Outcome = "no_effect"
+	// OutcomeReleased: an uncertain lease released by a newer backend
+	// generation; the outcome stays unknown (the formation stays
+	// uncertain) but the marker no longer holds anything back.
+	OutcomeReleased Outcome = "released"
+)
+
+// CloseLease applies a backend's outcome to an open lease: effect and
+// rejected release the marker (effect also records the tool as completed
+// in the session), uncertain keeps it. resolve is true for an operator's
+// resolution, the only way to close an uncertain lease (besides a newer
+// generation). The formation's status follows. Every write is one
+// transaction, compare-and-swap on the marker and the formation.
+func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, resolve bool, keep time.Duration) (*Lease, error) {
+	for range 16 {
+		l, mrev, err := s.openLease(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case resolve && l.State != LeaseUncertain:
+			return l, fmt.Errorf("%w: %s", ErrLeaseNotUncertain, id)
+		case !resolve && l.State == LeaseUncertain:
+			return l, fmt.Errorf("%w: %s", ErrLeaseUncertain, id)
+		}
+		f, frev, err := s.getFormation(ctx, l.Formation)
+		if err != nil {
+			return nil, err
+		}
+		mkey, fkey := s.k.marker(l.Target.Epoch, id), s.k.formation(f.ID)
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(mkey), "=", mrev),
+			clientv3.Compare(clientv3.ModRevision(fkey), "=", frev),
+		}
+		f.UpdatedAt = s.now().UTC()
+		var ops []clientv3.Op
+		switch outcome {
+		case OutcomeUncertain:
+			l.State, f.Status = LeaseUncertain, StatusUncertain
+			lval, _ := json.Marshal(l)
+			ops = append(ops, clientv3.OpPut(mkey, string(lval)))
+		case OutcomeEffect, OutcomeRejected, OutcomeNoEffect, OutcomeReleased:
+			switch outcome {
+			case OutcomeEffect:
+				f.Status = StatusCompleted
+			case OutcomeReleased:
+				f.Status = StatusUncertain
+			default:
+				f.Status = StatusRejected
+			}
+			ops = append(ops, clientv3.OpDelete(mkey), clientv3.OpDelete(s.k.admitted(l.Session, l.Tool, id)))
+			if outcome == OutcomeEffect {
+				ops = append(ops, clientv3.OpPut(s.k.completed(l.Session, l.Tool), l.Tool))
+			}
+		default:
+			return nil, fmt.Errorf("lease: unknown outcome %q", outcome)
+		}
+		fval, err := json.Marshal(f)
+		if err != nil {
+			return nil, fmt.Errorf("lease: encode formation: %w", err)
+		}
+		if outcome == OutcomeUncertain {
+			ops = append(ops, clientv3.OpPut(fkey, string(fval)))
+		} else {
+			// A closed record goes back to being collected after keep.
+			lid, err := s.retention.lease(ctx, s, keep)
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, clientv3.OpPut(fkey, string(fval), clientv3.WithLease(lid)))
+		}
+		octx, cancel := s.op(ctx)
+		resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return nil, s.wrap(ctx, "close lease", err)
+		}
+		if resp.Succeeded {
+			s.log.Info("lease closed", "lease", id, "outcome", outcome, "formation", f.ID)
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: lease %s", ErrConflict, id)
+}
+
+// SetGeneration records a newer backend generation of a pool and releases
+// the pool's uncertain leases admitted under an older generation: the old
+// backends are gone, so their outcome can no longer arrive. It returns the
+// ids of the released leases.
+func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep time.Duration) ([]string, error) {
+	if gen <= 0 {
+		return nil, fmt.Errorf("%w: generation must be positive", ErrStaleGeneration)
+	}
+	gkey := s.k.generation(pool)
+	octx, cancel := s.op(ctx)
+	resp, err := s.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.Value(gkey), "<", formatGeneration(gen))).
+		Then(clientv3.OpPut(gkey, formatGeneration(gen))).
+		Else(clientv3.OpGet(gkey)).
+		Commit()
+	cancel()
+	if err != nil {
+		return nil, s.wrap(ctx, "set generation", err)
+	}
+	if !resp.Succeeded {
+		// Value compares fail on a missing key: create it then.
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			return nil, fmt.Errorf("%w: pool %s is at %s", ErrStaleGeneration, pool, strings.TrimLeft(string(kvs[0].Value), "0"))
+		}
+		octx, cancel := s.op(ctx)
+		cr, err := s.cli.Txn(octx).
+			If(clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0)).
+			Then(clientv3.OpPut(gkey, formatGeneration(gen))).
+			Commit()
+		cancel()
+		if err != nil {
+			return nil, s.wrap(ctx, "set generation", err)
+		}
+		if !cr.Succeeded {
+			return s.SetGeneration(ctx, pool, gen, keep)
+		}
+	}
+	s.log.Info("pool generation", "pool", pool, "generation", gen)
+
+	octx, cancel = s.op(ctx)
+	all, err := s.cli.Get(octx, s.k.allMarkers(), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, s.wrap(ctx, "scan markers", err)
+	}
+	var released []string
+	for _, kv := range all.Kvs {
+		var l Lease
+		if json.Unmarshal(kv.Value, &l) != nil || l.State != LeaseUncertain || l.Target.Pool != pool || l.Generation >= gen {
+			continue
+		}
+		if _, err := s.CloseLease(ctx, l.ID, OutcomeReleased, true, keep); err != nil && !errors.Is(err, ErrLeaseClosed) {
+			return released, err
+		}
+		released = append(released, l.ID)
+	}
+	return released, nil
+}
+
+func clusterID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+func (k keys) lease(id string) string { return k.p + "leases/" + id }
+func (k keys) generation(pool string) string {
+	return k.p + "pools/" + pool + "/generation"
+}
+
+// completed is the session-ledger key recording that tool's effect
+// completed in session.
+func (k keys) completed(session, tool string) string { return k.sessionCompleted(session) + tool }
+
+// admittedTool is the prefix of the admissions of tool in session;
+// admitted is one of them.
+func (k keys) admittedTool(session, tool string) string {
+	return k.sessionAdmitted(session) + tool + "/"
+}
+func (k keys) admitted(session, tool, lease string) string {
+	return k.admittedTool(session, tool) + lease
+}
