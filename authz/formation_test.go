@@ -504,3 +504,11 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 	}
 	t.Logf("%d reloads; formations per version: %v", reloads.Load(), seen)
 }
+
+func writeFileAtomic(dir, name, body string) error {
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}

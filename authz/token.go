@@ -82,6 +82,10 @@ func (t *TokenIssuer) Publish(ctx context.Context, store *lease.Store) {
 	store.KeepPublished(ctx, t.key.KeyID(), t.public, t.lifetime+time.Minute, t.published.Store)
 }
 
+// Published reports whether the public key is currently published, which
+// is when tokens are issued.
+func (t *TokenIssuer) Published() bool { return t.published.Load() }
+
 // sign returns a signed dispatch token for claims, stamping iss, iat, nbf
 // and exp from now.
 func (t *TokenIssuer) sign(c fencecheck.Claims, now time.Time) (string, time.Time, error) {

@@ -1,0 +1,489 @@
+package authz_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
+)
+
+// admitEnv is env with admission: a real signing key published in etcd.
+type admitEnv struct {
+	*env
+	key jwk.Key
+}
+
+func newAdmitEnv(t *testing.T, decider authz.Decider) *admitEnv {
+	t.Helper()
+	e := newEnv(t, nil, nil)
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go iss.Publish(ctx, e.store)
+	deadline := time.Now().Add(30 * time.Second)
+	for !iss.Published() {
+		if time.Now().After(deadline) {
+			t.Fatal("signing key not published")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if decider == nil {
+		decider = defaultSet(t)
+	}
+	e.forms = authz.NewFormations(e.store, decider, authz.FormationConfig{Now: e.clock.Now, Issuer: iss})
+	return &admitEnv{env: e, key: key}
+}
+
+// claims verifies a token's signature with the published key and returns
+// its claims.
+func (e *admitEnv) claims(t *testing.T, tok string) fencecheck.Claims {
+	t.Helper()
+	pub, _ := e.key.PublicKey()
+	payload, err := jws.Verify([]byte(tok), jws.WithKey(jwa.EdDSA, pub))
+	if err != nil {
+		t.Fatalf("token does not verify: %v", err)
+	}
+	msg, _ := jws.Parse([]byte(tok))
+	if h := msg.Signatures()[0].ProtectedHeaders(); h.Type() != fencecheck.TokenType || h.KeyID() != e.key.KeyID() {
+		t.Fatalf("token header typ %q kid %q", h.Type(), h.KeyID())
+	}
+	var c fencecheck.Claims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (e *admitEnv) ready(t *testing.T, session, tool, args string, attrs map[string]any, approvers ...string) *authz.Formation {
+	t.Helper()
+	f, err := e.form(t, session, tool, args, "alice", attrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range approvers {
+		if f, err = approve(e.env, f, a, "approve"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.Status != authz.StatusReady {
+		t.Fatalf("%s not ready: %s (%+v)", tool, f.Status, f.Decision)
+	}
+	return f
+}
+
+func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	f := e.ready(t, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, nil)
+	a, err := e.forms.Admit(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.claims(t, a.Token)
+	want, _ := fencecheck.ArgumentDigest("github/get_repository", json.RawMessage(`{"repo":"demo","owner":"octo"}`))
+	switch {
+	case c.ID != a.Lease, c.Audience != "github-v1-4", c.Subject != "s1", c.Formation != f.ID,
+		c.Tool != "github/get_repository", c.ArgumentDigest != want, c.Epoch != f.Source.Epoch,
+		c.Artifact != f.Source.Artifact.Digest, c.Config != f.Source.ConfigDigest, c.Issuer != "fcd-test",
+		c.Revision <= 0, c.Cluster == "", c.Expiry-c.IssuedAt != 30, a.Target.Pool != "github-v1-4":
+		t.Fatalf("claims %+v, admission %+v", c, a)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := e.forms.Get(ctx, f.ID)
+	if got.Status != authz.StatusAdmitted || got.Lease != a.Lease {
+		t.Fatalf("formation after admission: %s lease %s", got.Status, got.Lease)
+	}
+
+	// Admitting again while the lease is open: same lease, same jti, same
+	// fencing revision; never a second lease.
+	e.clock.Advance(5 * time.Second)
+	again, err := e.forms.Admit(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := e.claims(t, again.Token)
+	if again.Lease != a.Lease || c2.ID != c.ID || c2.Revision != c.Revision || c2.IssuedAt == c.IssuedAt {
+		t.Fatalf("re-admission: %+v vs %+v", c2, c)
+	}
+	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
+	if ep.ActiveLeases != 1 {
+		t.Fatalf("%d markers after two admissions of one formation", ep.ActiveLeases)
+	}
+
+	// Completing releases the lease; a closed lease is not re-admitted.
+	if _, err := e.forms.Complete(ctx, a.Lease, authz.OutcomeEffect, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrLeaseClosed) {
+		t.Fatalf("admission after completion: %v", err)
+	}
+	if _, err := e.forms.Complete(ctx, a.Lease, authz.OutcomeEffect, "again"); !errors.Is(err, authz.ErrLeaseClosed) {
+		t.Fatalf("second completion: %v", err)
+	}
+	if _, err := e.forms.Complete(ctx, "ls_nope", authz.OutcomeEffect, ""); !errors.Is(err, authz.ErrLeaseNotFound) {
+		t.Fatalf("unknown lease: %v", err)
+	}
+	if got, _ := e.forms.Get(ctx, f.ID); got.Status != lease.StatusCompleted {
+		t.Fatalf("formation after effect: %s", got.Status)
+	}
+}
+
+func TestAdmitRefusals(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	pending, _ := e.form(t, "s", "github/create_repository", `{"name":"a"}`, "alice", nil)
+	denied, _ := e.form(t, "s", "github/delete_repository", `{"owner":"o","repo":"r"}`, "alice", nil)
+	expiring := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"x"}`, nil)
+	for _, tc := range []struct {
+		note string
+		id   string
+		want error
+	}{
+		{"pending approval", pending.ID, authz.ErrNotApproved},
+		{"denied", denied.ID, authz.ErrFormationDenied},
+		{"unknown", "fm_nope", authz.ErrFormationNotFound},
+	} {
+		if _, err := e.forms.Admit(ctx, tc.id); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.note, err, tc.want)
+		}
+	}
+	e.clock.Advance(16 * time.Minute)
+	if _, err := e.forms.Admit(ctx, expiring.ID); !errors.Is(err, authz.ErrExpired) {
+		t.Errorf("expired: %v", err)
+	}
+}
+
+func TestAdmitAgainstLifecycle(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	f1 := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"1"}`, nil)
+	f2 := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"2"}`, nil)
+	f3 := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"3"}`, nil)
+	a1, err := e.forms.Admit(ctx, f1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := f1.Source.Epoch
+	if _, err := e.store.Drain(ctx, epoch); err != nil {
+		t.Fatal(err)
+	}
+	// A draining source never substitutes: 409, and nothing is admitted.
+	if _, err := e.forms.Admit(ctx, f2.ID); !errors.Is(err, authz.ErrSourceDraining) {
+		t.Fatalf("admit on draining: %v", err)
+	}
+	// The open lease holds retirement back; an uncertain outcome keeps it.
+	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 1, 0) {
+		t.Fatalf("retire with an open lease: %v", err)
+	}
+	if _, err := e.forms.Complete(ctx, a1.Lease, authz.OutcomeUncertain, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 0, 1) {
+		t.Fatalf("retire with an uncertain lease: %v", err)
+	}
+	if _, err := e.forms.Admit(ctx, f1.ID); !errors.Is(err, authz.ErrLeaseUncertain) {
+		t.Fatalf("re-admission of an uncertain call: %v", err)
+	}
+	if _, err := e.forms.Complete(ctx, a1.Lease, authz.OutcomeEffect, "late"); !errors.Is(err, authz.ErrLeaseUncertain) {
+		t.Fatalf("backend completion of an uncertain lease: %v", err)
+	}
+	if _, err := e.forms.Resolve(ctx, a1.Lease, authz.OutcomeNoEffect, "checked the backend"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Resolve(ctx, a1.Lease, authz.OutcomeNoEffect, "again"); !errors.Is(err, authz.ErrLeaseClosed) {
+		t.Fatalf("second resolution: %v", err)
+	}
+	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != lease.StateStale {
+		t.Fatalf("retire after resolution: %s %v", st, err)
+	}
+	// STALE, and no successor was captured: 410.
+	if _, err := e.forms.Admit(ctx, f3.ID); !errors.Is(err, authz.ErrSourceStale) {
+		t.Fatalf("admit on stale: %v", err)
+	}
+}
+
+func isBlocked(err error, active, uncertain int) bool {
+	var rb *lease.RetireBlockedError
+	return errors.As(err, &rb) && rb.Active == active && rb.Uncertain == uncertain
+}
+
+func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"1"}`, nil)
+	a, err := e.forms.Admit(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := e.claims(t, a.Token); c.Generation != 0 {
+		t.Fatalf("generation %d before any was recorded", c.Generation)
+	}
+	if _, err := e.forms.Complete(ctx, a.Lease, authz.OutcomeUncertain, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	released, err := e.forms.SetGeneration(ctx, "github-v1-4", 2)
+	if err != nil || len(released) != 1 || released[0] != a.Lease {
+		t.Fatalf("generation 2 released %v, %v", released, err)
+	}
+	if _, err := e.forms.SetGeneration(ctx, "github-v1-4", 2); !errors.Is(err, authz.ErrStaleGeneration) {
+		t.Fatalf("same generation again: %v", err)
+	}
+	if _, err := e.forms.SetGeneration(ctx, "github-v1-4", 1); !errors.Is(err, authz.ErrStaleGeneration) {
+		t.Fatalf("older generation: %v", err)
+	}
+	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
+	if ep.UncertainLeases != 0 || ep.ActiveLeases != 0 {
+		t.Fatalf("markers after release: %d/%d", ep.ActiveLeases, ep.UncertainLeases)
+	}
+	// New admissions carry the new generation.
+	g := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"2"}`, nil)
+	a2, err := e.forms.Admit(ctx, g.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := e.claims(t, a2.Token); c.Generation != 2 {
+		t.Fatalf("generation in token %d, want 2", c.Generation)
+	}
+	if _, err := e.forms.SetGeneration(ctx, "github-v1-4", 10); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSessionOrderingAtAdmission(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	// delete_repository requires get_repository and is exclusive with
+	// create_repository. The formation-time policy already checks both
+	// against the session history; admission must check them again against
+	// the ledger as etcd orders it, because the session moves on between
+	// formation and admission.
+
+	// Session "x": the delete is formed after get_repository completed, so
+	// the policy allows it; then create_repository is admitted in "x"
+	// first: the delete's admission is refused as exclusive.
+	gx := e.ready(t, "x", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
+	ax, _ := e.forms.Admit(ctx, gx.ID)
+	if _, err := e.forms.Complete(ctx, ax.Lease, authz.OutcomeEffect, ""); err != nil {
+		t.Fatal(err)
+	}
+	delX := e.ready(t, "x", "github/delete_repository", `{"owner":"o","repo":"r"}`, admins, "bob", "carol")
+	createX := e.ready(t, "x", "github/create_repository", `{"name":"n"}`, nil, "bob")
+	if _, err := e.forms.Admit(ctx, createX.ID); err != nil {
+		t.Fatal(err)
+	}
+	var de *authz.DependencyError
+	if _, err := e.forms.Admit(ctx, delX.ID); !errors.As(err, &de) || !de.Exclusive || de.Tool != "github/create_repository" {
+		t.Fatalf("exclusive conflict at admission: %v", err)
+	}
+
+	// Session "y", with a policy that allows everything so the delete can
+	// be formed before get_repository ran: admission refuses it while its
+	// required tool is not completed (admitted is not enough), and admits
+	// it once get_repository's effect completed.
+	e2 := newAdmitEnv(t, allowAll(t))
+	gy := e2.ready(t, "y", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
+	delY := e2.ready(t, "y", "github/delete_repository", `{"owner":"o","repo":"r"}`, nil, "bob")
+	if _, err := e2.forms.Admit(ctx, delY.ID); !errors.As(err, &de) || de.Exclusive || de.Tool != "github/get_repository" {
+		t.Fatalf("requires unmet at admission: %v", err)
+	}
+	ay, err := e2.forms.Admit(ctx, gy.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.forms.Admit(ctx, delY.ID); !errors.As(err, &de) {
+		t.Fatalf("requires only admitted, not completed: %v", err)
+	}
+	if _, err := e2.forms.Complete(ctx, ay.Lease, authz.OutcomeEffect, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.forms.Admit(ctx, delY.ID); err != nil {
+		t.Fatalf("delete after get_repository completed: %v", err)
+	}
+}
+
+// TestAdmissionRacesDrain: many admissions race one drain. Every admission
+// either holds a lease committed before the drain, or was refused as
+// draining; none committed after the drain.
+func TestAdmissionRacesDrain(t *testing.T) {
+	// The drain starts after a delay that grows per round, so the rounds
+	// cover "drain first", "interleaved" and "admissions first".
+	delays := []time.Duration{0, 5 * time.Millisecond, 15 * time.Millisecond, 40 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+	var totalAdmitted, totalRefused int
+	for round, delay := range delays {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			e := newAdmitEnv(t, nil)
+			ctx := context.Background()
+			const n = 24
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = e.ready(t, fmt.Sprint("s", i), "github/get_repository", fmt.Sprintf(`{"owner":"o","repo":"r%d"}`, i), nil).ID
+			}
+			epoch := e.snapshotEpoch(t)
+			var wg sync.WaitGroup
+			results := make([]*authz.Admission, n)
+			errs := make([]error, n)
+			start := make(chan struct{})
+			for i := range ids {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					results[i], errs[i] = e.forms.Admit(ctx, ids[i])
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				time.Sleep(delay)
+				if _, err := e.store.Drain(ctx, epoch); err != nil {
+					t.Error(err)
+				}
+			}()
+			close(start)
+			wg.Wait()
+			ep, err := e.store.GetEpoch(ctx, epoch)
+			if err != nil || ep.State != lease.StateDraining {
+				t.Fatalf("epoch %+v %v", ep, err)
+			}
+			admitted := 0
+			for i := range ids {
+				switch {
+				case errs[i] == nil:
+					admitted++
+					l, err := e.store.OpenLease(ctx, results[i].Lease)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if l.Revision >= ep.StateRevision {
+						t.Fatalf("lease %s committed at %d, after the drain at %d", l.ID, l.Revision, ep.StateRevision)
+					}
+					if c := e.claims(t, results[i].Token); c.Revision != l.Revision {
+						t.Fatalf("token revision %d, lease %d", c.Revision, l.Revision)
+					}
+				case errors.Is(errs[i], authz.ErrSourceDraining):
+				default:
+					t.Fatalf("admission %d: %v", i, errs[i])
+				}
+			}
+			if ep.ActiveLeases != admitted {
+				t.Fatalf("%d markers for %d admissions", ep.ActiveLeases, admitted)
+			}
+			t.Logf("drain after %s: %d admitted before it, %d refused", delay, admitted, n-admitted)
+			totalAdmitted += admitted
+			totalRefused += n - admitted
+		})
+	}
+	if totalAdmitted == 0 || totalRefused == 0 {
+		t.Fatalf("the schedules never interleaved: %d admitted, %d refused in all", totalAdmitted, totalRefused)
+	}
+}
+
+func (e *env) snapshotEpoch(t *testing.T) string {
+	t.Helper()
+	s, err := e.store.GetSnapshot(context.Background(), e.snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Tools[0].Epoch
+}
+
+// TestAdmissionRecheckNarrowsOnly: a policy change after formation is
+// applied at admission; it may deny, never allow what was denied.
+func TestAdmissionRecheckNarrowsOnly(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rego, cedar string) {
+		t.Helper()
+		for name, body := range map[string]string{"p.rego": rego, "p.cedar": cedar} {
+			if err := writeFileAtomic(dir, name, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	allowRego := "package fcd.authz\n\nallow contains {\"rule\": \"all\", \"reason\": \"all\"}\n"
+	allowCedar := "@id(\"all\")\npermit (principal, action, resource);\n"
+	denyReads := "package fcd.authz\n\nallow contains {\"rule\": \"all\", \"reason\": \"all\"}\n\ndeny contains {\"rule\": \"no-reads\", \"reason\": \"reads are off\"} if input.tool.sideEffects == \"read\"\n"
+	write(allowRego, allowCedar)
+	pm, err := policy.NewManager(context.Background(), policy.Source{Dir: dir}, policy.ManagerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newAdmitEnv(t, pm)
+	ctx := context.Background()
+	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
+	write(denyReads, allowCedar)
+	if err := pm.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrPolicyNowDenies) {
+		t.Fatalf("admission under a policy that now denies: %v", err)
+	}
+	// Back to allowing: the same formation is admitted (nothing was
+	// widened: it was allowed at formation).
+	write(allowRego, allowCedar)
+	if err := pm.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Admit(ctx, f.ID); err != nil {
+		t.Fatalf("admission after the policy allows again: %v", err)
+	}
+	// A formation denied at formation stays denied whatever the policy
+	// says now.
+	write(denyReads, allowCedar)
+	pm.Reload(ctx)
+	d, _ := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"z"}`, "alice", nil)
+	write(allowRego, allowCedar)
+	pm.Reload(ctx)
+	if _, err := e.forms.Admit(ctx, d.ID); !errors.Is(err, authz.ErrFormationDenied) {
+		t.Fatalf("a denied formation under a policy that now allows: %v", err)
+	}
+}
+
+// TestAdmissionFailsClosedWithoutEtcd: with etcd stopped, admission is
+// refused as unavailable; when it is back the call is admitted once.
+func TestAdmissionFailsClosedWithoutEtcd(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
+	e.member.Stop()
+	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrUnavailable) {
+		t.Fatalf("admission with etcd down: %v", err)
+	}
+	e.member.Restart()
+	var a *authz.Admission
+	var err error
+	for range 100 {
+		if a, err = e.forms.Admit(ctx, f.ID); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
+	if ep.ActiveLeases != 1 || a.Lease == "" {
+		t.Fatalf("after the outage: %d markers, lease %q", ep.ActiveLeases, a.Lease)
+	}
+}
