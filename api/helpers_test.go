@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"log/slog"
+	"time"
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
 func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
@@ -22,5 +25,29 @@ func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.Format
 		f.t.Fatalf("default policies: %v", err)
 	}
 	f.policies = pm
-	return authz.NewFormations(store, pm, authz.FormationConfig{Logger: log})
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	go iss.Publish(ctx, store)
+	f.issuer = iss
+	return authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss})
+}
+
+// waitPublished waits until the signing key is published in etcd.
+func (f *fixture) waitPublished() {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !f.issuer.Published() {
+		if time.Now().After(deadline) {
+			f.t.Fatal("signing key not published")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -37,6 +37,8 @@ type fixture struct {
 	byID map[string]api.Secret
 	// policies decide formations (the embedded defaults).
 	policies *policy.Manager
+	// issuer signs dispatch tokens.
+	issuer *authz.TokenIssuer
 }
 
 func newFixture(t *testing.T, bodyLimit int64) *fixture {

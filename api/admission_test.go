@@ -1,0 +1,95 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
+)
+
+func TestAdmissionOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+	f.waitPublished()
+
+	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
+	f.expect(read, http.StatusCreated, "")
+	id := read.body["id"].(string)
+	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleApprover, nil), http.StatusForbidden, "forbidden-role")
+	a := f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil)
+	f.expect(a, http.StatusOK, "")
+	if a.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("token answer is cacheable: %q", a.header.Get("Cache-Control"))
+	}
+	tok, _ := a.body["token"].(string)
+	leaseID, _ := a.body["lease"].(string)
+	if target := a.body["target"].(map[string]any); target["pool"] != "github-v1-4" || !strings.HasPrefix(leaseID, "ls_") {
+		t.Fatalf("admission: %s", a.raw)
+	}
+	// The host may admit too, and gets the same lease.
+	again := f.do("POST", "/v1/formations/"+id+"/admit", api.RoleHost, nil)
+	f.expect(again, http.StatusOK, "")
+	if again.body["lease"] != leaseID {
+		t.Fatalf("re-admission: %s", again.raw)
+	}
+
+	// The token verifies against the published JWKS, served without a
+	// credential.
+	jw := f.do("GET", "/.well-known/jwks.json", "", nil)
+	f.expect(jw, http.StatusOK, "")
+	if jw.header.Get("Content-Type") != "application/jwk-set+json" {
+		t.Fatalf("jwks content type %q", jw.header.Get("Content-Type"))
+	}
+	set, err := jwk.Parse(jw.raw)
+	if err != nil || set.Len() != 1 {
+		t.Fatalf("jwks: %v %s", err, jw.raw)
+	}
+	payload, err := jws.Verify([]byte(tok), jws.WithKeySet(set, jws.WithRequireKid(true)))
+	if err != nil {
+		t.Fatalf("token does not verify against the JWKS: %v", err)
+	}
+	var claims map[string]any
+	json.Unmarshal(payload, &claims)
+	if claims["jti"] != leaseID || claims["aud"] != "github-v1-4" {
+		t.Fatalf("claims: %v", claims)
+	}
+
+	// Lifecycle over HTTP.
+	complete := "/v1/leases/" + leaseID + "/complete"
+	f.expect(f.do("POST", complete, api.RoleHost, []byte(`{"outcome":"effect"}`)), http.StatusForbidden, "forbidden-role")
+	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"done"}`)), http.StatusBadRequest, "invalid-request")
+	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"uncertain","detail":"timeout"}`)), http.StatusOK, "")
+	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusConflict, "lease-uncertain")
+	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil), http.StatusConflict, "lease-uncertain")
+	resolve := "/v1/leases/" + leaseID + "/resolve"
+	f.expect(f.do("POST", resolve, api.RoleOperator, []byte(`{"outcome":"uncertain"}`)), http.StatusBadRequest, "invalid-request")
+	f.expect(f.do("POST", resolve, api.RoleOperator, []byte(`{"outcome":"effect","reason":"checked"}`)), http.StatusOK, "")
+	f.expect(f.do("POST", resolve, api.RoleOperator, []byte(`{"outcome":"effect","reason":"checked"}`)), http.StatusConflict, "lease-closed")
+	f.expect(f.do("POST", "/v1/leases/ls_nope/complete", api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusNotFound, "lease-not-found")
+
+	gen := f.do("POST", "/v1/pools/github-v1-4/generation", api.RoleOperator, []byte(`{"generation":3}`))
+	f.expect(gen, http.StatusOK, "")
+	if gen.body["generation"] != float64(3) {
+		t.Fatalf("generation: %s", gen.raw)
+	}
+	f.expect(f.do("POST", "/v1/pools/github-v1-4/generation", api.RoleOperator, []byte(`{"generation":2}`)), http.StatusConflict, "stale-generation")
+
+	// A write without its approval is not admitted; a drained source
+	// answers 409 with Retry-After, a stale one 410.
+	w := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s2", "github/create_repository", `{"name":"x"}`, "alice"))
+	f.expect(f.do("POST", "/v1/formations/"+w.body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusForbidden, "not-approved")
+	r2 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s3", "github/get_repository", `{"owner":"o","repo":"r"}`, ""))
+	epoch := read.body["source"].(map[string]any)["epoch"].(string)
+	f.expect(f.do("POST", "/v1/epochs/"+epoch+"/drain", api.RoleOperator, nil), http.StatusOK, "")
+	dr := f.do("POST", "/v1/formations/"+r2.body["id"].(string)+"/admit", api.RoleGateway, nil)
+	f.expect(dr, http.StatusConflict, "source-draining")
+	if dr.header.Get("Retry-After") == "" {
+		t.Fatal("409 source-draining without Retry-After")
+	}
+	f.expect(f.do("POST", "/v1/epochs/"+epoch+"/retire", api.RoleOperator, nil), http.StatusOK, "")
+	f.expect(f.do("POST", "/v1/formations/"+r2.body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusGone, "source-stale")
+}
