@@ -131,6 +131,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 		`"github/create_repository"`,
 		`"status":"pending_approval","approvalsRequired":1`, `{"engine":"rego","rules":["allow-write"]}`,
 		`"status":"ready","approvals":["dev-approver"]`,
+		`{"lease":"ls_`, `"target":{"epoch":"sha256:`, `"crv":"Ed25519"`, `"outcome":"effect"`,
 		`"state":"DRAINING"`, `"state":"STALE"`,
 	} {
 		i := strings.Index(got, want)
