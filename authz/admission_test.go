@@ -487,3 +487,61 @@ func TestAdmissionFailsClosedWithoutEtcd(t *testing.T) {
 		t.Fatalf("after the outage: %d markers, lease %q", ep.ActiveLeases, a.Lease)
 	}
 }
+
+// TestKeyRotation: two replicas publish their keys; the JWKS holds both.
+// When one stops (a rotation or a crash), its key stays published for
+// token lifetime + grace, so its last tokens still verify, then goes.
+func TestKeyRotation(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	forms := authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{})
+	start := func() (context.CancelFunc, *authz.TokenIssuer) {
+		key, err := manifest.GenerateKey(jwa.ES256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		iss, err := authz.NewTokenIssuerConfig(authz.TokenIssuerConfig{Key: key, Lifetime: 2 * time.Second, Grace: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, cancel := context.WithCancel(ctx)
+		go iss.Publish(c, e.store)
+		return cancel, iss
+	}
+	kids := func() map[string]bool {
+		t.Helper()
+		raw, err := forms.JWKS(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := jwk.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for i := range set.Len() {
+			k, _ := set.Key(i)
+			out[k.KeyID()] = true
+		}
+		return out
+	}
+	waitUntil := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 30s for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	stopOld, old := start()
+	stopNew, fresh := start()
+	defer stopNew()
+	waitUntil("both keys", func() bool { k := kids(); return k[old.KeyID()] && k[fresh.KeyID()] })
+	stopOld()
+	if !kids()[old.KeyID()] {
+		t.Fatal("the old key vanished at once; its unexpired tokens could no longer be verified")
+	}
+	waitUntil("the old key to expire", func() bool { k := kids(); return !k[old.KeyID()] && k[fresh.KeyID()] })
+}

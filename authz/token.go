@@ -30,6 +30,7 @@ type TokenIssuer struct {
 	public    []byte
 	issuer    string
 	lifetime  time.Duration
+	grace     time.Duration
 	published atomic.Bool
 }
 
@@ -37,6 +38,30 @@ type TokenIssuer struct {
 // naming itself issuer ("fcd" when empty), with tokens valid for lifetime
 // (30s when zero, at most MaxTokenLifetime).
 func NewTokenIssuer(key jwk.Key, issuer string, lifetime time.Duration) (*TokenIssuer, error) {
+	return NewTokenIssuerConfig(TokenIssuerConfig{Key: key, Issuer: issuer, Lifetime: lifetime})
+}
+
+// TokenIssuerConfig configures a [TokenIssuer]; zero fields are defaults.
+type TokenIssuerConfig struct {
+	// Key is the private signing JWK (Ed25519 or P-256) with a kid.
+	Key jwk.Key
+	// Issuer is the iss claim; "" means "fcd".
+	Issuer string
+	// Lifetime of tokens; zero means 30s; at most MaxTokenLifetime.
+	Lifetime time.Duration
+	// Grace is how long the public key stays published after this issuer
+	// stops (rotation, shutdown, crash), beyond the token lifetime; zero
+	// means one minute. Every token it signed stays verifiable until it
+	// expires.
+	Grace time.Duration
+}
+
+// NewTokenIssuerConfig returns an issuer configured by cfg.
+func NewTokenIssuerConfig(cfg TokenIssuerConfig) (*TokenIssuer, error) {
+	key, issuer, lifetime := cfg.Key, cfg.Issuer, cfg.Lifetime
+	if key == nil {
+		return nil, errors.New("authz: no signing key")
+	}
 	if issuer == "" {
 		issuer = "fcd"
 	}
@@ -64,7 +89,11 @@ func NewTokenIssuer(key jwk.Key, issuer string, lifetime time.Duration) (*TokenI
 	if _, err := manifest.Sign([]byte("{}"), key, fencecheck.TokenType); err != nil {
 		return nil, err
 	}
-	return &TokenIssuer{key: key, public: pj, issuer: issuer, lifetime: lifetime}, nil
+	grace := cfg.Grace
+	if grace <= 0 {
+		grace = time.Minute
+	}
+	return &TokenIssuer{key: key, public: pj, issuer: issuer, lifetime: lifetime, grace: grace}, nil
 }
 
 func isPrivate(k jwk.Key) bool { ok, err := jwk.IsPrivateKey(k); return err == nil && ok }
@@ -78,8 +107,8 @@ func (t *TokenIssuer) Lifetime() time.Duration { return t.lifetime }
 // Publish keeps the public key published in store until ctx ends. Run it
 // in its own goroutine; tokens are issued only while it is published.
 func (t *TokenIssuer) Publish(ctx context.Context, store *lease.Store) {
-	// Keep the key one minute past the longest-lived token it signed.
-	store.KeepPublished(ctx, t.key.KeyID(), t.public, t.lifetime+time.Minute, t.published.Store)
+	// Keep the key past the longest-lived token it signed.
+	store.KeepPublished(ctx, t.key.KeyID(), t.public, t.lifetime+t.grace, t.published.Store)
 }
 
 // Published reports whether the public key is currently published, which
