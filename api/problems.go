@@ -53,6 +53,9 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 	return json.Marshal(m)
 }
 
+// noRetry marks a problem that retrying cannot cure: no Retry-After.
+const noRetry = "-"
+
 // problemRule maps errors matching match to a problem.
 type problemRule struct {
 	match  func(error) bool
@@ -154,7 +157,8 @@ func problemRules() []problemRule {
 			detail: "the record was updated concurrently too many times in a row; retry"},
 		{match: is(authz.ErrSigningKeyUnpublished), status: 503, slug: "signing-key-unpublished", title: "Signing key not published",
 			retryAfter: "1"},
-		{match: is(authz.ErrAdmissionDisabled), status: 503, slug: "admission-disabled", title: "Admission is not configured"},
+		{match: is(authz.ErrAdmissionDisabled), status: 503, slug: "admission-disabled", title: "Admission is not configured",
+			retryAfter: noRetry},
 		{match: is(authz.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
 			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)"},
 	}
@@ -199,6 +203,7 @@ func (s *server) problem(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fcd"`)
 	}
 	switch {
+	case p.retryAfter == noRetry:
 	case p.retryAfter != "":
 		w.Header().Set("Retry-After", p.retryAfter)
 	case p.Status == http.StatusServiceUnavailable:

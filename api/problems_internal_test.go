@@ -119,6 +119,29 @@ func TestToProblem(t *testing.T) {
 		{"not pending", fmt.Errorf("authz: approve fm_x: %w", fmt.Errorf("%w: status is %s", authz.ErrNotPending, authz.StatusReady)), 409, "not-pending", nil},
 		{"formation expired", fmt.Errorf("authz: approve fm_x: %w", authz.ErrExpired), 409, "formation-expired", nil},
 		{"duplicate approver", fmt.Errorf("authz: approve fm_x: %w", authz.ErrDuplicateApprover), 409, "duplicate-approver", nil},
+		{"admit expired", fmt.Errorf("authz: admit fm_x: %w", authz.ErrExpired), 409, "formation-expired", nil},
+		{"not approved", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: %d of %d approvals", authz.ErrNotApproved, 0, 1)), 403, "not-approved", nil},
+		{"formation denied", fmt.Errorf("authz: admit fm_x: %w", authz.ErrFormationDenied), 403, "formation-denied", nil},
+		{"policy now denies", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: [rego: [deny_after_hours] [outside business hours] ]", authz.ErrPolicyNowDenies)), 403, "policy-denies", nil},
+		{"policy now needs more approvals", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: it now needs %d approvals, the formation has %d", authz.ErrPolicyNowDenies, 2, 1)), 403, "policy-denies", nil},
+		{"dependency unmet", fmt.Errorf("authz: admit fm_x: %w", &authz.DependencyError{Tool: "github/get_repository"}), 403, "dependency-unmet",
+			map[string]any{"tool": "github/get_repository"}},
+		{"exclusive conflict", fmt.Errorf("authz: admit fm_x: %w", &authz.DependencyError{Tool: "github/delete_repository", Exclusive: true}), 403, "exclusive-conflict",
+			map[string]any{"tool": "github/delete_repository"}},
+		{"source draining", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSourceDraining), 409, "source-draining", nil},
+		{"source stale", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSourceStale), 410, "source-stale", nil},
+		{"admit uncertain", fmt.Errorf("authz: admit fm_x: %w", authz.ErrLeaseUncertain), 409, "lease-uncertain", nil},
+		{"admit closed", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: formation is %s", authz.ErrLeaseClosed, "completed")), 409, "lease-closed", nil},
+		{"admit contention", fmt.Errorf("authz: admit fm_x: %w", authz.ErrConflict), 503, "contention", nil},
+		{"signing key unpublished", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSigningKeyUnpublished), 503, "signing-key-unpublished", nil},
+		{"admission disabled", authz.ErrAdmissionDisabled, 503, "admission-disabled", nil},
+		{"invalid outcome", fmt.Errorf("%w: outcome must be effect, rejected or uncertain", authz.ErrBadRequest), 400, "invalid-request", nil},
+		{"lease not found", fmt.Errorf("authz: complete ls_x: %w", fmt.Errorf("%w: ls_x", authz.ErrLeaseNotFound)), 404, "lease-not-found", nil},
+		{"lease closed", fmt.Errorf("authz: complete ls_x: %w", fmt.Errorf("%w: ls_x", authz.ErrLeaseClosed)), 409, "lease-closed", nil},
+		{"lease uncertain", fmt.Errorf("authz: complete ls_x: %w", fmt.Errorf("%w: ls_x", authz.ErrLeaseUncertain)), 409, "lease-uncertain", nil},
+		{"lease not uncertain", fmt.Errorf("authz: resolve ls_x: %w", fmt.Errorf("%w: ls_x", authz.ErrLeaseNotUncertain)), 409, "lease-not-uncertain", nil},
+		{"lease contention", fmt.Errorf("authz: complete ls_x: %w", fmt.Errorf("%w: lease ls_x", authz.ErrConflict)), 503, "contention", nil},
+		{"stale generation", fmt.Errorf("authz: generation of p: %w", fmt.Errorf("%w: pool %s is at %s", authz.ErrStaleGeneration, "p", "4")), 409, "stale-generation", nil},
 		{"contention", fmt.Errorf("authz: approve fm_x: %w", fmt.Errorf("%w: formation fm_x at /fcd/formations/fm_x", authz.ErrConflict)), 503, "contention", nil},
 		{"no active epochs", fmt.Errorf("%w: server %q", authz.ErrNoActiveEpochs, "github"), 409, "no-active-epochs", nil},
 		{"record too large", fmt.Errorf("lease: register epoch: %w", authz.ErrTooLarge), 413, "record-too-large", nil},
@@ -168,16 +191,27 @@ func TestToProblem(t *testing.T) {
 // TestProblemWriter checks the headers and body problem() writes.
 func TestProblemWriter(t *testing.T) {
 	s := &server{log: slog.New(slog.DiscardHandler)}
+	// An empty value with a header name asserts that the header is absent.
 	cases := []struct {
 		err    error
 		status int
 		header string
 		value  string
+		ext    map[string]any
 	}{
-		{errUnauthenticated, 401, "WWW-Authenticate", `Bearer realm="fcd"`},
-		{fmt.Errorf("x: %w", authz.ErrUnavailable), 503, "Retry-After", "1"},
-		{fmt.Errorf("x: %w", authz.ErrConflict), 503, "Retry-After", "1"},
-		{&authz.StateError{Epoch: "e", State: "STALE", Want: "ACTIVE"}, 409, "", ""},
+		{errUnauthenticated, 401, "WWW-Authenticate", `Bearer realm="fcd"`, nil},
+		{fmt.Errorf("x: %w", authz.ErrUnavailable), 503, "Retry-After", "1", nil},
+		{fmt.Errorf("x: %w", authz.ErrConflict), 503, "Retry-After", "1", nil},
+		{&authz.StateError{Epoch: "e", State: "STALE", Want: "ACTIVE"}, 409, "Retry-After", "",
+			map[string]any{"epoch": "e", "state": "STALE", "requiredState": "ACTIVE"}},
+		{fmt.Errorf("x: %w", authz.ErrSourceDraining), 409, "Retry-After", "5", nil},
+		{fmt.Errorf("x: %w", authz.ErrSourceStale), 410, "Retry-After", "", nil},
+		{fmt.Errorf("x: %w", authz.ErrLeaseUncertain), 409, "Retry-After", "", nil},
+		{fmt.Errorf("x: %w", authz.ErrSigningKeyUnpublished), 503, "Retry-After", "1", nil},
+		{fmt.Errorf("x: %w", &authz.DependencyError{Tool: "github/get_repository"}), 403, "Retry-After", "",
+			map[string]any{"tool": "github/get_repository"}},
+		{fmt.Errorf("x: %w", &authz.DependencyError{Tool: "github/delete_repository", Exclusive: true}), 403, "Retry-After", "",
+			map[string]any{"tool": "github/delete_repository"}},
 	}
 	for _, tc := range cases {
 		rec := httptest.NewRecorder()
@@ -198,8 +232,10 @@ func TestProblemWriter(t *testing.T) {
 		if body["instance"] != "/v1/epochs/e/drain" || body["status"] != float64(tc.status) || body["title"] == "" {
 			t.Errorf("%v: body %v", tc.err, body)
 		}
-		if st, ok := body["state"]; tc.status == 409 && (!ok || st != "STALE" || body["requiredState"] != "ACTIVE") {
-			t.Errorf("%v: extension members not beside the standard ones: %v", tc.err, body)
+		for k, want := range tc.ext {
+			if body[k] != want {
+				t.Errorf("%v: extension member %s = %v, want %v beside the standard ones: %v", tc.err, k, body[k], want, body)
+			}
 		}
 	}
 }

@@ -131,6 +131,10 @@ func (f *Formations) admitOnce(ctx context.Context, id string) (*Admission, erro
 	if err := f.recheck(ctx, rec); err != nil {
 		return nil, err
 	}
+	// Do not open a lease that could not be given a token.
+	if !f.issuer.Published() {
+		return nil, ErrSigningKeyUnpublished
+	}
 	gen, err := f.store.PoolGeneration(ctx, rec.Source.Pool)
 	if err != nil {
 		return nil, err
@@ -319,10 +323,15 @@ func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome Outcom
 }
 
 // SetGeneration records a newer backend generation of pool and releases
-// the pool's uncertain leases of older generations.
+// the pool's open leases (admitted or uncertain) of older generations: the
+// old backends are gone, no effect or report can come from them. Repeating
+// the current generation finishes an interrupted release.
 func (f *Formations) SetGeneration(ctx context.Context, pool string, gen int64) ([]string, error) {
 	if pool == "" || len(pool) > maxIDLength {
 		return nil, fmt.Errorf("%w: pool", ErrBadRequest)
+	}
+	if gen <= 0 {
+		return nil, fmt.Errorf("%w: generation must be a positive integer", ErrBadRequest)
 	}
 	released, err := f.store.SetGeneration(ctx, pool, gen, f.retention)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,9 @@ import (
 )
 
 const prefix = "/authztest/"
+
+// quiet drops the use cases' logs in tests.
+var quiet = slog.New(slog.DiscardHandler)
 
 // clock is an injectable test clock: time in these tests must move on
 // command (formation expiry), never by sleeping.
@@ -83,7 +87,7 @@ func newEnv(t *testing.T, set *policy.Set, edit func(m *manifest.Manifest)) *env
 	}
 	c := newClock()
 	return &env{member: member, store: store, clock: c, snapshot: snap.ID,
-		forms: authz.NewFormations(store, set, authz.FormationConfig{TTL: 15 * time.Minute, Now: c.Now})}
+		forms: authz.NewFormations(store, set, authz.FormationConfig{TTL: 15 * time.Minute, Now: c.Now, Logger: quiet})}
 }
 
 func defaultSet(t *testing.T) *policy.Set {
@@ -430,7 +434,7 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 	ctx := context.Background()
 	live := t.TempDir()
 	writePolicies(t, live, "(v1)")
-	pm, err := policy.NewManager(ctx, policy.Source{Dir: live}, policy.ManagerOptions{})
+	pm, err := policy.NewManager(ctx, policy.Source{Dir: live}, policy.ManagerOptions{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +448,7 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 		t.Fatal("the two versions have the same digest")
 	}
 	e := newEnv(t, nil, nil)
-	forms := authz.NewFormations(e.store, pm, authz.FormationConfig{})
+	forms := authz.NewFormations(e.store, pm, authz.FormationConfig{Logger: quiet})
 
 	stop := make(chan struct{})
 	var reloads atomic.Int64

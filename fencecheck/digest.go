@@ -7,11 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
+	"strconv"
 
 	"github.com/gowebpki/jcs"
 )
 
-// ErrArguments is returned for arguments that are not a JSON object.
+// ErrArguments is returned for arguments that are not a JSON object, or
+// that the digest cannot represent faithfully.
 var ErrArguments = errors.New("fencecheck: arguments must be a JSON object")
 
 // ArgumentDigest returns "sha256:<hex>" over the RFC 8785 canonical JSON of
@@ -19,13 +23,27 @@ var ErrArguments = errors.New("fencecheck: arguments must be a JSON object")
 // arguments is the call's JSON object (empty or null means {}). Key order
 // and insignificant whitespace do not change it; any value or member
 // change does.
+//
+// RFC 8785 writes every number as the nearest IEEE 754 double, so two
+// different numbers can share one canonical form (9007199254740993 and
+// 9007199254740992; snowflake ids). A backend that reads the exact number
+// would then run a call the token was not issued for. ArgumentDigest
+// therefore refuses, with [ErrArguments], a number whose value is not the
+// value of its canonical form; such values must travel as strings.
+// Spelling alone (1.0, 1e2, 0.10) is fine: it does not change the value.
 func ArgumentDigest(tool string, arguments json.RawMessage) (string, error) {
 	args := bytes.TrimSpace(arguments)
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = []byte("{}")
 	}
-	if args[0] != '{' {
+	// One JSON object and nothing else: the document below is built by
+	// concatenation, so anything after the object would become members
+	// of the digested document.
+	if args[0] != '{' || !json.Valid(args) {
 		return "", ErrArguments
+	}
+	if err := checkNumbers(args); err != nil {
+		return "", err
 	}
 	name, err := json.Marshal(tool)
 	if err != nil {
@@ -43,4 +61,75 @@ func ArgumentDigest(tool string, arguments json.RawMessage) (string, error) {
 	}
 	sum := sha256.Sum256(canon)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// checkNumbers refuses a number in doc (valid JSON) whose value differs
+// from the value of the shortest double that round-trips it, which is
+// what RFC 8785 writes.
+func checkNumbers(doc []byte) error {
+	inString := false
+	for i := 0; i < len(doc); i++ {
+		c := doc[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // skip the escaped byte; \uXXXX digits are not quotes
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = true
+		case c == '-' || (c >= '0' && c <= '9'):
+			j := i + 1
+			for j < len(doc) && isNumberByte(doc[j]) {
+				j++
+			}
+			if err := checkNumber(doc[i:j]); err != nil {
+				return err
+			}
+			i = j - 1
+		}
+	}
+	return nil
+}
+
+func isNumberByte(c byte) bool {
+	return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
+}
+
+// checkNumber checks one number literal. Without an exponent, up to 15
+// characters hold at most 15 significant digits, which a double always
+// carries exactly through the shortest round-trip form; only longer
+// literals or exponents need the exact comparison.
+func checkNumber(lit []byte) error {
+	if len(lit) <= 15 && bytes.IndexAny(lit, "eE") < 0 {
+		return nil
+	}
+	// Bound the work of the exact comparison: big.Rat would expand an
+	// exponent of a billion into a billion digits.
+	if len(lit) > 64 {
+		return fmt.Errorf("%w: number %.20s… is longer than 64 characters", ErrArguments, lit)
+	}
+	if e := bytes.IndexAny(lit, "eE"); e >= 0 {
+		if x, err := strconv.Atoi(string(lit[e+1:])); err != nil || x > 400 || x < -400 {
+			return fmt.Errorf("%w: number %s is out of range", ErrArguments, lit)
+		}
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return fmt.Errorf("%w: number %s is out of range", ErrArguments, lit)
+	}
+	want, ok := new(big.Rat).SetString(string(lit))
+	if !ok {
+		return fmt.Errorf("%w: number %s", ErrArguments, lit)
+	}
+	got, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	if want.Cmp(got) != 0 {
+		return fmt.Errorf("%w: number %s cannot be digested exactly (canonical form %s); send it as a string",
+			ErrArguments, lit, strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return nil
 }

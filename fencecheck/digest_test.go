@@ -28,6 +28,14 @@ func TestArgumentDigest(t *testing.T) {
 		{"not an object", "github/create_repository", `["demo"]`, false, fencecheck.ErrArguments},
 		{"invalid JSON", "github/create_repository", `{"name":`, false, fencecheck.ErrArguments},
 		{"duplicate key", "github/create_repository", `{"name":"a","name":"b"}`, false, fencecheck.ErrArguments},
+		{"members after the object", "github/create_repository", `{"name":"demo"},"x":{"y":1}`, false, fencecheck.ErrArguments},
+		{"two objects", "github/create_repository", `{"name":"demo"}{"name":"x"}`, false, fencecheck.ErrArguments},
+		{"integer beyond 2^53", "github/create_repository", `{"id":9007199254740993}`, false, fencecheck.ErrArguments},
+		{"snowflake id", "github/create_repository", `{"id":1234567890123456789}`, false, fencecheck.ErrArguments},
+		{"digits a double cannot hold", "github/create_repository", `{"n":0.10000000000000001}`, false, fencecheck.ErrArguments},
+		{"underflow", "github/create_repository", `{"n":1e-400}`, false, fencecheck.ErrArguments},
+		{"huge exponent", "github/create_repository", `{"n":1e-1000000000}`, false, fencecheck.ErrArguments},
+		{"overflow", "github/create_repository", `{"n":1e309}`, false, fencecheck.ErrArguments},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
@@ -45,6 +53,20 @@ func TestArgumentDigest(t *testing.T) {
 				t.Fatalf("digest equal to base = %v, want %v", got == base, tc.same)
 			}
 		})
+	}
+	// Numbers a double holds exactly digest by value, whatever their
+	// spelling; numbers inside strings are left alone.
+	for _, same := range [][2]string{
+		{`{"n":1}`, `{"n":1.0}`},
+		{`{"n":100}`, `{"n":1e2}`},
+		{`{"n":0.1}`, `{"n":0.10}`},
+		{`{"n":9007199254740992}`, `{"n":9007199254740992.0}`},
+		{`{"n":1.5e300}`, `{"n":15e299}`},
+		{`{"s":"9007199254740993","n":[-0.25]}`, `{"n":[-2.5e-1],"s":"9007199254740993"}`},
+	} {
+		if must(t, "t/t", same[0]) != must(t, "t/t", same[1]) {
+			t.Errorf("%s and %s digest differently", same[0], same[1])
+		}
 	}
 	// Empty and null arguments are the empty object.
 	empty := must(t, "github/list_repositories", `{}`)

@@ -310,16 +310,26 @@ const (
 // generation). The formation's status follows. Every write is one
 // transaction, compare-and-swap on the marker and the formation.
 func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, resolve bool, keep time.Duration) (*Lease, error) {
+	return s.closeLease(ctx, id, outcome, keep, func(l *Lease) error {
+		switch {
+		case resolve && l.State != LeaseUncertain:
+			return fmt.Errorf("%w: %s", ErrLeaseNotUncertain, id)
+		case !resolve && l.State == LeaseUncertain:
+			return fmt.Errorf("%w: %s", ErrLeaseUncertain, id)
+		}
+		return nil
+	})
+}
+
+// closeLease closes an open lease if check accepts it.
+func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep time.Duration, check func(*Lease) error) (*Lease, error) {
 	for range 16 {
 		l, mrev, err := s.openLease(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case resolve && l.State != LeaseUncertain:
-			return l, fmt.Errorf("%w: %s", ErrLeaseNotUncertain, id)
-		case !resolve && l.State == LeaseUncertain:
-			return l, fmt.Errorf("%w: %s", ErrLeaseUncertain, id)
+		if err := check(l); err != nil {
+			return l, err
 		}
 		f, frev, err := s.getFormation(ctx, l.Formation)
 		if err != nil {
@@ -360,12 +370,14 @@ func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, reso
 		if outcome == OutcomeUncertain {
 			ops = append(ops, clientv3.OpPut(fkey, string(fval)))
 		} else {
-			// A closed record goes back to being collected after keep.
+			// A closed record and its lease index go back to being
+			// collected after keep.
 			lid, err := s.retention.lease(ctx, s, keep)
 			if err != nil {
 				return nil, err
 			}
-			ops = append(ops, clientv3.OpPut(fkey, string(fval), clientv3.WithLease(lid)))
+			ops = append(ops, clientv3.OpPut(fkey, string(fval), clientv3.WithLease(lid)),
+				clientv3.OpPut(s.k.lease(id), l.Target.Epoch, clientv3.WithLease(lid)))
 		}
 		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
@@ -382,9 +394,11 @@ func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, reso
 }
 
 // SetGeneration records a newer backend generation of a pool and releases
-// the pool's uncertain leases admitted under an older generation: the old
-// backends are gone, so their outcome can no longer arrive. It returns the
-// ids of the released leases.
+// the pool's open leases admitted under an older generation, admitted or
+// uncertain: the old backends are gone, so no effect and no report can
+// come from them any more. Setting the current generation again repeats
+// the release (finishing one that was interrupted); an older one is
+// refused. It returns the ids of the leases it released.
 func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep time.Duration) ([]string, error) {
 	if gen <= 0 {
 		return nil, fmt.Errorf("%w: generation must be positive", ErrStaleGeneration)
@@ -392,30 +406,28 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	gkey := s.k.generation(pool)
 	octx, cancel := s.op(ctx)
 	resp, err := s.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.Value(gkey), "<", formatGeneration(gen))).
+		If(clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0)).
 		Then(clientv3.OpPut(gkey, formatGeneration(gen))).
-		Else(clientv3.OpGet(gkey)).
+		Else(clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(gkey), "<", formatGeneration(gen))},
+			[]clientv3.Op{clientv3.OpPut(gkey, formatGeneration(gen))},
+			[]clientv3.Op{clientv3.OpGet(gkey)},
+		)).
 		Commit()
 	cancel()
 	if err != nil {
 		return nil, s.wrap(ctx, "set generation", err)
 	}
 	if !resp.Succeeded {
-		// Value compares fail on a missing key: create it then.
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			return nil, fmt.Errorf("%w: pool %s is at %s", ErrStaleGeneration, pool, strings.TrimLeft(string(kvs[0].Value), "0"))
-		}
-		octx, cancel := s.op(ctx)
-		cr, err := s.cli.Txn(octx).
-			If(clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0)).
-			Then(clientv3.OpPut(gkey, formatGeneration(gen))).
-			Commit()
-		cancel()
-		if err != nil {
-			return nil, s.wrap(ctx, "set generation", err)
-		}
-		if !cr.Succeeded {
-			return s.SetGeneration(ctx, pool, gen, keep)
+		inner := resp.Responses[0].GetResponseTxn()
+		if !inner.Succeeded {
+			cur, err := parseGeneration(inner.Responses[0].GetResponseRange().Kvs[0].Value)
+			if err != nil {
+				return nil, err
+			}
+			if cur > gen {
+				return nil, fmt.Errorf("%w: pool %s is at %d", ErrStaleGeneration, pool, cur)
+			}
 		}
 	}
 	s.log.Info("pool generation", "pool", pool, "generation", gen)
@@ -426,13 +438,17 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	if err != nil {
 		return nil, s.wrap(ctx, "scan markers", err)
 	}
-	var released []string
+	released := []string{}
 	for _, kv := range all.Kvs {
 		var l Lease
-		if json.Unmarshal(kv.Value, &l) != nil || l.State != LeaseUncertain || l.Target.Pool != pool || l.Generation >= gen {
+		if json.Unmarshal(kv.Value, &l) != nil || l.Target.Pool != pool || l.Generation >= gen {
 			continue
 		}
-		if _, err := s.CloseLease(ctx, l.ID, OutcomeReleased, true, keep); err != nil && !errors.Is(err, ErrLeaseClosed) {
+		_, err := s.closeLease(ctx, l.ID, OutcomeReleased, keep, func(*Lease) error { return nil })
+		switch {
+		case errors.Is(err, ErrLeaseClosed):
+			continue // closed meanwhile by its report
+		case err != nil:
 			return released, err
 		}
 		released = append(released, l.ID)

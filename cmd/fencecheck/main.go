@@ -1,0 +1,137 @@
+// Command fencecheck runs fcd's backend-side guard outside the backend's
+// code: as a sidecar reverse proxy in front of an MCP server, or once, to
+// tell whether a token would be accepted for a call.
+//
+//	fencecheck proxy --listen ADDR --upstream URL --pool P --artifact A --config C --generation N
+//	                 (--jwks URL | --keys FILE) [--issuer I] [--server NAME]
+//	                 [--authzd URL --credential-file F] [--timeout D] [--max-body N] [--log-level L]
+//	fencecheck verify (--token T | --token-file F) --tool server/tool [--arguments JSON|@FILE]
+//	                 --pool P --artifact A --config C --generation N (--jwks URL | --keys FILE) [--issuer I]
+//
+// verify exits 0 when the token is accepted, 1 when it is refused (or on
+// an error), 2 on a command line it cannot understand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+const usage = `usage:
+  fencecheck proxy [flags]    guard an MCP server: verify the dispatch token of every tools/call
+                              before it reaches --upstream (-h for flags)
+  fencecheck verify [flags]   print whether a token is accepted for a call, and why not
+                              (exit 0 accepted, 1 refused; -h for flags)
+`
+
+// errUsage reports a command line that could not be understood.
+var errUsage = errors.New("usage")
+
+// errRejected reports a refused token; the verdict is already printed.
+var errRejected = errors.New("rejected")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns the exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdin, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "fencecheck: %v\n%s", err, usage)
+		return 2
+	case errors.Is(err, errRejected):
+		return 1
+	default:
+		fmt.Fprintf(stderr, "fencecheck: %v\n", err)
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	switch args[0] {
+	case "proxy":
+		return proxy(ctx, args[1:], stderr)
+	case "verify":
+		return verify(ctx, args[1:], stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}
+
+// verifierFlags are the flags that configure a fencecheck.Verifier, shared
+// by both commands.
+type verifierFlags struct {
+	pool, artifact, config, issuer, jwks, keys string
+	generation                                 int64
+}
+
+func (f *verifierFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.pool, "pool", "", "this backend's pool: the only token audience accepted (required)")
+	fs.StringVar(&f.artifact, "artifact", "", "the artifact this backend runs, as its manifest names it (required)")
+	fs.StringVar(&f.config, "config", "", "this backend's configuration digest (required)")
+	fs.Int64Var(&f.generation, "generation", -1, "this backend's generation in its pool (required)")
+	fs.StringVar(&f.issuer, "issuer", "", "the only token issuer (iss) accepted; empty accepts any issuer the keys vouch for")
+	fs.StringVar(&f.jwks, "jwks", "", "authzd's JWKS URL, e.g. http://authzd:8080/.well-known/jwks.json")
+	fs.StringVar(&f.keys, "keys", "", "a JWKS file of trusted public keys, instead of --jwks")
+}
+
+// verifier builds the Verifier the flags describe and validates it.
+func (f *verifierFlags) verifier() (*fencecheck.Verifier, error) {
+	if f.generation < 0 {
+		return nil, fmt.Errorf("%w: --generation is required", errUsage)
+	}
+	if (f.jwks == "") == (f.keys == "") {
+		return nil, fmt.Errorf("%w: give exactly one of --jwks and --keys", errUsage)
+	}
+	v := &fencecheck.Verifier{
+		Pool: f.pool, Artifact: f.artifact, Config: f.config, Generation: f.generation,
+		Issuer: f.issuer, JWKSURL: f.jwks,
+	}
+	if f.keys != "" {
+		set, err := jwk.ReadFile(f.keys)
+		if err != nil {
+			return nil, fmt.Errorf("keys %s: %w", f.keys, err)
+		}
+		v.Keys = set
+	}
+	if err := v.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return v, nil
+}
+
+// parse parses a command's flags; stray arguments are a usage error.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+)
+
+// proxy runs the sidecar until ctx ends (SIGINT or SIGTERM), then shuts
+// down gracefully: in-flight calls finish, queued outcomes are sent.
+func proxy(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fencecheck proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var vf verifierFlags
+	vf.register(fs)
+	listen := fs.String("listen", "127.0.0.1:8090", "listen address")
+	upstream := fs.String("upstream", "", "the MCP server's base URL, e.g. http://127.0.0.1:3000 (required)")
+	server := fs.String("server", "", "the MCP server's name in fcd: params.name N is verified as the tool SERVER/N")
+	authzd := fs.String("authzd", "", "authzd's base URL, to report call outcomes to (needs --credential-file)")
+	credFile := fs.String("credential-file", "", "file holding the bearer credential of role backend")
+	timeout := fs.Duration("timeout", 0, "bound on a verified call; past it the outcome is reported uncertain (0: none)")
+	maxBody := fs.Int64("max-body", fencecheck.DefaultMaxBodyBytes, "bound on request bodies in bytes (413 beyond)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	target, err := url.Parse(*upstream)
+	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+		return fmt.Errorf("%w: --upstream must be an http(s) URL", errUsage)
+	}
+	v, err := vf.verifier()
+	if err != nil {
+		return err
+	}
+
+	var reporter *fencecheck.Reporter
+	switch {
+	case *authzd != "" && *credFile == "":
+		return fmt.Errorf("%w: --authzd needs --credential-file", errUsage)
+	case *authzd != "":
+		cred, err := os.ReadFile(*credFile)
+		if err != nil {
+			return fmt.Errorf("credential: %w", err)
+		}
+		reporter, err = fencecheck.NewReporter(fencecheck.ReporterOptions{
+			AuthzdURL: *authzd, Credential: strings.TrimSpace(string(cred)), Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+	default:
+		log.Warn("no --authzd: call outcomes are not reported; authzd keeps each lease until it is resolved")
+	}
+
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+		},
+		FlushInterval: -1, // stream SSE responses as they come
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			// A 502 makes the middleware report the call uncertain: the
+			// upstream may have run it before the connection broke.
+			log.Warn("upstream failed", "err", err, "method", r.Method, "path", r.URL.Path)
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	opts := fencecheck.MiddlewareOptions{
+		Server: *server, MaxBodyBytes: *maxBody, Timeout: *timeout, Logger: log,
+	}
+	if reporter != nil {
+		opts.Reporter = reporter
+	}
+	handler := v.Middleware(rp, opts)
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// No WriteTimeout: MCP responses may be long-lived SSE streams.
+	}
+	// This line is the contract of scripts and tests that start the proxy.
+	fmt.Fprintf(stderr, "fencecheck: listening on http://%s\n", ln.Addr())
+	log.Info("guarding", "upstream", target.String(), "pool", vf.pool, "server", *server, "keys", vf.jwks+vf.keys)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+		log.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if err := srv.Shutdown(sctx); err != nil {
+			serveErr = fmt.Errorf("shutdown: %w", err)
+		}
+		cancel()
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) && serveErr == nil {
+			serveErr = err
+		}
+	}
+	if reporter != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := reporter.Close(rctx); err != nil {
+			log.Error("outcome reports abandoned at shutdown", "err", err, "stats", reporter.Stats())
+		}
+		cancel()
+	}
+	if serveErr != nil {
+		return fmt.Errorf("serve: %w", serveErr)
+	}
+	log.Info("stopped")
+	return nil
+}

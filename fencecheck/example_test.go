@@ -1,0 +1,146 @@
+package fencecheck_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
+)
+
+// exampleIssuer stands in for authzd: an Ed25519 key, its public JWKS,
+// and the way authzd signs a dispatch token.
+type exampleIssuer struct {
+	key  ed25519.PrivateKey
+	kid  string
+	jwks jwk.Set
+}
+
+func newExampleIssuer() *exampleIssuer {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	jk, _ := jwk.FromRaw(pub)
+	_ = jk.Set(jwk.KeyIDKey, "authzd-2026-11")
+	set := jwk.NewSet()
+	_ = set.AddKey(jk)
+	return &exampleIssuer{key: priv, kid: "authzd-2026-11", jwks: set}
+}
+
+// issue signs a token for one admitted call of tool with arguments.
+func (is *exampleIssuer) issue(jti, tool, arguments string) string {
+	digest, _ := fencecheck.ArgumentDigest(tool, json.RawMessage(arguments))
+	now := time.Now().Unix()
+	claims, _ := json.Marshal(fencecheck.Claims{
+		Issuer: "https://authzd.example", Audience: "github-prod", Subject: "session-1", ID: jti,
+		IssuedAt: now, NotBefore: now, Expiry: now + 30,
+		Formation: "f-1", Tool: tool, ArgumentDigest: digest, Epoch: "sha256:e1",
+		Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3, Revision: 1042, Cluster: "cdf818194e3a8c32",
+	})
+	hdr := jws.NewHeaders()
+	_ = hdr.Set(jws.TypeKey, fencecheck.TokenType)
+	_ = hdr.Set(jws.KeyIDKey, is.kid)
+	token, _ := jws.Sign(claims, jws.WithKey(jwa.EdDSA, is.key, jws.WithProtectedHeaders(hdr)))
+	return string(token)
+}
+
+func ExampleVerifier_Verify() {
+	authzd := newExampleIssuer()
+
+	// The backend's verifier: what it runs, and whom it trusts. In
+	// production set JWKSURL to authzd's /.well-known/jwks.json instead
+	// of a static Keys set.
+	v := &fencecheck.Verifier{
+		Pool: "github-prod", Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3,
+		Issuer: "https://authzd.example", Keys: authzd.jwks,
+	}
+	if err := v.Validate(); err != nil {
+		panic(err)
+	}
+	token := authzd.issue("lease-1", "github/create_repository", `{"name":"demo","private":true}`)
+	ctx := context.Background()
+
+	// The call arrives with one argument changed: refused, and the jti is
+	// not consumed.
+	_, err := v.Verify(ctx, token, "github/create_repository", json.RawMessage(`{"name":"demo","private":false}`))
+	var re *fencecheck.RejectError
+	if errors.As(err, &re) {
+		fmt.Println("changed call:", re.Reason)
+	}
+
+	// The call as formed (key order does not matter).
+	claims, err := v.Verify(ctx, token, "github/create_repository", json.RawMessage(`{"private":true,"name":"demo"}`))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("accepted:", claims.Tool, claims.ID)
+
+	// The same token again.
+	_, err = v.Verify(ctx, token, "github/create_repository", json.RawMessage(`{"name":"demo","private":true}`))
+	fmt.Println("second use:", fencecheck.ReasonOf(err))
+	// Output:
+	// changed call: arguments
+	// accepted: github/create_repository lease-1
+	// second use: replay
+}
+
+// printReporter prints outcomes; a backend uses a *fencecheck.Reporter
+// posting them to authzd.
+type printReporter struct{}
+
+func (printReporter) Report(jti string, o fencecheck.Outcome, _ string) bool {
+	fmt.Println("outcome:", jti, o)
+	return true
+}
+
+func ExampleVerifier_Middleware() {
+	authzd := newExampleIssuer()
+	v := &fencecheck.Verifier{
+		Pool: "github-prod", Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3,
+		Keys: authzd.jwks,
+	}
+	// The MCP server's own streamable-HTTP handler.
+	mcp := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := fencecheck.ClaimsFromContext(r.Context()); ok {
+			fmt.Println("handler runs", c.Tool)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+	})
+	guarded := v.Middleware(mcp, fencecheck.MiddlewareOptions{
+		Server:   "github", // tools/call of "create_repository" is github/create_repository
+		Reporter: printReporter{},
+		Timeout:  30 * time.Second,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+
+	post := func(body, token string) {
+		req := httptest.NewRequest("POST", "/mcp", strings.NewReader(body))
+		if token != "" {
+			req.Header.Set(fencecheck.Header, token)
+		}
+		rec := httptest.NewRecorder()
+		guarded.ServeHTTP(rec, req)
+		fmt.Println(rec.Code, strings.TrimSpace(rec.Body.String()))
+	}
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_repository","arguments":{"name":"demo"}}}`
+	post(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, "")
+	post(call, "")
+	post(call, authzd.issue("lease-7", "github/create_repository", `{"name":"demo"}`))
+	// Output:
+	// 200 {"jsonrpc":"2.0","id":1,"result":{}}
+	// 403 {"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"fcd: dispatch token rejected: missing","data":{"reason":"missing"}}}
+	// handler runs github/create_repository
+	// outcome: lease-7 effect
+	// 200 {"jsonrpc":"2.0","id":1,"result":{}}
+}

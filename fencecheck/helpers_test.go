@@ -1,0 +1,210 @@
+package fencecheck_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
+)
+
+// The backend every test verifier stands for.
+const (
+	testIssuer   = "https://authzd.test"
+	testPool     = "github-prod"
+	testArtifact = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	testConfig   = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	testGen      = 7
+	testTool     = "github/create_repository"
+	testArgs     = `{"name":"payroll-exports","private":true,"topics":["finance","exports"]}`
+)
+
+// testEpoch is a fixed clock: a verifier in a test sees this as now.
+var testEpoch = time.Unix(1_800_000_000, 0)
+
+// signingKey is a private JWK with its kid and the algorithm it signs with.
+type signingKey struct {
+	alg  jwa.SignatureAlgorithm
+	priv jwk.Key
+	pub  jwk.Key
+}
+
+// newSigningKey generates a real Ed25519 (EdDSA) or P-256 (ES256) key.
+func newSigningKey(t testing.TB, alg jwa.SignatureAlgorithm, kid string) *signingKey {
+	t.Helper()
+	var raw any
+	switch alg {
+	case jwa.EdDSA:
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = priv
+	case jwa.ES256:
+		priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw = priv
+	default:
+		t.Fatalf("no test keys for %s", alg)
+	}
+	priv, err := jwk.FromRaw(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := priv.Set(jwk.KeyIDKey, kid); err != nil {
+		t.Fatal(err)
+	}
+	if err := priv.Set(jwk.AlgorithmKey, alg); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := priv.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &signingKey{alg: alg, priv: priv, pub: pub}
+}
+
+// publicSet is the JWKS of the keys' public halves.
+func publicSet(t testing.TB, keys ...*signingKey) jwk.Set {
+	t.Helper()
+	set := jwk.NewSet()
+	for _, k := range keys {
+		if err := set.AddKey(k.pub); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return set
+}
+
+// jwksJSON is the JWKS document of the keys' public halves.
+func jwksJSON(t testing.TB, keys ...*signingKey) []byte {
+	t.Helper()
+	data, err := json.Marshal(publicSet(t, keys...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// issue signs claims (a Claims, or a map for malformed claim sets) the
+// way authzd's issuer does: the JSON of the claims as a compact JWS with
+// the protected header {alg, typ: fcd-dispatch+jwt, kid}.
+func (k *signingKey) issue(t testing.TB, claims any) string {
+	t.Helper()
+	return signJWS(t, k.alg, k.priv, map[string]any{jws.TypeKey: fencecheck.TokenType, jws.KeyIDKey: k.priv.KeyID()}, claims)
+}
+
+// signJWS signs claims with any algorithm, key and protected header
+// members (alg is added by jwx). A JWK is used as its raw key, since jwx
+// would otherwise write the JWK's own kid over the one in hdr.
+func signJWS(t testing.TB, alg jwa.SignatureAlgorithm, key any, hdr map[string]any, claims any) string {
+	t.Helper()
+	if k, ok := key.(jwk.Key); ok {
+		var raw any
+		if err := k.Raw(&raw); err != nil {
+			t.Fatal(err)
+		}
+		key = raw
+	}
+	payload, ok := claims.([]byte)
+	if !ok {
+		var err error
+		if payload, err = json.Marshal(claims); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := jws.NewHeaders()
+	for name, v := range hdr {
+		if err := h.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := jws.Sign(payload, jws.WithKey(alg, key, jws.WithProtectedHeaders(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+var jtiSeq atomic.Int64
+
+// newJTI returns a lease id no other token in this test binary has.
+func newJTI() string { return fmt.Sprintf("lease-%06d", jtiSeq.Add(1)) }
+
+// validClaims are claims this package's test verifier accepts at
+// testEpoch for testTool with testArgs.
+func validClaims(t testing.TB) fencecheck.Claims {
+	t.Helper()
+	return claimsFor(t, testTool, testArgs)
+}
+
+func claimsFor(t testing.TB, tool, args string) fencecheck.Claims {
+	t.Helper()
+	digest, err := fencecheck.ArgumentDigest(tool, json.RawMessage(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := testEpoch.Unix()
+	return fencecheck.Claims{
+		Issuer: testIssuer, Audience: testPool, Subject: "session-1", ID: newJTI(),
+		IssuedAt: now, NotBefore: now, Expiry: now + 30,
+		Formation: "formation-1", Tool: tool, ArgumentDigest: digest,
+		Epoch:    "sha256:3333333333333333333333333333333333333333333333333333333333333333",
+		Artifact: testArtifact, Config: testConfig, Generation: testGen,
+		Revision: 42, Cluster: "cdf818194e3a8c32",
+	}
+}
+
+// claimsMap is c as a JSON object, to add, drop or rename claims.
+func claimsMap(t testing.TB, c fencecheck.Claims) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// clock is a settable test clock, safe for concurrent use.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: testEpoch} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newVerifier is the test backend's verifier, trusting set, at testEpoch.
+func newVerifier(set jwk.Set) *fencecheck.Verifier {
+	return &fencecheck.Verifier{
+		Pool: testPool, Artifact: testArtifact, Config: testConfig, Generation: testGen,
+		Issuer: testIssuer, Keys: set, Now: func() time.Time { return testEpoch },
+	}
+}

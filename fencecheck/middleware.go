@@ -1,0 +1,448 @@
+package fencecheck
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+const (
+	// ErrorCodeRejected is the JSON-RPC error code of a tools/call refused
+	// by the middleware (HTTP 403). It lies in the range JSON-RPC 2.0
+	// leaves to implementations (-32000 to -32099); error.data.reason
+	// carries the [Reason].
+	ErrorCodeRejected = -32001
+	// OutcomeHeader is the response header by which a handler declares
+	// the outcome of a call ("effect", "rejected" or "uncertain"). It must
+	// be set before the first write; the middleware removes it from the
+	// response.
+	OutcomeHeader = "Fcd-Outcome"
+	// DefaultMaxBodyBytes bounds a request body when MaxBodyBytes is zero.
+	DefaultMaxBodyBytes = 1 << 20
+)
+
+// Standard JSON-RPC 2.0 error codes the middleware answers with HTTP 400
+// and 413 for bodies it cannot classify.
+const (
+	errorCodeParse          = -32700
+	errorCodeInvalidRequest = -32600
+)
+
+// OutcomeReporter receives the outcome of every call the middleware let
+// through. Report must not block: it is called on the request's goroutine
+// (or the timeout's timer). [*Reporter] implements it.
+type OutcomeReporter interface {
+	Report(jti string, outcome Outcome, detail string) bool
+}
+
+// MiddlewareOptions configure [Verifier.Middleware]. The zero value is
+// usable, but Server is needed whenever tool names are not already
+// "server/tool".
+type MiddlewareOptions struct {
+	// Server is this MCP server's name in fcd; the middleware verifies a
+	// call of params.name N as the tool "Server/N". Empty verifies N as
+	// given, which fits only a server whose tool names already contain
+	// the server name.
+	Server string
+	// MaxBodyBytes bounds POST bodies, which the middleware must read to
+	// find tools/call; a larger body is answered 413. Zero means
+	// [DefaultMaxBodyBytes].
+	MaxBodyBytes int64
+	// Timeout, if positive, bounds a verified call. When it passes, the
+	// handler's context is cancelled and the outcome is reported as
+	// uncertain at once; the handler is not interrupted otherwise, and
+	// whatever it does later is not reported. Zero means no bound.
+	Timeout time.Duration
+	// Reporter receives the outcome of each verified call; nil reports
+	// nothing (authzd then holds the lease until it is resolved).
+	Reporter OutcomeReporter
+	// Logger receives refusals and outcomes; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+type claimsKey struct{}
+
+// ClaimsFromContext returns the verified claims of the call a handler
+// behind [Verifier.Middleware] is serving.
+func ClaimsFromContext(ctx context.Context) (*Claims, bool) {
+	c, ok := ctx.Value(claimsKey{}).(*Claims)
+	return c, ok
+}
+
+// Middleware guards an MCP streamable-HTTP handler: every JSON-RPC
+// tools/call must carry a dispatch token in the [Header] request header
+// that [Verifier.Verify] accepts for the tool "Server/params.name" and
+// params.arguments; otherwise the middleware answers HTTP 403 with a
+// JSON-RPC error (code [ErrorCodeRejected], data.reason) and next never
+// runs. Other traffic — initialize, tools/list, notifications, responses,
+// GET streams, DELETE — passes untouched.
+//
+// POST bodies are read (bounded by MaxBodyBytes, 413 beyond) and handed
+// to next unchanged. A body that is not JSON, or an object with two
+// members whose names differ only in case, is answered 400: another
+// parser could read a tools/call in it that this one does not see. A
+// method named tools/call in any letter case counts as tools/call. A
+// batch that holds a tools/call is refused whole (403, reason batch).
+//
+// After a verified call the outcome is reported to opts.Reporter, once:
+// the outcome the handler declared in [OutcomeHeader]; else uncertain for
+// a status of 500 or above, effect below. A handler that panics is
+// reported uncertain and the panic continues up the stack (net/http then
+// drops the connection); one that exceeds opts.Timeout is reported
+// uncertain. Refused tokens are never reported: see the package README.
+func (v *Verifier) Middleware(next http.Handler, opts MiddlewareOptions) http.Handler {
+	m := &middleware{v: v, next: next, opts: opts, log: opts.Logger}
+	if m.opts.MaxBodyBytes <= 0 {
+		m.opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	return m
+}
+
+type middleware struct {
+	v    *Verifier
+	next http.Handler
+	opts MiddlewareOptions
+	log  *slog.Logger
+}
+
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if r.ContentLength > m.opts.MaxBodyBytes {
+		writeRPCError(w, http.StatusRequestEntityTooLarge, nil, errorCodeInvalidRequest, "request body too large", "")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.opts.MaxBodyBytes))
+	r.Body.Close()
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, errorCodeInvalidRequest, "request body too large", "")
+			return
+		}
+		writeRPCError(w, http.StatusBadRequest, nil, errorCodeInvalidRequest, "request body could not be read", "")
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.TransferEncoding = nil
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+
+	msg, cerr := classify(body)
+	if cerr != nil {
+		writeRPCError(w, http.StatusBadRequest, nil, cerr.code, cerr.msg, "")
+		return
+	}
+	switch {
+	case msg.batchCall:
+		m.refuse(w, r, nil, "", &RejectError{Reason: ReasonBatch, Detail: "a JSON-RPC batch holds a tools/call"})
+		return
+	case !msg.call:
+		m.next.ServeHTTP(w, r)
+		return
+	}
+
+	tool := msg.name
+	if m.opts.Server != "" {
+		tool = m.opts.Server + "/" + msg.name
+	}
+	var claims *Claims
+	var rerr *RejectError
+	switch tokens := r.Header.Values(Header); len(tokens) {
+	case 0:
+		rerr = reject(ReasonMissing, "no %s header", Header)
+	case 1:
+		claims, rerr = m.v.verify(r.Context(), tokens[0], tool, msg.arguments)
+	default:
+		rerr = reject(ReasonMalformed, "%d %s headers", len(tokens), Header)
+	}
+	if rerr != nil {
+		m.refuse(w, r, msg.id, tool, rerr)
+		return
+	}
+	m.serveCall(w, r, claims, tool)
+}
+
+// refuse answers a refused call. Refusals are never reported to authzd:
+// the verifier cannot tell whether the same token runs, or ran, on
+// another instance, and a forged token must cost authzd nothing.
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, tool string, rerr *RejectError) {
+	m.log.Warn("fencecheck: tools/call refused", "reason", rerr.Reason, "detail", rerr.Detail,
+		"tool", tool, "remote", r.RemoteAddr)
+	writeRPCError(w, http.StatusForbidden, id, ErrorCodeRejected,
+		"fcd: dispatch token rejected: "+string(rerr.Reason), rerr.Reason)
+}
+
+// serveCall runs a verified call and reports its outcome exactly once.
+func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *Claims, tool string) {
+	var reported atomic.Bool
+	report := func(o Outcome, detail string) {
+		if !reported.CompareAndSwap(false, true) {
+			return
+		}
+		m.log.Info("fencecheck: call outcome", "jti", claims.ID, "tool", tool, "outcome", o, "detail", detail)
+		if m.opts.Reporter != nil {
+			m.opts.Reporter.Report(claims.ID, o, detail)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), claimsKey{}, claims))
+	defer cancel()
+	if m.opts.Timeout > 0 {
+		timer := time.AfterFunc(m.opts.Timeout, func() {
+			report(OutcomeUncertain, "handler exceeded "+m.opts.Timeout.String())
+			cancel()
+		})
+		defer timer.Stop()
+	}
+	ow := &outcomeWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			report(OutcomeUncertain, "handler panicked")
+			panic(p)
+		}
+	}()
+	m.next.ServeHTTP(ow, r.WithContext(ctx))
+
+	status := ow.status
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http answers 200
+	}
+	switch {
+	case ow.declared != "":
+		report(ow.declared, "declared by the handler, status "+strconv.Itoa(status))
+	case status >= 500:
+		report(OutcomeUncertain, "handler answered "+strconv.Itoa(status))
+	default:
+		report(OutcomeEffect, "handler answered "+strconv.Itoa(status))
+	}
+}
+
+// outcomeWriter records the final status and the declared outcome, and
+// strips OutcomeHeader from the response.
+type outcomeWriter struct {
+	http.ResponseWriter
+	status   int
+	declared Outcome
+}
+
+func (w *outcomeWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		h := w.Header()
+		if vals := h.Values(OutcomeHeader); len(vals) > 0 {
+			h.Del(OutcomeHeader)
+			if code >= 200 {
+				switch o := Outcome(strings.TrimSpace(vals[0])); o {
+				case OutcomeEffect, OutcomeRejected, OutcomeUncertain:
+					w.declared = o
+				}
+			}
+		}
+		if code >= 200 { // 1xx responses precede the final one
+			w.status = code
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *outcomeWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush supports streamed (SSE) responses.
+func (w *outcomeWriter) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeRPCError answers a JSON-RPC error object.
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, reason Reason) {
+	type rpcErrData struct {
+		Reason Reason `json:"reason"`
+	}
+	type rpcErr struct {
+		Code    int         `json:"code"`
+		Message string      `json:"message"`
+		Data    *rpcErrData `json:"data,omitempty"`
+	}
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	body := struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   rpcErr          `json:"error"`
+	}{"2.0", id, rpcErr{Code: code, Message: msg}}
+	if reason != "" {
+		body.Error.Data = &rpcErrData{Reason: reason}
+	}
+	data, err := json.Marshal(body)
+	if err != nil { // an id that is not valid JSON cannot come from classify
+		data = []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}
+
+// rpcMessage is what the middleware needs of a POST body.
+type rpcMessage struct {
+	call      bool // a single tools/call request
+	batchCall bool // a batch holding a tools/call
+	id        json.RawMessage
+	name      string
+	arguments json.RawMessage
+}
+
+type classifyError struct {
+	code int
+	msg  string
+}
+
+// classify reads a JSON-RPC body conservatively. Member names are matched
+// case-insensitively (as encoding/json and other lenient parsers do) and
+// must be unique under case folding; anything that is not JSON is an
+// error. So no parser can find a tools/call, or a tool name, that
+// classify did not.
+func classify(body []byte) (rpcMessage, *classifyError) {
+	trimmed := bytes.TrimSpace(body)
+	switch {
+	case len(trimmed) == 0:
+		return rpcMessage{}, nil // nothing to run
+	case !json.Valid(trimmed):
+		return rpcMessage{}, &classifyError{errorCodeParse, "parse error"}
+	case trimmed[0] == '[':
+		var batch []json.RawMessage
+		if err := json.Unmarshal(trimmed, &batch); err != nil {
+			return rpcMessage{}, &classifyError{errorCodeInvalidRequest, "invalid request"}
+		}
+		for _, el := range batch {
+			msg, err := classifyObject(el)
+			if err != nil {
+				return rpcMessage{}, err
+			}
+			if msg.call {
+				return rpcMessage{batchCall: true}, nil
+			}
+		}
+		return rpcMessage{}, nil
+	case trimmed[0] == '{':
+		return classifyObject(trimmed)
+	}
+	return rpcMessage{}, &classifyError{errorCodeInvalidRequest, "invalid request"}
+}
+
+// classifyObject reads one JSON-RPC message (valid JSON).
+func classifyObject(raw []byte) (rpcMessage, *classifyError) {
+	invalid := &classifyError{errorCodeInvalidRequest, "invalid request"}
+	members, ok := foldedMembers(raw)
+	if !ok {
+		return rpcMessage{}, invalid
+	}
+	var msg rpcMessage
+	if m, ok := members[foldedMethod]; ok {
+		var method string
+		if json.Unmarshal(m, &method) != nil {
+			return rpcMessage{}, invalid
+		}
+		msg.call = strings.EqualFold(method, "tools/call")
+	}
+	if !msg.call {
+		return msg, nil
+	}
+	msg.id = members[foldedID]
+	if p, ok := members[foldedParams]; ok && bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
+		params, ok := foldedMembers(p)
+		if !ok {
+			return rpcMessage{}, invalid
+		}
+		if n, ok := params[foldedName]; ok {
+			// A name that is not a string stays empty and fails the
+			// tool check.
+			_ = json.Unmarshal(n, &msg.name)
+		}
+		msg.arguments = params[foldedArguments]
+	}
+	return msg, nil
+}
+
+// Member names as foldedMembers keys them.
+var (
+	foldedMethod    = foldName("method")
+	foldedID        = foldName("id")
+	foldedParams    = foldName("params")
+	foldedName      = foldName("name")
+	foldedArguments = foldName("arguments")
+)
+
+// foldedMembers returns the members of a JSON object by case-folded name,
+// or false if raw is not an object or two names fold to the same.
+func foldedMembers(raw []byte) (map[string]json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	members := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		name := foldName(tok.(string))
+		if _, dup := members[name]; dup {
+			return nil, false
+		}
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, false
+		}
+		members[name] = val
+	}
+	return members, true
+}
+
+// foldName maps s to one representative of its case-folding class: each
+// rune becomes the smallest rune of its simple folding orbit, so two names
+// fold alike exactly when strings.EqualFold holds for them ("Method",
+// "METHOD" and "method" alike; also the Kelvin sign and k).
+func foldName(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if r == utf8.RuneError {
+			b.WriteRune(r)
+			continue
+		}
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < least {
+				least = f
+			}
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
+}

@@ -1,0 +1,461 @@
+package fencecheck_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+)
+
+const backendCredential = "fcd_backend_test_credential"
+
+// completion is one POST /v1/leases/{id}/complete as authzd received it.
+type completion struct {
+	Lease   string
+	Outcome fencecheck.Outcome `json:"outcome"`
+	Detail  string             `json:"detail"`
+	Auth    string
+}
+
+// authzdStub is a real HTTP server standing in for authzd's
+// POST /v1/leases/{lease}/complete endpoint (API.md, "Calls"); the real
+// endpoint is written concurrently in api/ and authz/. It records what it
+// receives, checks the bearer credential, and can be told to fail.
+type authzdStub struct {
+	*httptest.Server
+	mu       sync.Mutex
+	received []completion
+	failNext atomic.Int64                  // answer 503 to this many requests first
+	status   atomic.Int64                  // answer this status (not 0) to every request
+	block    atomic.Pointer[chan struct{}] // when set, requests wait for it to close
+}
+
+func newAuthzdStub(t *testing.T) *authzdStub {
+	t.Helper()
+	s := &authzdStub{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/leases/{lease}/complete", func(w http.ResponseWriter, r *http.Request) {
+		if b := s.block.Load(); b != nil {
+			<-*b
+		}
+		if s.failNext.Add(-1) >= 0 {
+			http.Error(w, "store unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		if code := s.status.Load(); code != 0 {
+			http.Error(w, "no", int(code))
+			return
+		}
+		var c completion
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		c.Lease = r.PathValue("lease")
+		c.Auth = r.Header.Get("Authorization")
+		s.mu.Lock()
+		s.received = append(s.received, c)
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"lease":"`+c.Lease+`"}`)
+	})
+	s.Server = httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *authzdStub) completions() []completion {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]completion(nil), s.received...)
+}
+
+// mcpBackend is an MCP server behind the middleware, served by a real
+// HTTP server, with the reporter it posts outcomes through.
+type mcpBackend struct {
+	url      string
+	calls    atomic.Int64 // tools/call requests the handler ran
+	requests atomic.Int64 // every request the handler ran
+	reporter *fencecheck.Reporter
+	authzd   *authzdStub
+	key      *signingKey
+	lastBody atomic.Pointer[[]byte]
+	claims   atomic.Pointer[fencecheck.Claims]
+}
+
+// behaviour makes the handler do something for the tool it is called with.
+var behaviour = map[string]func(w http.ResponseWriter, r *http.Request){
+	"create_repository": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"created"}]}}`)
+	},
+	"explode": func(w http.ResponseWriter, r *http.Request) { panic("backend bug") },
+	"hang": func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		// Success after the timeout: too late, the call stays uncertain.
+		w.WriteHeader(http.StatusOK)
+	},
+	"decline": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(fencecheck.OutcomeHeader, "rejected")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"isError":true,"content":[]}}`)
+	},
+	"fail": func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "database down", http.StatusInternalServerError)
+	},
+}
+
+func newMCPBackend(t *testing.T, opts fencecheck.MiddlewareOptions) *mcpBackend {
+	t.Helper()
+	b := &mcpBackend{authzd: newAuthzdStub(t), key: newSigningKey(t, jwa.EdDSA, "authzd-1")}
+	rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{
+		AuthzdURL: b.authzd.URL, Credential: backendCredential, Backoff: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.reporter = rep
+	t.Cleanup(func() { _ = rep.Close(context.Background()) })
+	v := newVerifier(publicSet(t, b.key))
+	v.Now = time.Now // tokens below are issued at the real now
+
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.requests.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		b.lastBody.Store(&body)
+		var msg struct {
+			Method string `json:"method"`
+			Params struct {
+				Name string `json:"name"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		if msg.Method != "tools/call" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+			return
+		}
+		b.calls.Add(1)
+		if c, ok := fencecheck.ClaimsFromContext(r.Context()); ok {
+			b.claims.Store(c)
+		}
+		behaviour[msg.Params.Name](w, r)
+	})
+	opts.Server = "github"
+	opts.Reporter = rep
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewUnstartedServer(v.Middleware(handler, opts))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack trace
+	srv.Start()
+	t.Cleanup(srv.Close)
+	b.url = srv.URL
+	return b
+}
+
+// token is a token for a call of github/<tool> with args, issued now.
+func (b *mcpBackend) token(t *testing.T, tool, args string) (string, fencecheck.Claims) {
+	t.Helper()
+	c := claimsFor(t, "github/"+tool, args)
+	now := time.Now().Unix()
+	c.IssuedAt, c.NotBefore, c.Expiry = now, now, now+30
+	return b.key.issue(t, c), c
+}
+
+// drained closes the reporter and returns what authzd received.
+func (b *mcpBackend) drained(t *testing.T) []completion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.reporter.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b.authzd.completions()
+}
+
+func toolsCall(tool, args string) string {
+	return `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args + `}}`
+}
+
+// rpcResult is an HTTP answer with its JSON-RPC error, if any.
+type rpcResult struct {
+	status int
+	header http.Header
+	body   []byte
+	err    struct {
+		ID    json.RawMessage `json:"id"`
+		Error *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+			Data    struct {
+				Reason fencecheck.Reason `json:"reason"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+}
+
+func do(t *testing.T, method, url, body, token string) (*rpcResult, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set(fencecheck.Header, token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	res := &rpcResult{status: resp.StatusCode, header: resp.Header}
+	res.body, err = io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	_ = json.Unmarshal(res.body, &res.err)
+	return res, nil
+}
+
+func mustDo(t *testing.T, method, url, body, token string) *rpcResult {
+	t.Helper()
+	res, err := do(t, method, url, body, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// wantRefused checks an HTTP 403 with a JSON-RPC error of reason.
+func wantRefused(t *testing.T, res *rpcResult, reason fencecheck.Reason) {
+	t.Helper()
+	if res.status != http.StatusForbidden {
+		t.Fatalf("status = %d (%s), want 403", res.status, res.body)
+	}
+	if ct := res.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type = %q", ct)
+	}
+	e := res.err.Error
+	if e == nil || e.Code != fencecheck.ErrorCodeRejected || e.Data.Reason != reason {
+		t.Fatalf("body = %s, want code %d reason %s", res.body, fencecheck.ErrorCodeRejected, reason)
+	}
+}
+
+func TestMiddlewareToolsCall(t *testing.T) {
+	args := `{"name":"payroll-exports","private":true}`
+
+	t.Run("no token: 403 before the handler", func(t *testing.T) {
+		b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+		res := mustDo(t, "POST", b.url, toolsCall("create_repository", args), "")
+		wantRefused(t, res, fencecheck.ReasonMissing)
+		if string(res.err.ID) != "1" {
+			t.Fatalf("id = %s, want the request's id 1", res.err.ID)
+		}
+		if n := b.requests.Load(); n != 0 {
+			t.Fatalf("handler ran %d times", n)
+		}
+		if got := b.drained(t); len(got) != 0 {
+			t.Fatalf("reported %+v for a refused call", got)
+		}
+	})
+
+	t.Run("valid token: handler once, effect reported, replay refused", func(t *testing.T) {
+		b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+		tok, claims := b.token(t, "create_repository", args)
+		body := toolsCall("create_repository", "{\n  \"private\": true, \"name\": \"payroll-exports\"}")
+		res := mustDo(t, "POST", b.url, body, tok)
+		if res.status != http.StatusOK || !bytes.Contains(res.body, []byte("created")) {
+			t.Fatalf("status %d body %s", res.status, res.body)
+		}
+		if got := string(*b.lastBody.Load()); got != body {
+			t.Fatalf("handler read body %q, want the request's", got)
+		}
+		if c := b.claims.Load(); c == nil || c.ID != claims.ID {
+			t.Fatalf("claims in context = %+v", c)
+		}
+		// The same token again.
+		wantRefused(t, mustDo(t, "POST", b.url, body, tok), fencecheck.ReasonReplay)
+		if n := b.calls.Load(); n != 1 {
+			t.Fatalf("handler ran %d calls, want 1", n)
+		}
+		got := b.drained(t)
+		want := completion{Lease: claims.ID, Outcome: fencecheck.OutcomeEffect, Auth: "Bearer " + backendCredential}
+		if len(got) != 1 || got[0].Lease != want.Lease || got[0].Outcome != want.Outcome || got[0].Auth != want.Auth {
+			t.Fatalf("authzd received %+v, want one %+v", got, want)
+		}
+	})
+
+	t.Run("refused tokens are not reported", func(t *testing.T) {
+		b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+		tok, _ := b.token(t, "create_repository", args)
+		wantRefused(t, mustDo(t, "POST", b.url, toolsCall("create_repository", `{"name":"payroll-exports","private":false}`), tok),
+			fencecheck.ReasonArguments)
+		forged := tok[:len(tok)-4] + "AAAA"
+		wantRefused(t, mustDo(t, "POST", b.url, toolsCall("create_repository", args), forged), fencecheck.ReasonSignature)
+		wantRefused(t, mustDo(t, "POST", b.url, toolsCall("delete_repository", args), tok), fencecheck.ReasonTool)
+		req, _ := http.NewRequest("POST", b.url, strings.NewReader(toolsCall("create_repository", args)))
+		req.Header.Add(fencecheck.Header, tok)
+		req.Header.Add(fencecheck.Header, tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("two token headers: status %d", resp.StatusCode)
+		}
+		if n := b.requests.Load(); n != 0 {
+			t.Fatalf("handler ran %d times", n)
+		}
+		if got := b.drained(t); len(got) != 0 {
+			t.Fatalf("reported %+v", got)
+		}
+	})
+
+	outcomes := []struct {
+		note    string
+		tool    string
+		opts    fencecheck.MiddlewareOptions
+		want    fencecheck.Outcome
+		status  int // 0: the connection breaks
+		checkFn func(t *testing.T, res *rpcResult)
+	}{
+		{note: "handler panics", tool: "explode", want: fencecheck.OutcomeUncertain},
+		{note: "handler exceeds the timeout", tool: "hang", want: fencecheck.OutcomeUncertain, status: http.StatusOK,
+			opts: fencecheck.MiddlewareOptions{Timeout: 50 * time.Millisecond}},
+		{note: "handler answers 500", tool: "fail", want: fencecheck.OutcomeUncertain, status: http.StatusInternalServerError},
+		{note: "handler declares rejected", tool: "decline", want: fencecheck.OutcomeRejected, status: http.StatusOK,
+			checkFn: func(t *testing.T, res *rpcResult) {
+				if v := res.header.Get(fencecheck.OutcomeHeader); v != "" {
+					t.Fatalf("%s leaked to the client: %q", fencecheck.OutcomeHeader, v)
+				}
+			}},
+	}
+	for _, tc := range outcomes {
+		t.Run(tc.note, func(t *testing.T) {
+			b := newMCPBackend(t, tc.opts)
+			tok, claims := b.token(t, tc.tool, args)
+			start := time.Now()
+			res, err := do(t, "POST", b.url, toolsCall(tc.tool, args), tok)
+			switch {
+			case tc.status == 0 && err == nil:
+				t.Fatalf("status %d, want a broken connection", res.status)
+			case tc.status != 0 && err != nil:
+				t.Fatal(err)
+			case tc.status != 0 && res.status != tc.status:
+				t.Fatalf("status = %d, want %d", res.status, tc.status)
+			}
+			if tc.opts.Timeout > 0 && time.Since(start) > 5*time.Second {
+				t.Fatal("the handler's context was not cancelled at the timeout")
+			}
+			if tc.checkFn != nil {
+				tc.checkFn(t, res)
+			}
+			got := b.drained(t)
+			if len(got) != 1 || got[0].Lease != claims.ID || got[0].Outcome != tc.want {
+				t.Fatalf("authzd received %+v, want one %s for %s", got, tc.want, claims.ID)
+			}
+		})
+	}
+}
+
+func TestMiddlewareOtherTraffic(t *testing.T) {
+	b := newMCPBackend(t, fencecheck.MiddlewareOptions{MaxBodyBytes: 4096})
+	pass := []struct{ method, body string }{
+		{"POST", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
+		{"POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
+		{"POST", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`},
+		{"POST", `{"jsonrpc":"2.0","id":7,"result":{"action":"accept"}}`}, // a response to the server
+		{"POST", `[{"jsonrpc":"2.0","id":3,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}]`},
+		{"GET", ""},
+		{"DELETE", ""},
+	}
+	for _, p := range pass {
+		before := b.requests.Load()
+		res := mustDo(t, p.method, b.url, p.body, "")
+		if res.status != http.StatusOK || b.requests.Load() != before+1 {
+			t.Fatalf("%s %s: status %d, handler ran %d", p.method, p.body, res.status, b.requests.Load()-before)
+		}
+	}
+
+	refused := []struct {
+		note   string
+		body   string
+		status int
+		reason fencecheck.Reason
+	}{
+		{"batch holding a tools/call", `[{"jsonrpc":"2.0","id":3,"method":"tools/list"},` + toolsCall("create_repository", "{}") + `]`,
+			http.StatusForbidden, fencecheck.ReasonBatch},
+		{"method in another case", `{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"create_repository"}}`,
+			http.StatusForbidden, fencecheck.ReasonMissing},
+		{"method value in another case", `{"jsonrpc":"2.0","id":1,"method":"Tools/Call","params":{"name":"create_repository"}}`,
+			http.StatusForbidden, fencecheck.ReasonMissing},
+		{"two methods differing in case", `{"jsonrpc":"2.0","id":1,"method":"tools/list","METHOD":"tools/call"}`,
+			http.StatusBadRequest, ""},
+		{"duplicate method", `{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list"}`,
+			http.StatusBadRequest, ""},
+		{"duplicate tool name", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Name":"b"}}`,
+			http.StatusBadRequest, ""},
+		{"not JSON", `{"jsonrpc":"2.0", method: "tools/call"}`, http.StatusBadRequest, ""},
+		{"not an object", `"tools/call"`, http.StatusBadRequest, ""},
+		{"too large", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"` + strings.Repeat("x", 5000) + `"}}`,
+			http.StatusRequestEntityTooLarge, ""},
+	}
+	before := b.requests.Load()
+	for _, r := range refused {
+		t.Run(r.note, func(t *testing.T) {
+			res := mustDo(t, "POST", b.url, r.body, "")
+			if r.reason != "" {
+				wantRefused(t, res, r.reason)
+				return
+			}
+			if res.status != r.status || res.err.Error == nil {
+				t.Fatalf("status = %d body %s, want %d with a JSON-RPC error", res.status, res.body, r.status)
+			}
+		})
+	}
+	if n := b.requests.Load() - before; n != 0 {
+		t.Fatalf("handler ran %d times for refused bodies", n)
+	}
+
+	// A chunked body (no Content-Length) over the limit is cut off too.
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"`))
+		_, _ = pw.Write(bytes.Repeat([]byte("x"), 8192))
+		_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+	}()
+	req, _ := http.NewRequest("POST", b.url, pr)
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("chunked oversized body: status %d", resp.StatusCode)
+		}
+	}
+	if n := b.requests.Load() - before; n != 0 {
+		t.Fatalf("handler ran %d times for refused bodies", n)
+	}
+	if got := b.drained(t); len(got) != 0 {
+		t.Fatalf("reported %+v", got)
+	}
+}

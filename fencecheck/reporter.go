@@ -1,0 +1,279 @@
+package fencecheck
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome is what a backend tells authzd about an admitted call, at
+// POST /v1/leases/{jti}/complete.
+type Outcome string
+
+// Outcomes of a call. effect and rejected release the call's lease marker;
+// uncertain keeps it, so the epoch cannot retire and the call is neither
+// replayed nor substituted until an operator resolves it or a newer
+// backend generation releases it.
+const (
+	// OutcomeEffect: the handler ran the call (it may still have failed).
+	OutcomeEffect Outcome = "effect"
+	// OutcomeRejected: the handler refused the call without any effect.
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeUncertain: nobody knows whether the effect happened (the
+	// handler panicked, timed out, or answered 5xx).
+	OutcomeUncertain Outcome = "uncertain"
+)
+
+// Defaults of [ReporterOptions].
+const (
+	DefaultReportQueue       = 1024
+	DefaultReportWorkers     = 2
+	DefaultReportAttempts    = 8
+	DefaultReportBackoff     = 200 * time.Millisecond
+	DefaultReportMaxBackoff  = 10 * time.Second
+	defaultReportHTTPTimeout = 10 * time.Second
+)
+
+// ReporterOptions configure a [Reporter]. Zero values mean the defaults.
+type ReporterOptions struct {
+	// AuthzdURL is authzd's base URL, e.g. "https://authzd.example:8443".
+	// Required.
+	AuthzdURL string
+	// Credential is the bearer credential of role backend. Required.
+	Credential string
+	// HTTPClient posts the outcomes; nil means a client with a 10 s
+	// timeout.
+	HTTPClient *http.Client
+	// QueueSize bounds the outcomes waiting to be sent; zero means
+	// [DefaultReportQueue]. A report that finds the queue full is dropped
+	// (logged and counted), never waited for.
+	QueueSize int
+	// Workers is the number of goroutines sending; zero means
+	// [DefaultReportWorkers].
+	Workers int
+	// MaxAttempts bounds the tries of one report; zero means
+	// [DefaultReportAttempts]. Transport errors, 408, 429 and 5xx are
+	// retried; other statuses are final.
+	MaxAttempts int
+	// Backoff is the wait before the first retry, doubled after each
+	// (with jitter) up to MaxBackoff; zeros mean [DefaultReportBackoff]
+	// and [DefaultReportMaxBackoff].
+	Backoff, MaxBackoff time.Duration
+	// Logger receives drops and failures; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ReporterStats counts what a [Reporter] did.
+type ReporterStats struct {
+	// Sent reports were answered 2xx by authzd.
+	Sent uint64
+	// Dropped reports found the queue full, or the reporter closed.
+	Dropped uint64
+	// Failed reports were given up after a final status or the last
+	// attempt, or abandoned by Close.
+	Failed uint64
+}
+
+// Reporter sends call outcomes to authzd asynchronously: [Reporter.Report]
+// only enqueues, worker goroutines post with retries and backoff. It is
+// safe for concurrent use. Close it to drain the queue and stop the
+// workers.
+type Reporter struct {
+	opts    ReporterOptions
+	base    string
+	log     *slog.Logger
+	queue   chan report
+	stop    context.Context // cancelled when Close gives up draining
+	abandon context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu     sync.RWMutex
+	closed bool
+
+	sent, dropped, failed atomic.Uint64
+}
+
+type report struct {
+	jti     string
+	outcome Outcome
+	detail  string
+}
+
+// NewReporter starts a reporter's workers.
+func NewReporter(opts ReporterOptions) (*Reporter, error) {
+	u, err := url.Parse(opts.AuthzdURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("fencecheck: reporter: AuthzdURL %q is not an http(s) URL", opts.AuthzdURL)
+	}
+	if opts.Credential == "" {
+		return nil, errors.New("fencecheck: reporter: a backend credential is required")
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: defaultReportHTTPTimeout}
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = DefaultReportQueue
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultReportWorkers
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = DefaultReportAttempts
+	}
+	if opts.Backoff <= 0 {
+		opts.Backoff = DefaultReportBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = DefaultReportMaxBackoff
+	}
+	r := &Reporter{
+		opts:  opts,
+		base:  strings.TrimRight(opts.AuthzdURL, "/"),
+		log:   opts.Logger,
+		queue: make(chan report, opts.QueueSize),
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	r.stop, r.abandon = context.WithCancel(context.Background())
+	for range opts.Workers {
+		r.wg.Add(1)
+		go r.work()
+	}
+	return r, nil
+}
+
+// Report enqueues the outcome of the call whose token had id jti and
+// returns at once. It reports false if the report was dropped: the queue
+// was full or the reporter is closed. Dropping keeps the lease marker in
+// authzd, which is the safe side: the epoch cannot retire until the lease
+// is resolved.
+func (r *Reporter) Report(jti string, outcome Outcome, detail string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if !r.closed {
+		select {
+		case r.queue <- report{jti: jti, outcome: outcome, detail: detail}:
+			return true
+		default:
+		}
+	}
+	r.dropped.Add(1)
+	r.log.Warn("fencecheck: outcome report dropped", "jti", jti, "outcome", outcome,
+		"closed", r.closed, "dropped", r.dropped.Load())
+	return false
+}
+
+// Stats returns the counters so far.
+func (r *Reporter) Stats() ReporterStats {
+	return ReporterStats{Sent: r.sent.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load()}
+}
+
+// Close stops accepting reports and waits until the queue is drained. If
+// ctx ends first it abandons the reports still queued or being retried
+// (counted as failed) and returns ctx's error once the workers stopped.
+func (r *Reporter) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.queue)
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		r.abandon()
+		return nil
+	case <-ctx.Done():
+		r.abandon()
+		<-done
+		return ctx.Err()
+	}
+}
+
+func (r *Reporter) work() {
+	defer r.wg.Done()
+	for rep := range r.queue {
+		r.deliver(rep)
+	}
+}
+
+// deliver posts one report, retrying transient failures.
+func (r *Reporter) deliver(rep report) {
+	body, _ := json.Marshal(struct {
+		Outcome Outcome `json:"outcome"`
+		Detail  string  `json:"detail"`
+	}{rep.outcome, rep.detail})
+	target := r.base + "/v1/leases/" + url.PathEscape(rep.jti) + "/complete"
+	wait := r.opts.Backoff
+	var last error
+	for attempt := 1; attempt <= r.opts.MaxAttempts; attempt++ {
+		if r.stop.Err() != nil {
+			break
+		}
+		retry, err := r.post(target, body)
+		if err == nil {
+			r.sent.Add(1)
+			return
+		}
+		last = err
+		if !retry {
+			break
+		}
+		if attempt == r.opts.MaxAttempts {
+			break
+		}
+		// Full jitter around the current step, so instances that lost
+		// authzd together do not retry together.
+		d := wait/2 + rand.N(wait/2+1)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.stop.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, r.opts.MaxBackoff)
+	}
+	if last == nil {
+		last = errors.New("abandoned at close")
+	}
+	r.failed.Add(1)
+	r.log.Error("fencecheck: outcome report failed; the lease stays open in authzd",
+		"jti", rep.jti, "outcome", rep.outcome, "err", last)
+}
+
+// post sends one attempt; retry tells whether a failure is transient.
+func (r *Reporter) post(target string, body []byte) (retry bool, err error) {
+	req, err := http.NewRequestWithContext(r.stop, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+r.opts.Credential)
+	resp, err := r.opts.HTTPClient.Do(req)
+	if err != nil {
+		return true, err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return false, nil
+	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests,
+		resp.StatusCode >= 500:
+		return true, fmt.Errorf("authzd answered %s", resp.Status)
+	}
+	return false, fmt.Errorf("authzd answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+}

@@ -1,0 +1,143 @@
+package fencecheck_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+)
+
+func newTestReporter(t *testing.T, url string, opts fencecheck.ReporterOptions) *fencecheck.Reporter {
+	t.Helper()
+	opts.AuthzdURL = url
+	opts.Credential = backendCredential
+	if opts.Backoff == 0 {
+		opts.Backoff = time.Millisecond
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, err := fencecheck.NewReporter(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func closeReporter(t *testing.T, r *fencecheck.Reporter) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReporterRetriesTransientFailures(t *testing.T) {
+	stub := newAuthzdStub(t)
+	stub.failNext.Store(2) // two 503s, then success
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{Workers: 1})
+	if !r.Report("lease/with slash", fencecheck.OutcomeEffect, "handler answered 200") {
+		t.Fatal("dropped")
+	}
+	closeReporter(t, r)
+	got := stub.completions()
+	if len(got) != 1 || got[0].Lease != "lease/with slash" || got[0].Outcome != fencecheck.OutcomeEffect || got[0].Detail != "handler answered 200" {
+		t.Fatalf("authzd received %+v", got)
+	}
+	if s := r.Stats(); s.Sent != 1 || s.Failed != 0 || s.Dropped != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestReporterFinalStatusNotRetried(t *testing.T) {
+	stub := newAuthzdStub(t)
+	stub.status.Store(http.StatusForbidden)
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{})
+	r.Report("lease-1", fencecheck.OutcomeEffect, "")
+	closeReporter(t, r)
+	if s := r.Stats(); s.Sent != 0 || s.Failed != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestReporterGivesUpAfterMaxAttempts(t *testing.T) {
+	stub := newAuthzdStub(t)
+	stub.status.Store(http.StatusServiceUnavailable)
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{MaxAttempts: 3})
+	r.Report("lease-1", fencecheck.OutcomeUncertain, "")
+	closeReporter(t, r)
+	if s := r.Stats(); s.Sent != 0 || s.Failed != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+// TestReporterFullQueueDrops: Report never blocks; what does not fit is
+// dropped and counted.
+func TestReporterFullQueueDrops(t *testing.T) {
+	stub := newAuthzdStub(t)
+	block := make(chan struct{})
+	stub.block.Store(&block)
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{QueueSize: 2, Workers: 1})
+	start := time.Now()
+	accepted := 0
+	for range 10 {
+		if r.Report(newJTI(), fencecheck.OutcomeEffect, "") {
+			accepted++
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Report blocked for %s", d)
+	}
+	// One in the worker's hands, two queued; the first Report may not
+	// have been picked up yet, so 2 or 3 fit.
+	if accepted < 2 || accepted > 3 {
+		t.Fatalf("accepted %d reports, want 2 or 3", accepted)
+	}
+	if s := r.Stats(); s.Dropped != uint64(10-accepted) {
+		t.Fatalf("dropped = %d, want %d", s.Dropped, 10-accepted)
+	}
+	close(block)
+	closeReporter(t, r)
+	if n := len(stub.completions()); n != accepted {
+		t.Fatalf("authzd received %d, want %d", n, accepted)
+	}
+	if r.Report(newJTI(), fencecheck.OutcomeEffect, "") {
+		t.Fatal("Report accepted after Close")
+	}
+}
+
+// TestReporterCloseDeadline: Close gives up on an unreachable authzd when
+// its context ends, and still stops the workers.
+func TestReporterCloseDeadline(t *testing.T) {
+	stub := newAuthzdStub(t)
+	url := stub.URL
+	stub.Close()
+	r := newTestReporter(t, url, fencecheck.ReporterOptions{Backoff: 50 * time.Millisecond, MaxAttempts: 1000})
+	for range 5 {
+		r.Report(newJTI(), fencecheck.OutcomeEffect, "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want deadline exceeded", err)
+	}
+	if s := r.Stats(); s.Failed != 5 || s.Sent != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestNewReporterValidates(t *testing.T) {
+	for _, o := range []fencecheck.ReporterOptions{
+		{AuthzdURL: "", Credential: "x"},
+		{AuthzdURL: "ftp://authzd", Credential: "x"},
+		{AuthzdURL: "http://authzd"},
+	} {
+		if _, err := fencecheck.NewReporter(o); err == nil {
+			t.Errorf("NewReporter(%+v) accepted", o)
+		}
+	}
+}
