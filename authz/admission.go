@@ -201,11 +201,7 @@ func (f *Formations) recheck(ctx context.Context, rec *Formation) error {
 	if d, ok := policyDigest(f.decider); ok && d == rec.Decision.PolicyDigest {
 		return nil
 	}
-	tool, err := f.store.SnapshotTool(ctx, rec.Snapshot, rec.Tool)
-	if err != nil {
-		return err
-	}
-	epoch, err := f.store.GetEpoch(ctx, rec.Source.Epoch)
+	tool, epoch, err := f.store.ResolveTool(ctx, rec.Snapshot, rec.Tool)
 	if err != nil {
 		return err
 	}

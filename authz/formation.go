@@ -162,7 +162,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	tool, err := f.store.SnapshotTool(ctx, req.Snapshot, req.Tool)
+	tool, epoch, err := f.store.ResolveTool(ctx, req.Snapshot, req.Tool)
 	if err != nil {
 		if errors.Is(err, lease.ErrSnapshotNotFound) || errors.Is(err, lease.ErrToolNotFound) {
 			return nil, fmt.Errorf("%w: %w", ErrBadReference, err)
@@ -192,10 +192,6 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 	argDigest, err := fencecheck.ArgumentDigest(req.Tool, canonArgs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	epoch, err := f.store.GetEpoch(ctx, tool.Epoch)
-	if err != nil {
-		return nil, fmt.Errorf("authz: form: source epoch: %w", err)
 	}
 	history, err := f.store.SessionHistory(ctx, req.Session)
 	if err != nil {

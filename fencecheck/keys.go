@@ -179,21 +179,7 @@ func (k *keyring) refresh(ctx context.Context, kid string) (verifyKey, *RejectEr
 		k.lastAttempt = now
 		k.mu.Unlock()
 
-		// The fetch serves every waiter, so the caller's cancellation
-		// must not cut it short; keyFetchTimeout bounds it instead.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyFetchTimeout)
-		set, err := k.fetch(fctx)
-		cancel()
-		k.mu.Lock()
-		if err == nil {
-			set.fetched = now
-			k.cur.Store(set)
-		}
-		k.lastErr = err
-		k.inflight = nil
-		call.err = err
-		close(call.done)
-		k.mu.Unlock()
+		k.lead(ctx, call, now)
 	} else {
 		k.mu.Unlock()
 		select {
@@ -203,6 +189,29 @@ func (k *keyring) refresh(ctx context.Context, kid string) (verifyKey, *RejectEr
 		}
 	}
 	return k.find(kid, k.now(), call.err, false)
+}
+
+// lead runs the fetch that call stands for and publishes its result to
+// everyone waiting on it, even if the fetch panics.
+func (k *keyring) lead(ctx context.Context, call *fetchCall, now time.Time) {
+	call.err = errors.New("key fetch did not complete")
+	defer func() {
+		k.mu.Lock()
+		k.lastErr = call.err
+		k.inflight = nil
+		close(call.done)
+		k.mu.Unlock()
+	}()
+	// The fetch serves every waiter, so the caller's cancellation must not
+	// cut it short; keyFetchTimeout bounds it instead.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyFetchTimeout)
+	defer cancel()
+	set, err := k.fetch(fctx)
+	if err == nil {
+		set.fetched = now
+		k.cur.Store(set)
+	}
+	call.err = err
 }
 
 // find looks kid up in the cached set after a refresh attempt whose error

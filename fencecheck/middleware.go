@@ -54,8 +54,8 @@ type MiddlewareOptions struct {
 	// given, which fits only a server whose tool names already contain
 	// the server name.
 	Server string
-	// MaxBodyBytes bounds POST bodies, which the middleware must read to
-	// find tools/call; a larger body is answered 413. Zero means
+	// MaxBodyBytes bounds request bodies, which the middleware must read
+	// to find tools/call; a larger body is answered 413. Zero means
 	// [DefaultMaxBodyBytes].
 	MaxBodyBytes int64
 	// Timeout, if positive, bounds a verified call. When it passes, the
@@ -87,11 +87,13 @@ func ClaimsFromContext(ctx context.Context) (*Claims, bool) {
 // runs. Other traffic — initialize, tools/list, notifications, responses,
 // GET streams, DELETE — passes untouched.
 //
-// POST bodies are read (bounded by MaxBodyBytes, 413 beyond) and handed
-// to next unchanged. A body that is not JSON, or an object with two
-// members whose names differ only in case, is answered 400: another
-// parser could read a tools/call in it that this one does not see. A
-// method named tools/call in any letter case counts as tools/call. A
+// Request bodies, whatever the method, are read (bounded by MaxBodyBytes,
+// 413 beyond) and handed to next unchanged. A body that is not JSON, or an
+// object with two members whose names differ only in case, is answered
+// 400: another parser could read a tools/call in it that this one does not
+// see. A method named tools/call in any letter case counts as tools/call.
+// So does a request whose Mcp-Method header says tools/call; a body that
+// disagrees with the Mcp-Method or Mcp-Name header is answered 400. A
 // batch that holds a tools/call is refused whole (403, reason batch).
 //
 // After a verified call the outcome is reported to opts.Reporter, once:
@@ -119,7 +121,9 @@ type middleware struct {
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
+	// Every request with a body is classified, whatever its method: a
+	// lenient server might run a JSON-RPC body that came with PUT.
+	if r.ContentLength == 0 && !headerSaysCall(r) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
@@ -144,6 +148,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
 	msg, cerr := classify(body)
+	if cerr == nil {
+		cerr = checkMCPHeaders(r, msg)
+	}
 	if cerr != nil {
 		writeRPCError(w, http.StatusBadRequest, nil, cerr.code, cerr.msg, "")
 		return
@@ -308,7 +315,42 @@ func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code i
 	_, _ = w.Write(data)
 }
 
-// rpcMessage is what the middleware needs of a POST body.
+// Headers by which MCP clients from protocol 2026-07-28 on name the method
+// and tool of a request, so that gateways need not read the body.
+const (
+	mcpMethodHeader = "Mcp-Method"
+	mcpNameHeader   = "Mcp-Name"
+)
+
+// headerSaysCall reports whether the request's Mcp-Method header names
+// tools/call.
+func headerSaysCall(r *http.Request) bool {
+	for _, m := range r.Header.Values(mcpMethodHeader) {
+		if strings.EqualFold(strings.TrimSpace(m), "tools/call") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMCPHeaders refuses a request whose Mcp-Method or Mcp-Name header
+// disagrees with its body: a server that dispatches on the headers must
+// not run a call the middleware did not verify.
+func checkMCPHeaders(r *http.Request, msg rpcMessage) *classifyError {
+	if headerSaysCall(r) && !msg.call {
+		return &classifyError{errorCodeInvalidRequest, "Mcp-Method header does not match the body"}
+	}
+	if msg.call {
+		for _, n := range r.Header.Values(mcpNameHeader) {
+			if n != msg.name {
+				return &classifyError{errorCodeInvalidRequest, "Mcp-Name header does not match the body"}
+			}
+		}
+	}
+	return nil
+}
+
+// rpcMessage is what the middleware needs of a request body.
 type rpcMessage struct {
 	call      bool // a single tools/call request
 	batchCall bool // a batch holding a tools/call

@@ -459,3 +459,54 @@ func TestMiddlewareOtherTraffic(t *testing.T) {
 		t.Fatalf("reported %+v", got)
 	}
 }
+
+// TestMiddlewareAgreesWithMCPHeaders: a server may dispatch on the
+// Mcp-Method and Mcp-Name headers instead of the body, or accept JSON-RPC
+// with another HTTP method; none of these carries a call past the guard.
+func TestMiddlewareAgreesWithMCPHeaders(t *testing.T) {
+	b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+	tok, _ := b.token(t, "create_repository", `{"name":"demo"}`)
+	call := toolsCall("create_repository", `{"name":"demo"}`)
+	cases := []struct {
+		note    string
+		method  string
+		body    string
+		headers map[string]string
+		status  int
+		reason  fencecheck.Reason
+	}{
+		{note: "PUT with a tools/call body", method: "PUT", body: call, status: 403, reason: fencecheck.ReasonMissing},
+		{note: "header says tools/call, body says tools/list", method: "POST", body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "create_repository"}, status: 400},
+		{note: "header says tools/call, no body", method: "GET",
+			headers: map[string]string{"Mcp-Method": "tools/call"}, status: 400},
+		{note: "Mcp-Name names another tool", method: "POST", body: call,
+			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "delete_repository", fencecheck.Header: tok}, status: 400},
+		{note: "headers agree", method: "POST", body: call,
+			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "create_repository", fencecheck.Header: tok}, status: 200},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			before := b.calls.Load()
+			req, _ := http.NewRequest(tc.method, b.url, strings.NewReader(tc.body))
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d (%s), want %d", resp.StatusCode, body, tc.status)
+			}
+			if tc.reason != "" && !bytes.Contains(body, []byte(`"reason":"`+string(tc.reason)+`"`)) {
+				t.Fatalf("body %s, want reason %s", body, tc.reason)
+			}
+			if ran := b.calls.Load() - before; (tc.status == 200) != (ran == 1) {
+				t.Fatalf("handler ran %d calls", ran)
+			}
+		})
+	}
+}

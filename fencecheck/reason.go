@@ -23,7 +23,8 @@ const (
 	// ReasonMalformed: not a JWS compact serialization (three base64url
 	// parts), too long, or a protected header that is not a JSON object
 	// of exactly the members alg, typ and kid (strings, each once). A JWS
-	// JSON serialization is refused with this reason.
+	// JSON serialization is refused with this reason, and so are two
+	// token headers on one request (middleware).
 	ReasonMalformed Reason = "malformed"
 	// ReasonAlgorithm: the header alg is not on the allow-list (EdDSA,
 	// ES256) — "none" and every HMAC algorithm included — or it does not

@@ -74,6 +74,17 @@ type ReporterOptions struct {
 	Logger *slog.Logger
 }
 
+// LogValue keeps the credential out of logs.
+func (o ReporterOptions) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("authzdURL", o.AuthzdURL),
+		slog.String("credential", "REDACTED"),
+		slog.Int("queueSize", o.QueueSize),
+		slog.Int("workers", o.Workers),
+		slog.Int("maxAttempts", o.MaxAttempts),
+	)
+}
+
 // ReporterStats counts what a [Reporter] did.
 type ReporterStats struct {
 	// Sent reports were answered 2xx by authzd.

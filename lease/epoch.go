@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/fcd-authz/fcd/manifest"
@@ -70,6 +71,35 @@ type epochRecord struct {
 	RegisteredAt time.Time          `json:"registeredAt"`
 	Manifest     *manifest.Manifest `json:"manifest"`
 	JWS          string             `json:"jws"`
+
+	// digests caches the descriptor digests by tool name (canonical JSON
+	// is not free); computed once, the record never changes.
+	digestsOnce sync.Once
+	digests     map[string]string
+	digestsErr  error
+}
+
+// toolDigest returns the digest of the named tool's descriptor.
+func (r *epochRecord) toolDigest(name string) (string, error) {
+	r.digestsOnce.Do(func() {
+		r.digests = make(map[string]string, len(r.Manifest.Tools))
+		for i := range r.Manifest.Tools {
+			d, err := r.Manifest.Tools[i].Digest()
+			if err != nil {
+				r.digestsErr = err
+				return
+			}
+			r.digests[r.Manifest.Tools[i].Name] = d
+		}
+	})
+	if r.digestsErr != nil {
+		return "", r.digestsErr
+	}
+	d, ok := r.digests[name]
+	if !ok {
+		return "", fmt.Errorf("%w: epoch %s has no tool %s", ErrCorrupt, r.ID, name)
+	}
+	return d, nil
 }
 
 func (r *epochRecord) epoch(rev int64, st State, withDoc bool) (*Epoch, error) {
@@ -80,7 +110,7 @@ func (r *epochRecord) epoch(rev int64, st State, withDoc bool) (*Epoch, error) {
 		RegisteredAt: r.RegisteredAt, State: st, revision: rev,
 	}
 	for i := range m.Tools {
-		d, err := m.Tools[i].Digest()
+		d, err := r.toolDigest(m.Tools[i].Name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: epoch %s tool %s: %v", ErrCorrupt, r.ID, m.Tools[i].Name, err)
 		}
@@ -173,6 +203,37 @@ func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
 	ep.ActiveLeases, ep.UncertainLeases = tallyMarkers(resp.Responses[2].GetResponseRange().Kvs)
 	ep.StateRevision = st[0].ModRevision
 	return ep, nil
+}
+
+// ResolveTool resolves a tool through a snapshot only (never "latest") and
+// returns it with its source epoch's record and current state, without
+// lease counts: what a formation needs, in as few reads as the caches
+// allow (the snapshot and epoch record are immutable and cached; the state
+// is read every time).
+func (s *Store) ResolveTool(ctx context.Context, snapshot, name string) (*FullTool, *Epoch, error) {
+	tool, err := s.SnapshotTool(ctx, snapshot, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := s.records(ctx, []string{tool.Epoch})
+	if err != nil {
+		return nil, nil, err
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	st, err := s.cli.Get(octx, s.k.state(tool.Epoch))
+	if err != nil {
+		return nil, nil, s.wrap(ctx, "epoch state", err)
+	}
+	if len(st.Kvs) == 0 || recs[tool.Epoch] == nil {
+		return nil, nil, fmt.Errorf("%w: %s", ErrEpochNotFound, tool.Epoch)
+	}
+	ep, err := recs[tool.Epoch].epoch(0, State(st.Kvs[0].Value), true)
+	if err != nil {
+		return nil, nil, err
+	}
+	ep.StateRevision = st.Kvs[0].ModRevision
+	return tool, ep, nil
 }
 
 // EpochFilter selects epochs in ListEpochs; zero fields match all.

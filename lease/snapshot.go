@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/fcd-authz/fcd/manifest"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -107,8 +108,11 @@ func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*Snapshot
 	return &snap, resp.Succeeded, nil
 }
 
-// GetSnapshot returns a stored snapshot.
+// GetSnapshot returns a stored snapshot. Callers must not modify it.
 func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	if snap := s.cache.snapshot(id); snap != nil {
+		return snap, nil
+	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.k.snapshot(id))
@@ -122,6 +126,7 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	if err := json.Unmarshal(resp.Kvs[0].Value, &snap); err != nil || snap.ID != id {
 		return nil, fmt.Errorf("%w: snapshot %s", ErrCorrupt, id)
 	}
+	s.cache.putSnapshot(&snap)
 	return &snap, nil
 }
 
@@ -184,7 +189,7 @@ func descriptor(rec *epochRecord, t SnapshotTool) (*manifest.Tool, error) {
 	if d == nil {
 		return nil, fmt.Errorf("%w: epoch %s lacks %s", ErrCorrupt, t.Epoch, t.Name)
 	}
-	if got, err := d.Digest(); err != nil || got != t.DescriptorDigest {
+	if got, err := rec.toolDigest(local); err != nil || got != t.DescriptorDigest {
 		return nil, fmt.Errorf("%w: descriptor of %s does not match its digest", ErrCorrupt, t.Name)
 	}
 	return d, nil
@@ -192,7 +197,23 @@ func descriptor(rec *epochRecord, t SnapshotTool) (*manifest.Tool, error) {
 
 // records reads the immutable records of the given epochs in one
 // transaction.
+//
+// Records are immutable once written, so they are cached in memory; only
+// missing ones are read. Callers must not modify what they get.
 func (s *Store) records(ctx context.Context, ids []string) (map[string]*epochRecord, error) {
+	out := make(map[string]*epochRecord, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if rec := s.cache.record(id); rec != nil {
+			out[id] = rec
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	ids = missing
 	ops := make([]clientv3.Op, len(ids))
 	for i, id := range ids {
 		ops[i] = clientv3.OpGet(s.k.epoch(id))
@@ -203,7 +224,6 @@ func (s *Store) records(ctx context.Context, ids []string) (map[string]*epochRec
 	if err != nil {
 		return nil, s.wrap(ctx, "read epochs", err)
 	}
-	out := make(map[string]*epochRecord, len(ids))
 	for i, r := range resp.Responses {
 		kvs := r.GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -213,7 +233,52 @@ func (s *Store) records(ctx context.Context, ids []string) (map[string]*epochRec
 		if err != nil {
 			return nil, err
 		}
-		out[ids[i]] = rec
+		out[ids[i]] = s.cache.putRecord(ids[i], rec)
 	}
 	return out, nil
+}
+
+// immutableCache holds records that never change once written: epoch
+// records (by epoch id) and snapshots (content-addressed). It needs no
+// invalidation; snapshots are bounded by dropping the lot when full.
+type immutableCache struct {
+	mu        sync.RWMutex
+	recs      map[string]*epochRecord
+	snapshots map[string]*Snapshot
+}
+
+const maxCachedSnapshots = 4096
+
+func (c *immutableCache) record(id string) *epochRecord {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.recs[id]
+}
+
+func (c *immutableCache) putRecord(id string, rec *epochRecord) *epochRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.recs[id]; old != nil {
+		return old
+	}
+	if c.recs == nil {
+		c.recs = map[string]*epochRecord{}
+	}
+	c.recs[id] = rec
+	return rec
+}
+
+func (c *immutableCache) snapshot(id string) *Snapshot {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.snapshots[id]
+}
+
+func (c *immutableCache) putSnapshot(snap *Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.snapshots == nil || len(c.snapshots) >= maxCachedSnapshots {
+		c.snapshots = map[string]*Snapshot{}
+	}
+	c.snapshots[snap.ID] = snap
 }

@@ -40,6 +40,7 @@ type Store struct {
 	log       *slog.Logger
 	now       func() time.Time
 	retention retention
+	cache     immutableCache
 }
 
 // Open connects to etcd. It does not wait for etcd to be reachable: a

@@ -13,15 +13,20 @@
 //	            Txn If ModRevision == rev, retry on conflict).
 //
 // For each concurrency level it reports throughput, p50/p95/p99 latency,
-// the etcd KV RPCs per operation (from etcd's own gRPC counters) and the
-// ratios b/a and b/c. The designs run interleaved per level (a b c, then
-// c b a), each after its own warm-up, so that drift in the member (database
-// growth, page cache) does not favour one of them.
+// the etcd KV RPCs per operation (from etcd's own gRPC counters), the
+// process CPU time per operation and the ratios b/a and b/c. The designs
+// run interleaved per level, in rounds of alternating order (a b c, c b a,
+// ...), after a warm-up of each, so that drift in the member (database
+// growth, page cache) or in the machine's other load favours none of them.
+// Two diagnostics, off by default (-designs abcde), split the gap between a
+// and b: d is the floor preceded by the two linearizable reads admission
+// makes first, e the same with serializable reads.
 //
-//	go run ./bench/admission [-n 2000] [-n1 500] [-c 1,16,64] [-dir DIR]
+//	go run ./bench/admission [-n 2000] [-n1 N] [-c 1,16,64] [-dir DIR] [-designs abc] [-cpuprofile FILE]
 //
-// Writes are disk-bound: the single member fsyncs its WAL on every commit
-// (batched across concurrent requests). -dir on a tmpfs (/dev/shm) takes
+// Every commit waits for the member to fsync its WAL (batched across
+// concurrent requests), so at low concurrency writes are disk-bound; the
+// header prints this disk's fsync time. -dir on a tmpfs (/dev/shm) takes
 // the disk out of the measurement.
 package main
 
@@ -344,8 +349,8 @@ func (b *bench) header(dir string, fsync time.Duration) {
 	fmt.Fprintf(b.out, "# machine: %s/%s, %s, NumCPU=%d, GOMAXPROCS=%d, %s\n",
 		runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintf(b.out, "# etcd: one embedded member in this process, data in %s\n", dir)
-	fmt.Fprintf(b.out, "# disk: etcd fsyncs its WAL on every commit (batched across concurrent requests), so writes are\n")
-	fmt.Fprintf(b.out, "#       disk-bound; here a 4 KiB write+fdatasync takes %.2f ms (mean of 100)\n", ms(fsync))
+	fmt.Fprintf(b.out, "# disk: every etcd commit waits for a WAL fsync (batched across concurrent requests), so at low\n")
+	fmt.Fprintf(b.out, "#       concurrency writes are disk-bound; here a 4 KiB write+fsync takes %.2f ms (mean of 100)\n", ms(fsync))
 	fmt.Fprintf(b.out, "# the load generator, the HTTP server, authzd and etcd share this process and its CPUs\n")
 }
 
