@@ -83,6 +83,9 @@ func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
 	}
 	for attempt := 0; ; attempt++ {
 		a, err := f.admitOnce(ctx, id)
+		if errors.Is(err, lease.ErrGenerationChanged) {
+			f.generations.Clear() // the pool is not known here; refill on demand
+		}
 		if errors.Is(err, lease.ErrFormationChanged) || errors.Is(err, lease.ErrGenerationChanged) {
 			if attempt < 8 {
 				continue
@@ -135,7 +138,7 @@ func (f *Formations) admitOnce(ctx context.Context, id string) (*Admission, erro
 	if !f.issuer.Published() {
 		return nil, ErrSigningKeyUnpublished
 	}
-	gen, err := f.store.PoolGeneration(ctx, rec.Source.Pool)
+	gen, err := f.generation(ctx, rec.Source.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +175,22 @@ func (f *Formations) admitOnce(ctx context.Context, id string) (*Admission, erro
 	}
 	f.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool, "revision", l.Revision)
 	return f.token(l, now)
+}
+
+// generation returns the pool's backend generation from a cache: the
+// admission transaction compares it, so a stale value costs one retry
+// (the cache entry is dropped on ErrGenerationChanged), never a wrong
+// token.
+func (f *Formations) generation(ctx context.Context, pool string) (int64, error) {
+	if g, ok := f.generations.Load(pool); ok {
+		return g.(int64), nil
+	}
+	g, err := f.store.PoolGeneration(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	f.generations.Store(pool, g)
+	return g, nil
 }
 
 func qualify(server string, names []string) []string {
@@ -330,6 +349,7 @@ func (f *Formations) SetGeneration(ctx context.Context, pool string, gen int64) 
 		return nil, fmt.Errorf("%w: generation must be a positive integer", ErrBadRequest)
 	}
 	released, err := f.store.SetGeneration(ctx, pool, gen, f.retention)
+	f.generations.Delete(pool)
 	if err != nil {
 		return released, fmt.Errorf("authz: generation of %s: %w", pool, err)
 	}

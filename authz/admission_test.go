@@ -27,8 +27,13 @@ type admitEnv struct {
 
 func newAdmitEnv(t *testing.T, decider authz.Decider) *admitEnv {
 	t.Helper()
+	return newAdmitEnvAlg(t, decider, jwa.EdDSA)
+}
+
+func newAdmitEnvAlg(t *testing.T, decider authz.Decider, alg jwa.SignatureAlgorithm) *admitEnv {
+	t.Helper()
 	e := newEnv(t, nil, nil)
-	key, err := manifest.GenerateKey(jwa.EdDSA)
+	key, err := manifest.GenerateKey(alg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +63,7 @@ func newAdmitEnv(t *testing.T, decider authz.Decider) *admitEnv {
 func (e *admitEnv) claims(t *testing.T, tok string) fencecheck.Claims {
 	t.Helper()
 	pub, _ := e.key.PublicKey()
-	payload, err := jws.Verify([]byte(tok), jws.WithKey(jwa.EdDSA, pub))
+	payload, err := jws.Verify([]byte(tok), jws.WithKey(e.key.Algorithm(), pub))
 	if err != nil {
 		t.Fatalf("token does not verify: %v", err)
 	}
@@ -553,4 +558,44 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatal("the old key vanished at once; its unexpired tokens could no longer be verified")
 	}
 	waitUntil("the old key to expire", func() bool { k := kids(); return !k[old.KeyID()] && k[fresh.KeyID()] })
+}
+
+// TestTokensPassFencecheck: the tokens admission issues, EdDSA and ES256,
+// pass the backend's verifier against the published JWKS for the call as
+// formed, and fail it for any other call.
+func TestTokensPassFencecheck(t *testing.T) {
+	for _, alg := range []jwa.SignatureAlgorithm{jwa.EdDSA, jwa.ES256} {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newAdmitEnvAlg(t, nil, alg)
+			ctx := context.Background()
+			args := `{"owner":"octo","repo":"demo"}`
+			f := e.ready(t, "s1", "github/get_repository", args, nil)
+			a, err := e.forms.Admit(ctx, f.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := e.forms.JWKS(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := jwk.Parse(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := &fencecheck.Verifier{Pool: "github-v1-4", Artifact: f.Source.Artifact.Digest, Config: f.Source.ConfigDigest,
+				Issuer: "fcd-test", Keys: set, Now: e.clock.Now}
+			if _, err := v.Verify(ctx, a.Token, "github/get_repository", json.RawMessage(`{"repo":"demo","owner":"octo"}`)); err != nil {
+				t.Fatalf("fencecheck refused an admitted call: %v", err)
+			}
+			b, _ := e.forms.Admit(ctx, f.ID) // same jti: a replay for the backend
+			if _, err := v.Verify(ctx, b.Token, "github/get_repository", json.RawMessage(args)); fencecheck.ReasonOf(err) != fencecheck.ReasonReplay {
+				t.Fatalf("re-issued token for the same lease: %v", err)
+			}
+			g := e.ready(t, "s2", "github/get_repository", args, nil)
+			c, _ := e.forms.Admit(ctx, g.ID)
+			if _, err := v.Verify(ctx, c.Token, "github/get_repository", json.RawMessage(`{"owner":"octo","repo":"other"}`)); fencecheck.ReasonOf(err) != fencecheck.ReasonArguments {
+				t.Fatalf("token for other arguments: %v", err)
+			}
+		})
+	}
 }

@@ -93,6 +93,8 @@ type Formations struct {
 	log       *slog.Logger
 	issuer    *TokenIssuer
 	schemas   schemaCache
+	// generations caches pool generations (pool → int64); see generation.
+	generations sync.Map
 }
 
 // NewFormations returns the formation use case.
@@ -183,15 +185,17 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 		}
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
-	// Store the arguments in canonical form: what was formed, exactly,
-	// without formatting noise.
-	canonArgs, err := manifest.CanonicalJSON(args)
+	// The digest comes first, over the arguments as received: it refuses
+	// what canonical JSON could not carry exactly (a number beyond a
+	// double's precision, trailing data), so the stored canonical form
+	// below is the same call.
+	argDigest, err := fencecheck.ArgumentDigest(req.Tool, args)
 	if err != nil {
 		return nil, fmt.Errorf("%w: arguments: %v", ErrBadRequest, err)
 	}
-	argDigest, err := fencecheck.ArgumentDigest(req.Tool, canonArgs)
+	canonArgs, err := manifest.CanonicalJSON(args)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return nil, fmt.Errorf("%w: arguments: %v", ErrBadRequest, err)
 	}
 	history, err := f.store.SessionHistory(ctx, req.Session)
 	if err != nil {

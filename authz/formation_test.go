@@ -516,3 +516,22 @@ func writeFileAtomic(dir, name, body string) error {
 	}
 	return os.Rename(tmp, filepath.Join(dir, name))
 }
+
+// TestFormRefusesArgumentsCanonicalJSONCannotCarry: a number beyond a
+// double's precision would be rounded by canonical JSON, so the approver
+// would see another call than the one sent; it is refused.
+func TestFormRefusesArgumentsCanonicalJSONCannotCarry(t *testing.T) {
+	e := newEnv(t, nil, allowNumbers)
+	_, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r","id":9007199254740993}`, "alice", nil)
+	if !errors.Is(err, authz.ErrBadRequest) {
+		t.Fatalf("inexact number: %v", err)
+	}
+	if f, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r","id":9007199254740992}`, "alice", nil); err != nil || string(f.Arguments) != `{"id":9007199254740992,"owner":"o","repo":"r"}` {
+		t.Fatalf("exact number: %v %s", err, f.Arguments)
+	}
+}
+
+// allowNumbers lets get_repository take an extra integer argument.
+func allowNumbers(m *manifest.Manifest) {
+	m.Tool("get_repository").InputSchema = json.RawMessage(`{"type":"object","properties":{"owner":{"type":"string"},"repo":{"type":"string"},"id":{"type":"integer"}}}`)
+}

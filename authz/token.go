@@ -2,6 +2,12 @@ package authz
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +16,6 @@ import (
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/lease"
-	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
@@ -26,7 +31,11 @@ var ErrSigningKeyUnpublished = errors.New("authz: signing key not published")
 // TokenIssuer signs dispatch tokens with one private key (EdDSA or ES256)
 // and publishes its public half so backends can verify them.
 type TokenIssuer struct {
-	key       jwk.Key
+	key jwk.Key
+	// header is the base64url protected header {alg, kid, typ}, the same
+	// for every token; signer signs a JWS signing input with the raw key.
+	header    string
+	signer    func(input []byte) ([]byte, error)
 	public    []byte
 	issuer    string
 	lifetime  time.Duration
@@ -85,15 +94,20 @@ func NewTokenIssuerConfig(cfg TokenIssuerConfig) (*TokenIssuer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("authz: signing key: %w", err)
 	}
-	// Refuse a key of a kind the allow-list does not sign with.
-	if _, err := manifest.Sign([]byte("{}"), key, fencecheck.TokenType); err != nil {
-		return nil, err
-	}
 	grace := cfg.Grace
 	if grace <= 0 {
 		grace = time.Minute
 	}
-	return &TokenIssuer{key: key, public: pj, issuer: issuer, lifetime: lifetime, grace: grace}, nil
+	alg, signer, err := rawSigner(key)
+	if err != nil {
+		return nil, err
+	}
+	hdr, err := json.Marshal(map[string]string{"alg": alg, "kid": key.KeyID(), "typ": fencecheck.TokenType})
+	if err != nil {
+		return nil, fmt.Errorf("authz: token header: %w", err)
+	}
+	return &TokenIssuer{key: key, header: base64.RawURLEncoding.EncodeToString(hdr), signer: signer,
+		public: pj, issuer: issuer, lifetime: lifetime, grace: grace}, nil
 }
 
 func isPrivate(k jwk.Key) bool { ok, err := jwk.IsPrivateKey(k); return err == nil && ok }
@@ -130,9 +144,49 @@ func (t *TokenIssuer) sign(c fencecheck.Claims, now time.Time) (string, time.Tim
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("authz: token: %w", err)
 	}
-	tok, err := manifest.Sign(payload, t.key, fencecheck.TokenType)
+	// A compact JWS (RFC 7515 §7.1), built directly: the header never
+	// changes, and signing with the raw key avoids converting the JWK on
+	// every admission. fencecheck and jwx verify it like any other.
+	enc := base64.RawURLEncoding
+	input := make([]byte, 0, len(t.header)+1+enc.EncodedLen(len(payload)))
+	input = append(input, t.header...)
+	input = append(input, '.')
+	input = enc.AppendEncode(input, payload)
+	sig, err := t.signer(input)
 	if err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, fmt.Errorf("authz: token: %w", err)
 	}
-	return string(tok), time.Unix(exp.Unix(), 0).UTC(), nil
+	input = append(input, '.')
+	input = enc.AppendEncode(input, sig)
+	return string(input), time.Unix(exp.Unix(), 0).UTC(), nil
+}
+
+// rawSigner returns the JWS algorithm for key and a function signing with
+// its raw private key: EdDSA for Ed25519, ES256 (r‖s, 64 bytes) for P-256;
+// other kinds are refused (the algorithm allow-list).
+func rawSigner(key jwk.Key) (string, func([]byte) ([]byte, error), error) {
+	var raw any
+	if err := key.Raw(&raw); err != nil {
+		return "", nil, fmt.Errorf("authz: signing key: %w", err)
+	}
+	switch k := raw.(type) {
+	case ed25519.PrivateKey:
+		return "EdDSA", func(in []byte) ([]byte, error) { return ed25519.Sign(k, in), nil }, nil
+	case *ecdsa.PrivateKey:
+		if k.Curve != elliptic.P256() {
+			break
+		}
+		return "ES256", func(in []byte) ([]byte, error) {
+			sum := sha256.Sum256(in)
+			r, s, err := ecdsa.Sign(rand.Reader, k, sum[:])
+			if err != nil {
+				return nil, err
+			}
+			sig := make([]byte, 64)
+			r.FillBytes(sig[:32])
+			s.FillBytes(sig[32:])
+			return sig, nil
+		}, nil
+	}
+	return "", nil, fmt.Errorf("authz: signing key of type %T is not allowed (use Ed25519 or P-256)", raw)
 }
