@@ -82,11 +82,12 @@ func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
 		return nil, ErrAdmissionDisabled
 	}
 	for attempt := 0; ; attempt++ {
-		a, err := f.admitOnce(ctx, id)
+		a, err := f.admitOnce(ctx, id, attempt == 0)
 		if errors.Is(err, lease.ErrGenerationChanged) {
 			f.generations.Clear() // the pool is not known here; refill on demand
 		}
 		if errors.Is(err, lease.ErrFormationChanged) || errors.Is(err, lease.ErrGenerationChanged) {
+			f.ready.drop(id)
 			if attempt < 8 {
 				continue
 			}
@@ -99,10 +100,13 @@ func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
 	}
 }
 
-func (f *Formations) admitOnce(ctx context.Context, id string) (*Admission, error) {
-	rec, rev, err := f.store.GetFormationRevision(ctx, id)
-	if err != nil {
-		return nil, err
+func (f *Formations) admitOnce(ctx context.Context, id string, cached bool) (*Admission, error) {
+	rec, rev, ok := f.ready.take(id)
+	if !cached || !ok {
+		var err error
+		if rec, rev, err = f.store.GetFormationRevision(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	now := f.now().UTC()
 	switch rec.Status {
@@ -173,6 +177,7 @@ func (f *Formations) admitOnce(ctx context.Context, id string) (*Admission, erro
 		}
 		return nil, err
 	}
+	f.ready.drop(id)
 	f.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool, "revision", l.Revision)
 	return f.token(l, now)
 }

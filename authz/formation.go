@@ -95,6 +95,9 @@ type Formations struct {
 	schemas   schemaCache
 	// generations caches pool generations (pool → int64); see generation.
 	generations sync.Map
+	// ready caches formations this replica saw become ready; see
+	// readyCache.
+	ready readyCache
 }
 
 // NewFormations returns the formation use case.
@@ -245,9 +248,11 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 		rec.Status = lease.StatusReady
 	}
 	rec.UpdatedAt = now
-	if err := f.store.CreateFormation(ctx, rec, f.ttl+f.retention); err != nil {
+	rev, err := f.store.CreateFormation(ctx, rec, f.ttl+f.retention)
+	if err != nil {
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
+	f.ready.put(rec, rev)
 	f.log.Info("formation", "id", rec.ID, "tool", rec.Tool, "session", rec.Session, "status", rec.Status,
 		"approvals", rec.ApprovalsRequired, "policy", rec.Decision.PolicyDigest)
 	return rec, nil
@@ -342,7 +347,7 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 		return nil, fmt.Errorf("%w: approver and digest are required, reason at most 4096 bytes", ErrBadRequest)
 	}
 	var expired bool
-	rec, err := f.store.UpdateFormation(ctx, id, func(rec *Formation) error {
+	rec, rev, err := f.store.UpdateFormation(ctx, id, func(rec *Formation) error {
 		now := f.now().UTC()
 		expired = false
 		if rec.Status.Expires() && !now.Before(rec.ExpiresAt) {
@@ -383,8 +388,59 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 	if expired {
 		return rec, fmt.Errorf("authz: approve %s: %w", id, ErrExpired)
 	}
+	f.ready.put(rec, rev)
 	f.log.Info("approval", "formation", id, "approver", req.Approver, "decision", req.Decision, "status", rec.Status)
 	return rec, nil
+}
+
+// readyCache remembers formations this replica made or saw become ready,
+// with the etcd revision they were written at, so that the common
+// admission is one etcd transaction and nothing else. It is only ever
+// trusted for "ready": the admission transaction compares the formation's
+// revision, so a stale entry (approved, admitted or expired elsewhere)
+// costs one failed compare and a fresh read, never a wrong answer; any
+// other status is read from etcd. Bounded: when full it starts over.
+type readyCache struct {
+	mu sync.Mutex
+	m  map[string]readyEntry
+}
+
+type readyEntry struct {
+	rec *Formation
+	rev int64
+}
+
+const maxReadyCache = 1 << 16
+
+func (c *readyCache) put(rec *Formation, rev int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rec.Status != lease.StatusReady {
+		delete(c.m, rec.ID)
+		return
+	}
+	if c.m == nil || len(c.m) >= maxReadyCache {
+		c.m = make(map[string]readyEntry)
+	}
+	c.m[rec.ID] = readyEntry{rec: rec, rev: rev}
+}
+
+// take returns a copy of a cached ready formation and its revision.
+func (c *readyCache) take(id string) (*Formation, int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[id]
+	if !ok {
+		return nil, 0, false
+	}
+	cp := *e.rec // admission sets top-level fields only
+	return &cp, e.rev, true
+}
+
+func (c *readyCache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
 }
 
 // schemaCache holds compiled input schemas by descriptor digest. A

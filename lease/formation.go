@@ -35,17 +35,17 @@ func NewFormationID() (string, error) {
 	return "fm_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
 }
 
-// CreateFormation stores a new formation record. The record is kept at
-// least for keep (then etcd collects it); ids are random, so creation
-// never overwrites.
-func (s *Store) CreateFormation(ctx context.Context, f *Formation, keep time.Duration) error {
+// CreateFormation stores a new formation record and returns the etcd
+// revision it was written at. The record is kept at least for keep (then
+// etcd collects it); ids are random, so creation never overwrites.
+func (s *Store) CreateFormation(ctx context.Context, f *Formation, keep time.Duration) (int64, error) {
 	val, err := json.Marshal(f)
 	if err != nil {
-		return fmt.Errorf("lease: encode formation: %w", err)
+		return 0, fmt.Errorf("lease: encode formation: %w", err)
 	}
 	lid, err := s.retention.lease(ctx, s, keep)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	key := s.k.formation(f.ID)
 	octx, cancel := s.op(ctx)
@@ -55,12 +55,12 @@ func (s *Store) CreateFormation(ctx context.Context, f *Formation, keep time.Dur
 		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lid))).
 		Commit()
 	if err != nil {
-		return s.wrap(ctx, "create formation", err)
+		return 0, s.wrap(ctx, "create formation", err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("lease: formation id %s already used", f.ID)
+		return 0, fmt.Errorf("lease: formation id %s already used", f.ID)
 	}
-	return nil
+	return resp.Header.Revision, nil
 }
 
 // GetFormation returns a formation record.
@@ -90,21 +90,22 @@ func (s *Store) getFormation(ctx context.Context, id string) (*Formation, int64,
 // swap on its revision, retrying from a fresh read when a concurrent
 // writer got there first; etcd orders concurrent updates and none is lost.
 // If change returns an error the record is left as it was and that error
-// is returned (wrapped in nothing). change may run more than once.
-func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *Formation) error) (*Formation, error) {
+// is returned (wrapped in nothing). change may run more than once. The
+// revision the record was written at is returned with it.
+func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *Formation) error) (*Formation, int64, error) {
 	const attempts = 32
 	key := s.k.formation(id)
 	for range attempts {
 		f, rev, err := s.getFormation(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if err := change(f); err != nil {
-			return f, err
+			return f, 0, err
 		}
 		val, err := json.Marshal(f)
 		if err != nil {
-			return nil, fmt.Errorf("lease: encode formation: %w", err)
+			return nil, 0, fmt.Errorf("lease: encode formation: %w", err)
 		}
 		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Txn(octx).
@@ -113,13 +114,13 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *F
 			Commit()
 		cancel()
 		if err != nil {
-			return nil, s.wrap(ctx, "update formation", err)
+			return nil, 0, s.wrap(ctx, "update formation", err)
 		}
 		if resp.Succeeded {
-			return f, nil
+			return f, resp.Header.Revision, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: formation %s", ErrConflict, id)
+	return nil, 0, fmt.Errorf("%w: formation %s", ErrConflict, id)
 }
 
 // ListFormations returns the formations keep accepts (all when keep is
