@@ -599,3 +599,53 @@ func TestTokensPassFencecheck(t *testing.T) {
 		})
 	}
 }
+
+// TestCrossReplicaAdmission: replicas share only etcd. A call formed on
+// one replica and admitted on another is admitted once; the first
+// replica, whose cache still says "ready", answers with the same lease.
+func TestCrossReplicaAdmission(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	// A second replica: its own use case, policies and signing key, the
+	// same etcd.
+	key, err := manifest.GenerateKey(jwa.ES256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go iss.Publish(pctx, e.store)
+	for !iss.Published() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	other := authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
+
+	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
+	onB, err := other.Admit(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onA, err := e.forms.Admit(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onA.Lease != onB.Lease {
+		t.Fatalf("two leases for one formation: %s on B, %s on A", onB.Lease, onA.Lease)
+	}
+	// Approved on one replica, admitted on the other.
+	w, _ := e.form(t, "s", "github/create_repository", `{"name":"n"}`, "alice", nil)
+	if _, err := other.Approve(ctx, w.ID, authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: w.Digest}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Admit(ctx, w.ID); err != nil {
+		t.Fatalf("admission of a call approved on another replica: %v", err)
+	}
+	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
+	if ep.ActiveLeases != 2 {
+		t.Fatalf("%d leases, want 2", ep.ActiveLeases)
+	}
+}
