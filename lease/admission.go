@@ -2,13 +2,10 @@ package lease
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -81,13 +78,7 @@ type Lease struct {
 
 // NewLeaseID returns a fresh random lease id ("ls_" and 26 base32
 // characters).
-func NewLeaseID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("lease: lease id: %w", err)
-	}
-	return "ls_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
-}
+func NewLeaseID() (string, error) { return randomID("ls_") }
 
 // GetFormationRevision returns a formation and the etcd revision it was
 // last written at, for a later compare-and-swap.

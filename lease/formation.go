@@ -27,12 +27,15 @@ var (
 
 // NewFormationID returns a fresh random formation id ("fm_" and 26
 // base32 characters, 128 bits).
-func NewFormationID() (string, error) {
+func NewFormationID() (string, error) { return randomID("fm_") }
+
+// randomID returns prefix and 128 random bits in lowercase base32.
+func randomID(prefix string) (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("lease: formation id: %w", err)
+		return "", fmt.Errorf("lease: random id: %w", err)
 	}
-	return "fm_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
 }
 
 // CreateFormation stores a new formation record and returns the etcd
