@@ -125,21 +125,31 @@ func CallerFrom(ctx context.Context) (Credential, bool) {
 func (s *server) require(roles ...Role) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-				s.problem(w, r, errUnauthenticated)
-				return
-			}
-			cred, ok := s.auth.Lookup(Secret(strings.TrimSpace(tok)))
-			if !ok {
-				s.problem(w, r, errUnauthenticated)
-				return
-			}
-			if !slices.Contains(roles, cred.Role) {
-				s.problem(w, r, fmt.Errorf("%w: role %s may not call this route", errForbiddenRole, cred.Role))
+			cred, err := s.authenticate(r.Header.Get("Authorization"), roles...)
+			if err != nil {
+				s.problem(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, cred)))
 		})
 	}
+}
+
+// authenticate returns the credential of an Authorization value
+// ("Bearer <secret>") if it has one of roles: errUnauthenticated without a
+// valid credential, errForbiddenRole with a credential of another role.
+// HTTP routes and the gRPC Check service share it.
+func (s *server) authenticate(authorization string, roles ...Role) (Credential, error) {
+	scheme, tok, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return Credential{}, errUnauthenticated
+	}
+	cred, ok := s.auth.Lookup(Secret(strings.TrimSpace(tok)))
+	if !ok {
+		return Credential{}, errUnauthenticated
+	}
+	if !slices.Contains(roles, cred.Role) {
+		return Credential{}, fmt.Errorf("%w: role %s may not call this route", errForbiddenRole, cred.Role)
+	}
+	return cred, nil
 }

@@ -69,6 +69,10 @@ func oasRouter(t *testing.T) (http.Handler, map[api.Role]api.Secret) {
 
 var oasChiRegexParam = regexp.MustCompile(`\{([^{}:]+):[^{}]*\}`)
 
+// oasCatchAll is how the document writes chi's catch-all "/*" (the rest of
+// the path, slashes included): a path parameter named path.
+const oasCatchAll = "/{path}"
+
 // oasServed walks the router and returns what it serves.
 func oasServed(t *testing.T, h http.Handler) map[oasRoute]bool {
 	t.Helper()
@@ -79,6 +83,9 @@ func oasServed(t *testing.T, h http.Handler) map[oasRoute]bool {
 	out := map[oasRoute]bool{}
 	err := chi.Walk(rs, func(method, path string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		path = oasChiRegexParam.ReplaceAllString(path, "{$1}")
+		if rest, ok := strings.CutSuffix(path, "/*"); ok {
+			path = rest + oasCatchAll
+		}
 		if len(path) > 1 {
 			path = strings.TrimSuffix(path, "/")
 		}

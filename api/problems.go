@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/fcd-authz/fcd/authz"
 )
@@ -85,6 +86,7 @@ func problemRules() []problemRule {
 		{match: as[*http.MaxBytesError](), status: 413, slug: "body-too-large", title: "Request body too large"},
 		{match: is(errMalformedJSON), status: 400, slug: "malformed-json", title: "Malformed JSON"},
 		{match: is(errBadParameter), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{match: is(authz.ErrMalformedMCP), status: 400, slug: "malformed-mcp", title: "MCP request body cannot be read safely"},
 		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
 		{match: is(authz.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
 		{match: is(authz.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
@@ -115,6 +117,7 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrDuplicateApprover), status: 409, slug: "duplicate-approver", title: "Approver already decided"},
 		{match: is(authz.ErrNotApproved), status: 403, slug: "not-approved", title: "Formation lacks its approvals"},
 		{match: is(authz.ErrFormationDenied), status: 403, slug: "formation-denied", title: "Formation was denied"},
+		{match: is(authz.ErrFormationRequired), status: 403, slug: "formation-required", title: "A tools/call needs a formation"},
 		{match: is(authz.ErrPolicyNowDenies), status: 403, slug: "policy-denies", title: "The policy in force now denies the call"},
 		{match: func(err error) bool { var de *authz.DependencyError; return errors.As(err, &de) && !de.Exclusive },
 			status: 403, slug: "dependency-unmet", title: "A required tool has not completed in the session",
@@ -186,38 +189,84 @@ func toProblem(err error) Problem {
 // problem writes err as problem+json, and logs what the client does not
 // see.
 func (s *server) problem(w http.ResponseWriter, r *http.Request, err error) {
+	s.problemWith(w, r, err, nil)
+}
+
+// problemWith writes err as problem+json with extra extension members.
+// On forward-auth the status is folded to 401 or 403 (see
+// forwardAuthStatus); the type keeps the cause.
+func (s *server) problemWith(w http.ResponseWriter, r *http.Request, err error, extra map[string]any) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		// The client went away (or gave up waiting on a retire); nobody
 		// reads an answer.
 		s.log.Debug("request canceled by the client", "method", r.Method, "path", r.URL.Path)
 		return
 	}
-	p := toProblem(err)
-	p.Instance = r.URL.Path
-	if p.Status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "err", err)
+	status, header, body := s.renderProblem(err, r.Method, r.URL.Path, extra, r.URL.Path == forwardAuthPath)
+	for k, v := range header {
+		w.Header()[k] = v
 	}
+	w.WriteHeader(status)
+	if _, err := w.Write(body); err != nil {
+		s.log.Debug("write problem", "err", err, slog.String("path", r.URL.Path))
+	}
+}
+
+// problemHeader carries the problem type's slug on every problem answer,
+// for gateways and clients that do not read bodies (nginx auth_request,
+// Envoy's denied responses).
+const problemHeader = "Fcd-Problem"
+
+// renderProblem returns the answer to err: its status, headers and
+// problem+json body, with extra extension members. It logs what the client
+// does not see. fold folds the status for forward-auth gateways.
+func (s *server) renderProblem(err error, method, instance string, extra map[string]any, fold bool) (int, http.Header, []byte) {
+	p := toProblem(err)
+	p.Instance = instance
+	if p.Status >= 500 {
+		s.log.Error("request failed", "method", method, "path", instance, "status", p.Status, "err", err)
+	}
+	if len(extra) > 0 && p.Extensions == nil {
+		p.Extensions = make(map[string]any, len(extra))
+	}
+	for k, v := range extra {
+		p.Extensions[k] = v
+	}
+	h := http.Header{}
 	if errors.Is(err, errUnauthenticated) {
 		// Only a missing or unknown bearer credential is a challenge; a bad
 		// manifest signature (also 401) is not about the caller's credential.
-		w.Header().Set("WWW-Authenticate", `Bearer realm="fcd"`)
+		h.Set("WWW-Authenticate", `Bearer realm="fcd"`)
 	}
 	switch {
 	case p.retryAfter == noRetry:
 	case p.retryAfter != "":
-		w.Header().Set("Retry-After", p.retryAfter)
+		h.Set("Retry-After", p.retryAfter)
 	case p.Status == http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "1")
+		h.Set("Retry-After", "1")
+	}
+	if fold {
+		p.Status = forwardAuthStatus(p.Status)
 	}
 	body, merr := json.Marshal(p)
 	if merr != nil {
 		s.log.Error("encode problem", "err", merr)
 		body = []byte(`{"type":"` + ProblemBase + `internal","status":500}`)
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(p.Status)
-	if _, err := w.Write(body); err != nil {
-		s.log.Debug("write problem", "err", err, slog.String("path", r.URL.Path))
+	h.Set(problemHeader, strings.TrimPrefix(p.Type, ProblemBase))
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	return p.Status, h, body
+}
+
+// forwardAuthStatus folds a problem's status for forward-auth gateways:
+// nginx auth_request understands only 2xx, 401 and 403 from the auth
+// server and turns anything else into a 500 of its own, so every refusal
+// there is 401 (a credential problem) or 403. The problem's type, the
+// Fcd-Problem header and Retry-After keep the real cause.
+func forwardAuthStatus(status int) int {
+	if status == http.StatusUnauthorized {
+		return http.StatusUnauthorized
 	}
+	return http.StatusForbidden
 }

@@ -122,6 +122,8 @@ func TestToProblem(t *testing.T) {
 		{"admit expired", fmt.Errorf("authz: admit fm_x: %w", authz.ErrExpired), 409, "formation-expired", nil},
 		{"not approved", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: %d of %d approvals", authz.ErrNotApproved, 0, 1)), 403, "not-approved", nil},
 		{"formation denied", fmt.Errorf("authz: admit fm_x: %w", authz.ErrFormationDenied), 403, "formation-denied", nil},
+		{"formation required", fmt.Errorf("%w: send its formation id", authz.ErrFormationRequired), 403, "formation-required", nil},
+		{"malformed mcp", fmt.Errorf("%w: a batch holds a tools/call", authz.ErrMalformedMCP), 400, "malformed-mcp", nil},
 		{"policy now denies", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: [rego: [deny_after_hours] [outside business hours] ]", authz.ErrPolicyNowDenies)), 403, "policy-denies", nil},
 		{"policy now needs more approvals", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: it now needs %d approvals, the formation has %d", authz.ErrPolicyNowDenies, 2, 1)), 403, "policy-denies", nil},
 		{"dependency unmet", fmt.Errorf("authz: admit fm_x: %w", &authz.DependencyError{Tool: "github/get_repository"}), 403, "dependency-unmet",
@@ -216,6 +218,9 @@ func TestProblemWriter(t *testing.T) {
 	for _, tc := range cases {
 		rec := httptest.NewRecorder()
 		s.problem(rec, httptest.NewRequest(http.MethodPost, "/v1/epochs/e/drain", nil), tc.err)
+		if got, want := rec.Header().Get("Fcd-Problem"), strings.TrimPrefix(toProblem(tc.err).Type, ProblemBase); got != want {
+			t.Errorf("%v: Fcd-Problem %q, want %q", tc.err, got, want)
+		}
 		if rec.Code != tc.status {
 			t.Errorf("%v: status %d, want %d", tc.err, rec.Code, tc.status)
 		}
@@ -256,6 +261,9 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 	type response struct {
 		Ref   string   `json:"$ref"`
 		Slugs []string `json:"x-fcd-problem-types"`
+		// Folded answers every listed type with the response's status,
+		// as forwardAuthStatus folds them.
+		Folded bool `json:"x-fcd-status-folded"`
 	}
 	known := slugStatus(t)
 	seen := map[string]bool{}
@@ -284,6 +292,10 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 					switch {
 					case !ok:
 						t.Errorf("%s: unknown problem type %q", where, slug)
+					case r.Folded:
+						if fmt.Sprint(forwardAuthStatus(st)) != code {
+							t.Errorf("%s: problem type %s (status %d) is folded to %d", where, slug, st, forwardAuthStatus(st))
+						}
 					case fmt.Sprint(st) != code:
 						t.Errorf("%s: problem type %s has status %d", where, slug, st)
 					}
@@ -296,6 +308,44 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 	for slug := range known {
 		if !seen[slug] && !slices.Contains([]string{"not-found", "method-not-allowed"}, slug) {
 			t.Errorf("problem type %s appears in no response of openapi.yaml", slug)
+		}
+	}
+}
+
+// TestForwardAuthProblems checks the problems of /v1/forward_auth: every
+// refusal is 401 or 403, nginx auth_request passing nothing else, while
+// the type, Fcd-Problem and Retry-After keep the cause.
+func TestForwardAuthProblems(t *testing.T) {
+	s := &server{log: slog.New(slog.DiscardHandler)}
+	cases := []struct {
+		err        error
+		status     int
+		slug       string
+		retryAfter string
+	}{
+		{errUnauthenticated, 401, "unauthenticated", ""},
+		{fmt.Errorf("%w: role host", errForbiddenRole), 403, "forbidden-role", ""},
+		{authz.ErrFormationRequired, 403, "formation-required", ""},
+		{fmt.Errorf("x: %w", authz.ErrNotApproved), 403, "not-approved", ""},
+		{fmt.Errorf("x: %w", authz.ErrFormationNotFound), 403, "formation-not-found", ""},
+		{fmt.Errorf("x: %w", authz.ErrSourceDraining), 403, "source-draining", "5"},
+		{fmt.Errorf("x: %w", authz.ErrSourceStale), 403, "source-stale", ""},
+		{fmt.Errorf("x: %w", authz.ErrUnavailable), 403, "store-unavailable", "1"},
+		{authz.ErrAdmissionDisabled, 403, "admission-disabled", ""},
+		{errMethodNotAllowed, 403, "method-not-allowed", ""},
+		{&http.MaxBytesError{Limit: 1}, 403, "body-too-large", ""},
+		{errors.New("boom"), 403, "internal", ""},
+	}
+	for _, tc := range cases {
+		rec := httptest.NewRecorder()
+		s.problemWith(rec, httptest.NewRequest(http.MethodGet, forwardAuthPath, nil), tc.err, map[string]any{"formation": "fm_x"})
+		var body map[string]any
+		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+		if rec.Code != tc.status || body["status"] != float64(tc.status) || body["type"] != ProblemBase+tc.slug || body["formation"] != "fm_x" {
+			t.Errorf("%v: %d %v, want %d %s", tc.err, rec.Code, body, tc.status, tc.slug)
+		}
+		if rec.Header().Get("Fcd-Problem") != tc.slug || rec.Header().Get("Retry-After") != tc.retryAfter {
+			t.Errorf("%v: Fcd-Problem %q, Retry-After %q", tc.err, rec.Header().Get("Fcd-Problem"), rec.Header().Get("Retry-After"))
 		}
 	}
 }

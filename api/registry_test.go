@@ -39,6 +39,9 @@ type fixture struct {
 	policies *policy.Manager
 	// issuer signs dispatch tokens.
 	issuer *authz.TokenIssuer
+	// cfg configured the handler; other transports (the gRPC Check
+	// service) share its use cases.
+	cfg api.Config
 }
 
 func newFixture(t *testing.T, bodyLimit int64) *fixture {
@@ -79,8 +82,9 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, err := api.New(api.Config{Registry: authz.NewRegistry(store, verifier, log), Formations: f.formations(store, log),
-		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log})
+	f.cfg = api.Config{Registry: authz.NewRegistry(store, verifier, log), Formations: f.formations(store, log),
+		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log}
+	h, err := api.New(f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -45,6 +47,9 @@ func ArgumentDigest(tool string, arguments json.RawMessage) (string, error) {
 	if err := checkNumbers(args); err != nil {
 		return "", err
 	}
+	if err := checkFoldedNames(args); err != nil {
+		return "", err
+	}
 	name, err := json.Marshal(tool)
 	if err != nil {
 		return "", fmt.Errorf("fencecheck: tool name: %w", err)
@@ -61,6 +66,60 @@ func ArgumentDigest(tool string, arguments json.RawMessage) (string, error) {
 	}
 	sum := sha256.Sum256(canon)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// checkFoldedNames refuses an object, at any depth, with two member names
+// that differ only in letter case ({"name":"x","Name":"y"}). Canonical
+// JSON keeps both, so the digest, the policy and the approver see one of
+// them, while a backend decoding case-insensitively (Go's encoding/json
+// into a struct) may run the other.
+func checkFoldedNames(doc []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	type frame struct {
+		object bool
+		key    bool // the next string token is a member name
+		names  map[string]bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrArguments, err)
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if top != nil && top.object {
+					top.key = true // this value ends; a name comes next
+				}
+				stack = append(stack, &frame{object: t == '{', key: t == '{', names: map[string]bool{}})
+			default:
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		case string:
+			if top != nil && top.object && top.key {
+				folded := strings.ToLower(t)
+				if top.names[folded] {
+					return fmt.Errorf("%w: member names differing only in case (%q)", ErrArguments, t)
+				}
+				top.names[folded] = true
+				top.key = false
+				continue
+			}
+		}
+		if top != nil && top.object {
+			top.key = true
+		}
+	}
 }
 
 // checkNumbers refuses a number in doc (valid JSON) whose value differs

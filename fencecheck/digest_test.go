@@ -28,6 +28,8 @@ func TestArgumentDigest(t *testing.T) {
 		{"not an object", "github/create_repository", `["demo"]`, false, fencecheck.ErrArguments},
 		{"invalid JSON", "github/create_repository", `{"name":`, false, fencecheck.ErrArguments},
 		{"duplicate key", "github/create_repository", `{"name":"a","name":"b"}`, false, fencecheck.ErrArguments},
+		{"names differing only in case", "github/create_repository", `{"name":"a","Name":"b"}`, false, fencecheck.ErrArguments},
+		{"nested names differing only in case", "github/create_repository", `{"name":"a","opts":[{"x":1},{"X":1,"x":2}]}`, false, fencecheck.ErrArguments},
 		{"members after the object", "github/create_repository", `{"name":"demo"},"x":{"y":1}`, false, fencecheck.ErrArguments},
 		{"two objects", "github/create_repository", `{"name":"demo"}{"name":"x"}`, false, fencecheck.ErrArguments},
 		{"integer beyond 2^53", "github/create_repository", `{"id":9007199254740993}`, false, fencecheck.ErrArguments},
@@ -91,4 +93,12 @@ func ExampleArgumentDigest() {
 	b, _ := fencecheck.ArgumentDigest("github/create_repository", json.RawMessage(`{"private": true, "name": "demo"}`))
 	fmt.Println(a == b, a[:7])
 	// Output: true sha256:
+}
+
+func TestArgumentDigestAllowsCaseVariantsInDifferentObjects(t *testing.T) {
+	for _, args := range []string{`{"a":{"x":1},"b":{"X":1}}`, `{"list":[{"k":1},{"K":2}],"K":"v"}`, `{"s":"Name","name":"s"}`} {
+		if _, err := fencecheck.ArgumentDigest("t/t", json.RawMessage(args)); err != nil {
+			t.Errorf("%s: %v", args, err)
+		}
+	}
 }

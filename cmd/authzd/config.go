@@ -19,6 +19,9 @@ import (
 type Config struct {
 	// Listen is the HTTP listen address.
 	Listen string `json:"listen"`
+	// GRPCListen is the listen address of the Envoy ext_authz gRPC service
+	// (envoy.service.auth.v3.Authorization/Check); empty serves none.
+	GRPCListen string `json:"grpcListen"`
 	// DataDir holds the embedded etcd data and, with --dev, generated keys
 	// and credentials.
 	DataDir string `json:"dataDir"`
@@ -119,6 +122,7 @@ func parseServeFlags(args []string) (Config, error) {
 	def := defaultConfig()
 	configFile := fs.String("config", "", "YAML or JSON configuration file; flags override it")
 	fs.StringVar(&fl.Listen, "listen", def.Listen, "HTTP listen address")
+	fs.StringVar(&fl.GRPCListen, "grpc-listen", "", "listen address of the Envoy ext_authz gRPC service (empty: off)")
 	fs.StringVar(&fl.DataDir, "data-dir", def.DataDir, "data directory (embedded etcd, dev keys and credentials)")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
 	fs.StringVar(&fl.EtcdPrefix, "etcd-prefix", def.EtcdPrefix, "key prefix in etcd")
@@ -167,6 +171,7 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	override := map[string]func(){
 		"listen":                   func() { cfg.Listen = fl.Listen },
+		"grpc-listen":              func() { cfg.GRPCListen = fl.GRPCListen },
 		"data-dir":                 func() { cfg.DataDir = fl.DataDir },
 		"etcd-endpoints":           func() { cfg.EtcdEndpoints = fl.EtcdEndpoints },
 		"etcd-prefix":              func() { cfg.EtcdPrefix = fl.EtcdPrefix },

@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
+	"google.golang.org/grpc"
 )
 
 // serve runs the server until ctx ends (SIGINT or SIGTERM), then shuts
@@ -118,19 +119,35 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Warn("no --signing-key: admission is disabled")
 	}
 
-	handler, err := api.New(api.Config{
+	apiCfg := api.Config{
 		Registry:     authz.NewRegistry(store, verifier, log),
 		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer}),
 		PolicyStatus: pm.Status,
 		Auth:         auth,
 		BodyLimit:    cfg.BodyLimit,
 		Logger:       log,
-	})
+	}
+	handler, err := api.New(apiCfg)
 	if err != nil {
 		return err
 	}
+	// The gRPC service shares the HTTP handler's use cases (and their
+	// caches): a call formed through one is admitted through the other.
+	var grpcSrv *grpc.Server
+	var grpcLn net.Listener
+	if cfg.GRPCListen != "" {
+		if grpcSrv, err = api.NewCheckServer(apiCfg); err != nil {
+			return err
+		}
+		if grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+			return fmt.Errorf("grpc listen: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		if grpcLn != nil {
+			grpcLn.Close()
+		}
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := &http.Server{
@@ -145,8 +162,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if dev != nil {
 		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), dev, url); err != nil {
 			ln.Close()
+			if grpcLn != nil {
+				grpcLn.Close()
+			}
 			return err
 		}
+	}
+	grpcErrc := make(chan error, 1)
+	if grpcSrv != nil {
+		go func() { grpcErrc <- grpcSrv.Serve(grpcLn) }()
+		// Printed before the HTTP line, so that whoever waits for that one
+		// knows both addresses.
+		fmt.Fprintf(stderr, "authzd: ext_authz gRPC on %s\n", grpcLn.Addr())
 	}
 	// This line is the contract of scripts and tests that start authzd.
 	fmt.Fprintf(stderr, "authzd: listening on %s\n", url)
@@ -155,12 +182,28 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
+		if grpcSrv != nil {
+			grpcSrv.Stop()
+		}
 		return fmt.Errorf("serve: %w", err)
+	case err := <-grpcErrc:
+		_ = srv.Close()
+		return fmt.Errorf("serve gRPC: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	if grpcSrv != nil {
+		// In-flight checks finish; past the deadline they are cut.
+		stopped := make(chan struct{})
+		go func() { grpcSrv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-sctx.Done():
+			grpcSrv.Stop()
+		}
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -1,0 +1,88 @@
+package authz
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestReadMCP covers how a gateway decision reads MCP bodies: what counts
+// as a tools/call, and what is refused because another parser could read
+// it differently.
+func TestReadMCP(t *testing.T) {
+	cases := []struct {
+		note      string
+		body      string
+		call      bool
+		name      string
+		args      string
+		formation string
+		err       bool
+	}{
+		{note: "call", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get","arguments":{"a":1}}}`,
+			call: true, name: "get", args: `{"a":1}`},
+		{note: "call in another case", body: `{"METHOD":"Tools/Call","Params":{"NAME":"get"}}`, call: true, name: "get"},
+		{note: "formation in _meta", body: `{"method":"tools/call","params":{"name":"get","_meta":{"dev.fcd/formation":"fm_x","other":1}}}`,
+			call: true, name: "get", formation: "fm_x"},
+		{note: "null _meta", body: `{"method":"tools/call","params":{"name":"get","_meta":null}}`, call: true, name: "get"},
+		{note: "list", body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`},
+		{note: "notification", body: `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
+		{note: "response", body: `{"jsonrpc":"2.0","id":1,"result":{}}`},
+		{note: "batch without a call", body: `[{"method":"tools/list"},{"method":"ping"}]`},
+		{note: "_meta of another message is ignored", body: `{"method":"tools/list","params":{"_meta":{"dev.fcd/formation":"fm_x"}}}`},
+		{note: "call without params", body: `{"method":"tools/call"}`, call: true},
+
+		{note: "not JSON", body: `{"method":`, err: true},
+		{note: "not an object", body: `"tools/call"`, err: true},
+		{note: "two methods by case", body: `{"method":"tools/list","Method":"tools/call"}`, err: true},
+		{note: "two names by case", body: `{"method":"tools/call","params":{"name":"a","Name":"b"}}`, err: true},
+		{note: "two argument members by case", body: `{"method":"tools/call","params":{"name":"a","arguments":{"x":{"private":true,"PRIVATE":false}}}}`, err: true},
+		{note: "batch with a call", body: `[{"method":"tools/list"},{"method":"tools/call","params":{"name":"a"}}]`, err: true},
+		{note: "method not a string", body: `{"method":1}`, err: true},
+		{note: "name not a string", body: `{"method":"tools/call","params":{"name":1}}`, err: true},
+		{note: "_meta not an object", body: `{"method":"tools/call","params":{"name":"a","_meta":"fm_x"}}`, err: true},
+		{note: "formation not a string", body: `{"method":"tools/call","params":{"name":"a","_meta":{"dev.fcd/formation":1}}}`, err: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			m, err := readMCP([]byte(tc.body))
+			if tc.err {
+				if !errors.Is(err, ErrMalformedMCP) {
+					t.Fatalf("readMCP = %+v, %v; want ErrMalformedMCP", m, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.call != tc.call || m.name != tc.name || string(m.arguments) != tc.args || m.formation != tc.formation {
+				t.Fatalf("readMCP = %+v (arguments %s)", m, m.arguments)
+			}
+		})
+	}
+}
+
+func TestMatchHeaders(t *testing.T) {
+	call := mcpMessage{method: "tools/call", call: true, name: "get"}
+	list := mcpMessage{method: "tools/list"}
+	cases := []struct {
+		note           string
+		m              mcpMessage
+		methods, names []string
+		err            bool
+	}{
+		{note: "no headers", m: call},
+		{note: "matching", m: call, methods: []string{"tools/call"}, names: []string{"get"}},
+		{note: "method case", m: call, methods: []string{" Tools/Call"}},
+		{note: "list says list", m: list, methods: []string{"tools/list"}},
+		{note: "header says call, body lists", m: list, methods: []string{"tools/call"}, err: true},
+		{note: "header lists, body calls", m: call, methods: []string{"tools/list"}, err: true},
+		{note: "other tool", m: call, names: []string{"delete"}, err: true},
+		{note: "response body", m: mcpMessage{}, methods: []string{"tools/list"}},
+	}
+	for _, tc := range cases {
+		err := tc.m.matchHeaders(tc.methods, tc.names)
+		if (err != nil) != tc.err || (err != nil && !errors.Is(err, ErrMalformedMCP)) {
+			t.Errorf("%s: %v", tc.note, err)
+		}
+	}
+}
