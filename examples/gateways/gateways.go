@@ -1,0 +1,183 @@
+// Package gateways holds fcd's example gateway configurations and renders
+// them. The files in this directory are Go text/templates; they are embedded
+// here so that the end-to-end tests (through internal/gatewaytest) run the
+// very files the examples show. README.md describes the templating scheme;
+// [Data] is its definition.
+package gateways
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"text/template"
+)
+
+// The example files, by name.
+const (
+	Nginx          = "nginx.conf"
+	Caddyfile      = "Caddyfile"
+	Envoy          = "envoy.yaml"
+	Traefik        = "traefik.yml"
+	TraefikDynamic = "traefik-dynamic.yml"
+)
+
+//go:embed nginx.conf Caddyfile envoy.yaml traefik.yml traefik-dynamic.yml
+var files embed.FS
+
+// Names lists the templated example files.
+func Names() []string { return []string{Nginx, Caddyfile, Envoy, Traefik, TraefikDynamic} }
+
+// Source returns the unrendered text of the named example file.
+func Source(name string) ([]byte, error) { return files.ReadFile(name) }
+
+// Endpoint is a network address, spelled every way a configuration needs
+// it. Build one with [ParseEndpoint].
+type Endpoint struct {
+	URL      string // scheme://host:port, no path, e.g. http://127.0.0.1:7070
+	HostPort string // host:port
+	Host     string // host (an IP or a name)
+	Port     int
+}
+
+// IsZero reports whether e is unset, so templates can test it with "if".
+func (e Endpoint) IsZero() bool { return e == Endpoint{} }
+
+// Pool is one backend pool: the name authzd returns in Fcd-Target, and
+// where its servers are.
+type Pool struct {
+	Endpoint
+	Index int    // position in Data.Pools, for names that must be simple
+	Name  string // the pool name, e.g. github-v1-4
+}
+
+// Data is what the example files are rendered with. The fields are the
+// templating contract: a file may use any of them.
+type Data struct {
+	// Listen is where the gateway listens (URL is http://Listen.HostPort).
+	Listen Endpoint
+	// Authzd is authzd's HTTP listener (/v1/forward_auth, /v1/ext_authz/).
+	Authzd Endpoint
+	// AuthzdGRPC is authzd's ext_authz gRPC listener; only envoy.yaml
+	// uses it.
+	AuthzdGRPC Endpoint
+	// Credential is the bearer credential of role gateway the gateway
+	// presents to authzd.
+	Credential string
+	// Pools are the backend pools, sorted by name.
+	Pools []Pool
+	// Default names the pool (one of Pools) that gets requests authzd lets
+	// through without a target: MCP session traffic. Empty: such requests
+	// are answered 502.
+	Default string
+}
+
+// DefaultPool returns the pool Default names, or nil.
+func (d Data) DefaultPool() *Pool {
+	for i := range d.Pools {
+		if d.Pools[i].Name == d.Default {
+			return &d.Pools[i]
+		}
+	}
+	return nil
+}
+
+var (
+	// poolName is what a pool name may be in a gateway configuration: it
+	// becomes part of nginx upstream names and YAML keys unquoted.
+	poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	// token68 is the syntax of a bearer credential (RFC 7235); it holds
+	// nothing nginx ($), Caddy ({}) or YAML would read as syntax.
+	token68 = regexp.MustCompile(`^[A-Za-z0-9._~+/-]+=*$`)
+)
+
+// ParseEndpoint parses an http:// URL without a path (or a bare host:port,
+// taken as http) into an Endpoint.
+func ParseEndpoint(s string) (Endpoint, error) {
+	raw := s
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		u, err = url.Parse("http://" + s)
+		if err != nil {
+			return Endpoint{}, fmt.Errorf("endpoint %q: %v", raw, err)
+		}
+	}
+	if u.Scheme != "http" {
+		return Endpoint{}, fmt.Errorf("endpoint %q: scheme must be http", raw)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return Endpoint{}, fmt.Errorf("endpoint %q: want scheme://host:port with no path, query or user", raw)
+	}
+	host, portText, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint %q: want an explicit port: %v", raw, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port > 65535 {
+		return Endpoint{}, fmt.Errorf("endpoint %q: bad port", raw)
+	}
+	hp := net.JoinHostPort(host, portText)
+	return Endpoint{URL: "http://" + hp, HostPort: hp, Host: host, Port: port}, nil
+}
+
+// NewData checks and assembles template data. pools maps pool name to its
+// upstream URL; def names the default pool or is empty.
+func NewData(listen, authzd, credential string, pools map[string]string, def string) (Data, error) {
+	var d Data
+	var err error
+	if d.Listen, err = ParseEndpoint(listen); err != nil {
+		return Data{}, fmt.Errorf("listen: %w", err)
+	}
+	if d.Authzd, err = ParseEndpoint(authzd); err != nil {
+		return Data{}, fmt.Errorf("authzd: %w", err)
+	}
+	if !token68.MatchString(credential) {
+		return Data{}, fmt.Errorf("credential: want a non-empty token68 (letters, digits, ._~+/- and trailing =)")
+	}
+	d.Credential = credential
+	if len(pools) == 0 {
+		return Data{}, fmt.Errorf("pools: none")
+	}
+	names := make([]string, 0, len(pools))
+	for n := range pools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		if !poolName.MatchString(n) {
+			return Data{}, fmt.Errorf("pool %q: name must match %s", n, poolName)
+		}
+		e, err := ParseEndpoint(pools[n])
+		if err != nil {
+			return Data{}, fmt.Errorf("pool %q: %w", n, err)
+		}
+		d.Pools = append(d.Pools, Pool{Endpoint: e, Index: i, Name: n})
+	}
+	d.Default = def
+	if def != "" && d.DefaultPool() == nil {
+		return Data{}, fmt.Errorf("default pool %q is not one of the pools %v", def, names)
+	}
+	return d, nil
+}
+
+// Render renders the named example file with d. A field the file uses and
+// d lacks is an error, never an empty string in a configuration.
+func Render(name string, d Data) ([]byte, error) {
+	src, err := files.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, d); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

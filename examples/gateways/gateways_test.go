@@ -1,0 +1,425 @@
+package gateways_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fcd-authz/fcd/examples/gateways"
+)
+
+const credential = "gw-cred.Zm9v~bar+/="
+
+func data(t *testing.T, def string) gateways.Data {
+	t.Helper()
+	d, err := gateways.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", credential,
+		map[string]string{"github-v1-4": "http://127.0.0.1:9014", "github-v1-3": "127.0.0.1:9013"}, def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.AuthzdGRPC, err = gateways.ParseEndpoint("127.0.0.1:7071"); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func render(t *testing.T, name string, d gateways.Data) string {
+	t.Helper()
+	b, err := gateways.Render(name, d)
+	if err != nil {
+		t.Fatalf("render %s: %v", name, err)
+	}
+	return string(b)
+}
+
+func TestNewData(t *testing.T) {
+	d := data(t, "github-v1-4")
+	if d.Listen.HostPort != "127.0.0.1:8080" || d.Listen.Host != "127.0.0.1" || d.Listen.Port != 8080 || d.Listen.URL != "http://127.0.0.1:8080" {
+		t.Errorf("listen %+v", d.Listen)
+	}
+	if len(d.Pools) != 2 || d.Pools[0].Name != "github-v1-3" || d.Pools[0].Index != 0 || d.Pools[1].Name != "github-v1-4" ||
+		d.Pools[0].URL != "http://127.0.0.1:9013" || d.Pools[1].Port != 9014 {
+		t.Errorf("pools %+v, want sorted by name", d.Pools)
+	}
+	if p := d.DefaultPool(); p == nil || p.Name != "github-v1-4" {
+		t.Errorf("default pool %+v", p)
+	}
+	if p := data(t, "").DefaultPool(); p != nil {
+		t.Errorf("default pool %+v, want none", p)
+	}
+
+	pools := map[string]string{"p": "http://127.0.0.1:1"}
+	for _, c := range []struct {
+		name                 string
+		listen, authzd, cred string
+		pools                map[string]string
+		def                  string
+		wantErr              string
+	}{
+		{"credential with a quote", "127.0.0.1:1", "http://127.0.0.1:2", `a"b`, pools, "", "credential"},
+		{"credential with $", "127.0.0.1:1", "http://127.0.0.1:2", "a$b", pools, "", "credential"},
+		{"credential with a brace", "127.0.0.1:1", "http://127.0.0.1:2", "a{b}", pools, "", "credential"},
+		{"empty credential", "127.0.0.1:1", "http://127.0.0.1:2", "", pools, "", "credential"},
+		{"authzd with a path", "127.0.0.1:1", "http://127.0.0.1:2/v1", "c", pools, "", "authzd"},
+		{"authzd https", "127.0.0.1:1", "https://127.0.0.1:2", "c", pools, "", "authzd"},
+		{"authzd without port", "127.0.0.1:1", "http://localhost", "c", pools, "", "authzd"},
+		{"no pools", "127.0.0.1:1", "http://127.0.0.1:2", "c", nil, "", "pools"},
+		{"bad pool name", "127.0.0.1:1", "http://127.0.0.1:2", "c", map[string]string{"Git Hub": "http://127.0.0.1:1"}, "", "name"},
+		{"pool with a path", "127.0.0.1:1", "http://127.0.0.1:2", "c", map[string]string{"p": "http://127.0.0.1:1/mcp"}, "", "pool"},
+		{"unknown default", "127.0.0.1:1", "http://127.0.0.1:2", "c", pools, "q", "default"},
+	} {
+		_, err := gateways.NewData(c.listen, c.authzd, c.cred, c.pools, c.def)
+		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("%s: error %v, want one about %s", c.name, err, c.wantErr)
+		}
+	}
+}
+
+// TestRenderAll: every file renders, with and without a default pool, and
+// leaves no template action behind.
+func TestRenderAll(t *testing.T) {
+	for _, def := range []string{"github-v1-4", ""} {
+		d := data(t, def)
+		for _, name := range gateways.Names() {
+			out := render(t, name, d)
+			if strings.Contains(out, "{{") || strings.Contains(out, "<no value>") {
+				t.Errorf("%s (default %q): template text left in the output", name, def)
+			}
+			if !strings.Contains(out, credential) && name != gateways.Traefik {
+				t.Errorf("%s: credential not rendered", name)
+			}
+			for _, p := range d.Pools {
+				if !strings.Contains(out, p.Name) && name != gateways.Traefik {
+					t.Errorf("%s: pool %s not rendered", name, p.Name)
+				}
+			}
+		}
+	}
+}
+
+// TestEnvoyConfig decodes the rendered envoy.yaml into Envoy's v3
+// bootstrap proto, strictly (an unknown or misspelt field fails), and
+// runs the protos' validation rules, in the typed configs too. Envoy itself
+// is not available here; this is as close as the tests get to it. Both
+// variants are checked: the HTTP service (as shipped) and the gRPC
+// service (the commented block swapped in).
+func TestEnvoyConfig(t *testing.T) {
+	for _, def := range []string{"github-v1-4", ""} {
+		text := render(t, gateways.Envoy, data(t, def))
+		grpc := grpcVariant(t, text)
+		for variant, y := range map[string]string{"http_service": text, "grpc_service": grpc} {
+			b := decodeEnvoy(t, y)
+			ea, ok := findAny(t, b, "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz").(*extauthzv3.ExtAuthz)
+			if !ok {
+				t.Fatal("ext_authz config is not an ExtAuthz")
+			}
+			if !ea.GetClearRouteCache() || ea.GetFailureModeAllow() || ea.GetWithRequestBody().GetMaxRequestBytes() == 0 {
+				t.Errorf("%s: ext_authz must clear the route cache, fail closed and send the body: %v", variant, ea)
+			}
+			hcm, ok := findAny(t, b, "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager").(*hcmv3.HttpConnectionManager)
+			if !ok {
+				t.Fatal("no HttpConnectionManager")
+			}
+			var filters []string
+			for _, f := range hcm.GetHttpFilters() {
+				filters = append(filters, f.GetName())
+			}
+			if strings.Join(filters, ",") != "envoy.filters.http.header_mutation,envoy.filters.http.ext_authz,envoy.filters.http.router" {
+				t.Errorf("http filters %v: want header_mutation, ext_authz, router in that order", filters)
+			}
+			// A route per pool on Fcd-Target, the session route when there
+			// is a default pool, and the 502 fallback.
+			routes := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
+			want := map[string]string{"github-v1-3": "fcd_pool_github-v1-3", "github-v1-4": "fcd_pool_github-v1-4"}
+			for _, r := range routes {
+				hs := r.GetMatch().GetHeaders()
+				switch {
+				case len(hs) == 1 && hs[0].GetStringMatch().GetExact() != "":
+					if want[hs[0].GetStringMatch().GetExact()] != r.GetRoute().GetCluster() || hs[0].GetName() != "fcd-target" {
+						t.Errorf("route %v", r)
+					}
+					delete(want, hs[0].GetStringMatch().GetExact())
+				case len(hs) == 1 && hs[0].GetPresentMatch() && hs[0].GetInvertMatch():
+					if def == "" || r.GetRoute().GetCluster() != "fcd_pool_"+def {
+						t.Errorf("session route %v with default %q", r, def)
+					}
+				case len(hs) == 0:
+					if r.GetDirectResponse().GetStatus() != 502 || r != routes[len(routes)-1] {
+						t.Errorf("fallback route %v, want the last one, 502", r)
+					}
+				}
+			}
+			if len(want) != 0 {
+				t.Errorf("no route for %v", want)
+			}
+			switch variant {
+			case "http_service":
+				hs := ea.GetHttpService()
+				if hs == nil || hs.GetPathPrefix() != "/v1/ext_authz" || hs.GetServerUri().GetCluster() != "fcd_authzd" {
+					t.Fatalf("%s: %v", variant, hs)
+				}
+				add := hs.GetAuthorizationRequest().GetHeadersToAdd()
+				if len(add) != 1 || add[0].GetKey() != "authorization" || add[0].GetValue() != "Bearer "+credential {
+					t.Errorf("%s: headers_to_add %v, want the gateway credential", variant, add)
+				}
+				var up []string
+				for _, p := range hs.GetAuthorizationResponse().GetAllowedUpstreamHeaders().GetPatterns() {
+					up = append(up, p.GetExact())
+				}
+				if strings.Join(up, ",") != "fcd-dispatch-token,fcd-target" {
+					t.Errorf("%s: allowed_upstream_headers %v", variant, up)
+				}
+			case "grpc_service":
+				gs := ea.GetGrpcService()
+				md := gs.GetInitialMetadata()
+				if gs.GetEnvoyGrpc().GetClusterName() != "fcd_authzd_grpc" || len(md) != 1 ||
+					md[0].GetKey() != "authorization" || md[0].GetValue() != "Bearer "+credential {
+					t.Errorf("%s: %v", variant, gs)
+				}
+			}
+		}
+	}
+}
+
+// grpcVariant swaps the http_service block of a rendered envoy.yaml for
+// the commented grpc_service block, as its comment tells a reader to.
+func grpcVariant(t *testing.T, text string) string {
+	t.Helper()
+	var out []string
+	block := ""
+	seen := map[string]bool{}
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch trimmed {
+		case "# http-service-begin", "# grpc-service-begin":
+			block = strings.TrimSuffix(strings.TrimPrefix(trimmed, "# "), "-begin")
+			seen[block] = true
+			continue
+		case "# http-service-end", "# grpc-service-end":
+			block = ""
+			continue
+		}
+		switch block {
+		case "http-service":
+			// dropped
+		case "grpc-service":
+			indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
+			rest := strings.TrimPrefix(strings.TrimPrefix(trimmed, "#"), " ")
+			out = append(out, indent+rest)
+		default:
+			out = append(out, line)
+		}
+	}
+	if !seen["http-service"] || !seen["grpc-service"] {
+		t.Fatalf("envoy.yaml: the http-service/grpc-service markers are missing")
+	}
+	return strings.Join(out, "\n")
+}
+
+func decodeEnvoy(t *testing.T, y string) *bootstrapv3.Bootstrap {
+	t.Helper()
+	js, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatalf("envoy.yaml is not YAML: %v\n%s", err, y)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &b); err != nil {
+		t.Fatalf("envoy.yaml does not decode as an Envoy v3 Bootstrap: %v\n%s", err, y)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatalf("envoy.yaml: bootstrap validation: %v", err)
+	}
+	validateAnys(t, b.ProtoReflect())
+	return &b
+}
+
+// validateAnys unpacks every Any under m (typed_config and the like) and
+// runs its message's validation rules, recursively; protoc-gen-validate
+// does not look inside an Any.
+func validateAnys(t *testing.T, m protoreflect.Message) {
+	t.Helper()
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		visit := func(msg protoreflect.Message) {
+			if a, ok := msg.Interface().(*anypb.Any); ok {
+				inner, err := a.UnmarshalNew()
+				if err != nil {
+					t.Errorf("envoy.yaml: %s: %v", a.GetTypeUrl(), err)
+					return
+				}
+				if v, ok := inner.(interface{ ValidateAll() error }); ok {
+					if err := v.ValidateAll(); err != nil {
+						t.Errorf("envoy.yaml: %s: %v", a.GetTypeUrl(), err)
+					}
+				}
+				validateAnys(t, inner.ProtoReflect())
+				return
+			}
+			validateAnys(t, msg)
+		}
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			for i := 0; i < v.List().Len(); i++ {
+				visit(v.List().Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				visit(mv.Message())
+				return true
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			visit(v.Message())
+		}
+		return true
+	})
+}
+
+// findAny returns the first Any of the given type URL under m, unpacked.
+func findAny(t *testing.T, m proto.Message, typeURL string) proto.Message {
+	t.Helper()
+	var found proto.Message
+	var walk func(protoreflect.Message)
+	walk = func(msg protoreflect.Message) {
+		if found != nil {
+			return
+		}
+		if a, ok := msg.Interface().(*anypb.Any); ok {
+			inner, err := a.UnmarshalNew()
+			if err != nil {
+				return
+			}
+			if a.GetTypeUrl() == typeURL {
+				found = inner
+				return
+			}
+			walk(inner.ProtoReflect())
+			return
+		}
+		msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList() && fd.Message() != nil:
+				for i := 0; i < v.List().Len(); i++ {
+					walk(v.List().Get(i).Message())
+				}
+			case fd.IsMap() && fd.MapValue().Message() != nil:
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					walk(mv.Message())
+					return true
+				})
+			case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+				walk(v.Message())
+			}
+			return found == nil
+		})
+	}
+	walk(m.ProtoReflect())
+	if found == nil {
+		t.Fatalf("envoy.yaml: no %s", typeURL)
+	}
+	return found
+}
+
+// TestTraefikConfig: Traefik is not available here; check that both files
+// are YAML with the routers, middlewares and services the comments
+// describe.
+func TestTraefikConfig(t *testing.T) {
+	d := data(t, "github-v1-4")
+	var static struct {
+		EntryPoints map[string]struct {
+			Address string `json:"address"`
+		} `json:"entryPoints"`
+		Providers struct {
+			File struct {
+				Filename string `json:"filename"`
+			} `json:"file"`
+		} `json:"providers"`
+	}
+	// Only the keys named above are checked; the others are Traefik's.
+	if err := yaml.Unmarshal([]byte(render(t, gateways.Traefik, d)), &static); err != nil {
+		t.Fatalf("traefik.yml: %v", err)
+	}
+	if static.EntryPoints["mcp"].Address != "127.0.0.1:8080" || static.EntryPoints["fcd-routed"].Address == "" || static.Providers.File.Filename == "" {
+		t.Errorf("traefik.yml: %+v", static)
+	}
+
+	type router struct {
+		EntryPoints []string `json:"entryPoints"`
+		Rule        string   `json:"rule"`
+		Middlewares []string `json:"middlewares"`
+		Service     string   `json:"service"`
+	}
+	var dyn struct {
+		HTTP struct {
+			Routers     map[string]router `json:"routers"`
+			Middlewares map[string]struct {
+				Headers *struct {
+					CustomRequestHeaders map[string]string `json:"customRequestHeaders"`
+				} `json:"headers"`
+				ForwardAuth *struct {
+					Address             string   `json:"address"`
+					TrustForwardHeader  bool     `json:"trustForwardHeader"`
+					AuthRequestHeaders  []string `json:"authRequestHeaders"`
+					AuthResponseHeaders []string `json:"authResponseHeaders"`
+				} `json:"forwardAuth"`
+			} `json:"middlewares"`
+			Services map[string]struct {
+				LoadBalancer struct {
+					PassHostHeader     bool `json:"passHostHeader"`
+					ResponseForwarding struct {
+						FlushInterval string `json:"flushInterval"`
+					} `json:"responseForwarding"`
+					Servers []struct {
+						URL string `json:"url"`
+					} `json:"servers"`
+				} `json:"loadBalancer"`
+			} `json:"services"`
+		} `json:"http"`
+	}
+	// Strict: every key in the file is one of the above, spelt as Traefik
+	// spells it.
+	if err := yaml.UnmarshalStrict([]byte(render(t, gateways.TraefikDynamic, d)), &dyn); err != nil {
+		t.Fatalf("traefik-dynamic.yml: %v", err)
+	}
+	h := dyn.HTTP
+	auth := h.Routers["fcd-authorize"]
+	if strings.Join(auth.Middlewares, ",") != "fcd-credential,fcd-authorize,fcd-drop-credential" || auth.Service != "fcd-routed" {
+		t.Errorf("router fcd-authorize %+v", auth)
+	}
+	fa := h.Middlewares["fcd-authorize"].ForwardAuth
+	if fa == nil || fa.Address != "http://127.0.0.1:7070/v1/forward_auth" || fa.TrustForwardHeader ||
+		strings.Join(fa.AuthResponseHeaders, ",") != "Fcd-Dispatch-Token,Fcd-Target" {
+		t.Errorf("forwardAuth %+v", fa)
+	}
+	if c := h.Middlewares["fcd-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "Bearer "+credential {
+		t.Errorf("fcd-credential %+v", c)
+	}
+	if c := h.Middlewares["fcd-drop-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "" {
+		t.Errorf("fcd-drop-credential %+v", c)
+	}
+	rule := regexp.MustCompile("^Header\\(`Fcd-Target`, `([a-z0-9.-]+)`\\)$")
+	for _, p := range d.Pools {
+		r := h.Routers["fcd-pool-"+p.Name]
+		if m := rule.FindStringSubmatch(r.Rule); m == nil || m[1] != p.Name || r.Service != "fcd-pool-"+p.Name ||
+			strings.Join(r.EntryPoints, ",") != "fcd-routed" {
+			t.Errorf("router for %s: %+v", p.Name, r)
+		}
+		s := h.Services["fcd-pool-"+p.Name].LoadBalancer
+		if len(s.Servers) != 1 || s.Servers[0].URL != p.URL || !s.PassHostHeader {
+			t.Errorf("service for %s: %+v", p.Name, s)
+		}
+	}
+	if r := h.Routers["fcd-session"]; r.Service != "fcd-pool-github-v1-4" {
+		t.Errorf("session router %+v", r)
+	}
+}
