@@ -7,6 +7,7 @@ package etcdtest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"testing"
@@ -72,6 +73,7 @@ func (m *Member) Store(t testing.TB, prefix string) *lease.Store {
 	t.Helper()
 	s, err := lease.Open(context.Background(), lease.Config{
 		Endpoints: m.Endpoints(), Prefix: prefix, OpTimeout: 2 * time.Second, DialTimeout: 2 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatalf("etcdtest: open store: %v", err)

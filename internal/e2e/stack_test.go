@@ -1,0 +1,463 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/gatewaytest"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/policies"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const issuerName = "fcd-e2e"
+
+// Pools of the two github releases.
+const (
+	poolV14 = "github-v1-4"
+	poolV13 = "github-v1-3"
+)
+
+// stack is a real authzd (api.New over real HTTP, on a real embedded etcd,
+// the embedded default policies, a published EdDSA signing key) with the
+// github v1.4 and v1.3 manifests registered and signed, and the github
+// v1.4 and v1.3 fixtures (official MCP Go SDK) each served over real HTTP
+// behind the real fencecheck middleware (keys from authzd's JWKS, outcomes
+// reported to authzd with a backend credential), all recording into one
+// effect recorder. Nothing is a stand-in.
+type stack struct {
+	t     testing.TB
+	URL   string // authzd
+	creds map[api.Role]api.Secret
+	// Rec records every effect of both fixtures.
+	Rec *fixtures.Recorder
+	// Fixture is the base URL (no path; MCP at /mcp) of each pool's
+	// fixture.
+	Fixture map[string]string
+	// Epoch is the epoch id of each pool.
+	Epoch map[string]string
+	// tokens holds the last Fcd-Dispatch-Token seen arriving at each
+	// fixture, by jti, as the upstream received it (observed before
+	// fencecheck, never changed).
+	mu     sync.Mutex
+	tokens map[string]string
+	// hits counts requests arriving at each pool's fixture carrying a
+	// dispatch token.
+	hits map[string]*atomic.Int64
+	reps []*fencecheck.Reporter
+}
+
+// prefixSeq gives each stack its own key prefix on a shared etcd member,
+// hence its own registry, ledger and epochs.
+var prefixSeq atomic.Int64
+
+// startStack starts a stack on member (nil: a member of its own). Draining
+// is one-way, so a test that drains needs a stack of its own; stacks on
+// one member are cheap.
+func startStack(t *testing.T, member *etcdtest.Member) *stack {
+	t.Helper()
+	if member == nil {
+		member = etcdtest.Start(t)
+	}
+	store := member.Store(t, fmt.Sprintf("/e2e/%d/", prefixSeq.Add(1)))
+
+	regKey, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := manifest.PublicSet(regKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mverifier, err := manifest.NewVerifier(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), Fixture: map[string]string{},
+		Epoch: map[string]string{}, tokens: map[string]string{}, hits: map[string]*atomic.Int64{}}
+	var stored []api.Credential
+	for _, role := range api.Roles() {
+		secret, cred, err := api.NewCredential(string(role), role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.creds[role] = secret
+		stored = append(stored, cred)
+	}
+	auth, err := api.NewAuthenticator(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerOptions{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigKey, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(sigKey, issuerName, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go iss.Publish(ctx, store)
+	h, err := api.New(api.Config{
+		Registry:     authz.NewRegistry(store, mverifier, log),
+		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss}),
+		PolicyStatus: pm.Status, Auth: auth, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	deadline := time.Now().Add(30 * time.Second)
+	for !iss.Published() {
+		if time.Now().After(deadline) {
+			t.Fatal("signing key not published")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// v1.3 first, then v1.4: both ACTIVE, snapshots take v1.4.
+	for _, name := range []string{"v1.3", "v1.4"} {
+		rel, err := fixtures.Lookup("github", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jws, err := manifest.Sign(rel.ManifestJSON(), regKey, manifest.TypManifest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := s.do("POST", "/v1/manifests", api.RoleRegistrar, jws)
+		s.expect(r, http.StatusCreated)
+		s.Epoch[rel.Pool] = r.body["epoch"].(string)
+
+		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.URL, Credential: string(s.creds[api.RoleBackend]), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.reps = append(s.reps, rep)
+		v := rel.Verifier(0)
+		v.Issuer, v.JWKSURL = issuerName, s.URL+"/.well-known/jwks.json"
+		if err := v.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		fx := fixtures.MustNew("github", name, fixtures.Options{Sink: s.Rec, Logger: log})
+		guarded := v.Middleware(fx, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log})
+		hits := &atomic.Int64{}
+		s.hits[rel.Pool] = hits
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if tok := r.Header.Get(fencecheck.Header); tok != "" {
+				hits.Add(1)
+				s.mu.Lock()
+				s.tokens[jtiOf(tok)] = tok
+				s.mu.Unlock()
+			}
+			guarded.ServeHTTP(w, r)
+		}))
+		fsrv := httptest.NewServer(mux)
+		t.Cleanup(fsrv.Close)
+		s.Fixture[rel.Pool] = fsrv.URL
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, r := range s.reps {
+			_ = r.Close(ctx)
+		}
+	})
+	return s
+}
+
+func jtiOf(token string) string {
+	var c fencecheck.Claims
+	if b := bytes.Split([]byte(token), []byte(".")); len(b) == 3 {
+		if p, err := base64.RawURLEncoding.DecodeString(string(b[1])); err == nil {
+			_ = json.Unmarshal(p, &c)
+		}
+	}
+	return c.ID
+}
+
+// token returns the dispatch token of lease jti as it reached a fixture.
+func (s *stack) token(jti string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens[jti]
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    []byte
+}
+
+func (s *stack) do(method, path string, role api.Role, body []byte) reply {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if role != "" {
+		req.Header.Set("Authorization", "Bearer "+string(s.creds[role]))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func (s *stack) expect(r reply, status int) {
+	s.t.Helper()
+	if r.status != status {
+		s.t.Fatalf("authzd answered %d, want %d: %s", r.status, status, r.raw)
+	}
+}
+
+// snapshot takes a snapshot of the registry as the host.
+func (s *stack) snapshot() string {
+	s.t.Helper()
+	r := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`))
+	s.expect(r, http.StatusCreated)
+	return r.body["id"].(string)
+}
+
+type formation struct {
+	ID, Status, Digest, Pool string
+}
+
+// form forms a github call as the host, for principal alice (group dev).
+func (s *stack) form(snapshot, session, tool, args string) formation {
+	s.t.Helper()
+	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":["dev"]}}}`,
+		snapshot, session, tool, args)
+	r := s.do("POST", "/v1/formations", api.RoleHost, []byte(body))
+	s.expect(r, http.StatusCreated)
+	f := formation{ID: r.body["id"].(string), Status: r.body["status"].(string), Digest: r.body["digest"].(string)}
+	if src, ok := r.body["source"].(map[string]any); ok {
+		f.Pool, _ = src["pool"].(string)
+	}
+	return f
+}
+
+// approve approves a formation as the approver, over REST.
+func (s *stack) approve(f formation) {
+	s.t.Helper()
+	r := s.do("POST", "/v1/formations/"+f.ID+"/approvals", api.RoleApprover,
+		[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, f.Digest)))
+	s.expect(r, http.StatusOK)
+	if r.body["status"] != "ready" {
+		s.t.Fatalf("after approval: %s", r.raw)
+	}
+}
+
+// formReady forms create_repository {name} (private omitted) and approves
+// it: a ready write formed on v1.4.
+func (s *stack) formReady(snapshot, session, name string) formation {
+	s.t.Helper()
+	f := s.form(snapshot, session, "create_repository", fmt.Sprintf(`{"name":%q}`, name))
+	if f.Status != "pending_approval" || f.Pool != poolV14 {
+		s.t.Fatalf("write formation %+v: want pending_approval on %s", f, poolV14)
+	}
+	s.approve(f)
+	return f
+}
+
+// drain drains a pool's epoch as the operator.
+func (s *stack) drain(pool string) {
+	s.t.Helper()
+	s.expect(s.do("POST", "/v1/epochs/"+s.Epoch[pool]+"/drain", api.RoleOperator, nil), http.StatusOK)
+}
+
+// status returns a formation's status.
+func (s *stack) status(id string) string {
+	s.t.Helper()
+	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
+	s.expect(r, http.StatusOK)
+	st, _ := r.body["status"].(string)
+	return st
+}
+
+// waitStatus waits until a formation has the status (fencecheck reports
+// outcomes asynchronously).
+func (s *stack) waitStatus(id, want string) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := s.status(id)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("formation %s is %s, want %s", id, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gateway starts a gateway of kind in front of the stack; pools maps each
+// pool authzd may name to the fixture pool it is routed to (nil: each to
+// its own), and session traffic goes to whatever github-v1-4 is routed to.
+func (s *stack) gateway(t *testing.T, kind string, route map[string]string) *gatewaytest.Gateway {
+	t.Helper()
+	pools := map[string]string{}
+	for pool, url := range s.Fixture {
+		pools[pool] = url
+	}
+	for from, to := range route {
+		pools[from] = s.Fixture[to]
+	}
+	return gatewaytest.Start(t, kind, gatewaytest.Config{
+		Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Pools: pools, Default: poolV14,
+	})
+}
+
+// answer is what the host saw for one tools/call POST.
+type answer struct {
+	Status  int
+	Problem string // Fcd-Problem
+}
+
+// host is the MCP host: the official SDK client connected through a
+// gateway, putting each call's formation id in params._meta (and, through
+// gatewaytest.FormationTransport, in the Fcd-Formation header).
+//
+// The SDK client (v1.8.0) ends its session when a tools/call POST is
+// answered with an HTTP error whose body is not JSON-RPC, which is what a
+// gateway's refusal is (nginx's and Caddy's 403 problem+json); only
+// fencecheck's refusals (a JSON-RPC error) leave it usable. So after such
+// a refusal the host connects again, as a real host must.
+type host struct {
+	t  *testing.T
+	gw *gatewaytest.Gateway
+	mu sync.Mutex
+	cs *mcp.ClientSession
+	// answers by formation id, in order.
+	answers map[string][]answer
+}
+
+func connectHost(t *testing.T, gw *gatewaytest.Gateway) *host {
+	t.Helper()
+	h := &host{t: t, gw: gw, answers: map[string][]answer{}}
+	h.cs = h.connect()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.cs.Close()
+	})
+	return h
+}
+
+func (h *host) connect() *mcp.ClientSession {
+	h.t.Helper()
+	tap := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if id := req.Header.Get(gatewaytest.FormationHeader); id != "" && err == nil {
+			h.mu.Lock()
+			h.answers[id] = append(h.answers[id], answer{resp.StatusCode, resp.Header.Get("Fcd-Problem")})
+			h.mu.Unlock()
+		}
+		return resp, err
+	})
+	tr := &mcp.StreamableClientTransport{
+		Endpoint:             h.gw.URL + "/mcp",
+		HTTPClient:           &http.Client{Transport: gatewaytest.FormationTransport(tap)},
+		DisableStandaloneSSE: true,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fcd-e2e-host", Version: "0"}, nil).Connect(ctx, tr, nil)
+	if err != nil {
+		h.t.Fatalf("connect through %s: %v", h.gw.Kind, err)
+	}
+	return cs
+}
+
+// call sends tools/call of a formed call through the gateway. Not for
+// concurrent use: give each concurrent caller a host of its own.
+func (h *host) call(f formation, tool, args string) (*mcp.CallToolResult, error) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	h.mu.Lock()
+	cs := h.cs
+	h.mu.Unlock()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{
+		Name: tool, Arguments: json.RawMessage(args),
+		Meta: mcp.Meta{gatewaytest.FormationMetaKey: f.ID},
+	})
+	if _, fenced := fixtures.RejectReason(err); err != nil && !fenced {
+		cs.Close()
+		ncs := h.connect()
+		h.mu.Lock()
+		h.cs = ncs
+		h.mu.Unlock()
+	}
+	return res, err
+}
+
+// last is the last answer the host saw for a formation.
+func (h *host) last(id string) answer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	as := h.answers[id]
+	if len(as) == 0 {
+		return answer{}
+	}
+	return as[len(as)-1]
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// effects returns the effects of the named repository.
+func effectsOf(rec *fixtures.Recorder, repo string) []fixtures.Effect {
+	var out []fixtures.Effect
+	for _, e := range rec.Effects(fixtures.Filter{Tool: "create_repository"}) {
+		if e.Did["repository"] == fixtures.GitHubAccount+"/"+repo {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// noDrift fails the test on any effect not private on v1.4.
+func noDrift(t *testing.T, rec *fixtures.Recorder) {
+	t.Helper()
+	for _, e := range rec.Effects(fixtures.Filter{}) {
+		if e.Release != "v1.4" || (e.Tool == "create_repository" && e.Did["visibility"] != "private") {
+			t.Errorf("drifted effect: %+v", e)
+		}
+	}
+}
