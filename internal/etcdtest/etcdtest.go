@@ -6,10 +6,12 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,15 +32,37 @@ type Member struct {
 func Start(t testing.TB) *Member {
 	t.Helper()
 	dir := t.TempDir()
-	m := &Member{t: t, cfg: lease.EmbedConfig{
-		Dir:       filepath.Join(dir, "etcd"),
-		LogFile:   filepath.Join(dir, "etcd.log"),
-		ClientURL: "http://" + FreeAddr(t),
-		PeerURL:   "http://" + FreeAddr(t),
-	}}
-	m.Restart()
-	t.Cleanup(m.Stop)
-	return m
+	// A port found free can be taken by another process before etcd binds
+	// it (tests of several packages run at once): try fresh ports then.
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		m := &Member{t: t, cfg: lease.EmbedConfig{
+			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
+			LogFile:   filepath.Join(dir, "etcd.log"),
+			ClientURL: "http://" + FreeAddr(t),
+			PeerURL:   "http://" + FreeAddr(t),
+		}}
+		if err = m.start(); err == nil {
+			t.Cleanup(m.Stop)
+			return m
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	t.Fatalf("etcdtest: start member: %v", err)
+	return nil
+}
+
+func (m *Member) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, err := lease.StartEmbedded(ctx, m.cfg)
+	if err != nil {
+		return err
+	}
+	m.member = e
+	return nil
 }
 
 // Endpoints returns the member's client URLs.
@@ -52,19 +76,23 @@ func (m *Member) Stop() {
 	}
 }
 
-// Restart starts the member again on the same ports and data.
+// Restart starts the member again on the same ports and data. If another
+// process took a port meanwhile, it waits for it for a while.
 func (m *Member) Restart() {
 	m.t.Helper()
 	if m.member != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e, err := lease.StartEmbedded(ctx, m.cfg)
-	if err != nil {
-		m.t.Fatalf("etcdtest: start member: %v", err)
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = m.start(); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	m.member = e
+	if err != nil {
+		m.t.Fatalf("etcdtest: restart member: %v", err)
+	}
 }
 
 // Store opens a store on the member with a short operation timeout, so
