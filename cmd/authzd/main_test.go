@@ -43,12 +43,20 @@ var listeningLine = regexp.MustCompile(`authzd: listening on (http://\S+)`)
 // stop function that asserts a clean, graceful exit.
 func startServer(t *testing.T, dataDir string, extra ...string) (string, func()) {
 	t.Helper()
+	url, _, stop := startServerLog(t, dataDir, extra...)
+	return url, stop
+}
+
+// startServerLog is startServer that also returns what authzd printed so
+// far (e.g. the line naming its gRPC address).
+func startServerLog(t *testing.T, dataDir string, extra ...string) (string, string, func()) {
+	t.Helper()
 	// Free ports can be taken by another process before etcd binds them
 	// (several test binaries run at once): start again on fresh ones.
 	for attempt := 0; ; attempt++ {
-		url, stop, busy := tryStartServer(t, dataDir, extra...)
+		url, log, stop, busy := tryStartServer(t, dataDir, extra...)
 		if !busy {
-			return url, stop
+			return url, log, stop
 		}
 		if attempt == 7 {
 			t.Fatal("authzd: no free ports after 8 attempts")
@@ -56,7 +64,7 @@ func startServer(t *testing.T, dataDir string, extra ...string) (string, func())
 	}
 }
 
-func tryStartServer(t *testing.T, dataDir string, extra ...string) (string, func(), bool) {
+func tryStartServer(t *testing.T, dataDir string, extra ...string) (string, string, func(), bool) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir,
@@ -79,13 +87,13 @@ func tryStartServer(t *testing.T, dataDir string, extra ...string) (string, func
 					t.Error("authzd did not shut down within a minute")
 				}
 			}
-			return m[1], stop, false
+			return m[1], stderr.String(), stop, false
 		}
 		select {
 		case code := <-done:
 			cancel()
 			if strings.Contains(stderr.String(), "address already in use") {
-				return "", nil, true
+				return "", "", nil, true
 			}
 			t.Fatalf("authzd exited %d before listening:\n%s", code, stderr.String())
 		default:

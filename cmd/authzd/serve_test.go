@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -21,9 +21,13 @@ import (
 // on this machine), then checks that the server still stops cleanly.
 func TestGRPCListen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	addr := etcdtest.FreeAddr(t)
-	_, stop := startServer(t, dir, "--dev", "--grpc-listen", addr)
+	_, log, stop := startServerLog(t, dir, "--dev", "--grpc-listen", "127.0.0.1:0")
 	defer stop()
+	m := regexp.MustCompile(`authzd: ext_authz gRPC on (\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no gRPC address printed:\n%s", log)
+	}
+	addr := m[1]
 	raw, err := os.ReadFile(filepath.Join(dir, "dev-credentials.json"))
 	if err != nil {
 		t.Fatal(err)
