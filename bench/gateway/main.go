@@ -1,0 +1,520 @@
+// Command gateway measures what fcd adds to an MCP tools/call through real
+// nginx (issue 5, "Benchmark"), in one run, side by side:
+//
+//	(A) fcd:   nginx running examples/gateways/nginx.conf (auth_request
+//	           forward-auth to authzd, which admits the call: an etcd
+//	           transaction and an EdDSA dispatch token) → the real fencecheck
+//	           middleware (token verified against authzd's JWKS, outcome
+//	           reported to authzd asynchronously) → the github v1.4 MCP
+//	           fixture (official MCP Go SDK);
+//	(B) plain: nginx with the same configuration minus fcd (no
+//	           auth_request; see plainNginx for exactly what differs) → the
+//	           same fixture instance, without fencecheck.
+//
+// The timed operation is one MCP tools/call of github/get_repository by an
+// official MCP Go SDK client, one client session per worker. For A each
+// call carries a fresh formation id (params._meta["dev.fcd/formation"] and,
+// through gatewaytest.FormationTransport, the Fcd-Formation header), formed
+// ready over authzd's REST API before any timing, one formation per call.
+// B sends the same call without a formation. Any error, refusal or tool
+// error fails the run.
+//
+//	go run ./bench/gateway [-n1 300] [-n32 2000] [-c 1,32] [-rounds 4] [-warmup N] [-dir DIR]
+//
+// Per concurrency level, after a warm-up of both designs, the timed calls
+// run in rounds of alternating order (A B, B A, ...), so drift favours
+// neither. A's wall time for a round ends when its last call has returned
+// and fencecheck has reported every outcome to authzd, so the background
+// reporting is charged to A and never runs during B's rounds.
+// The summary also gives A/B with that drain excluded (calls only).
+//
+// Everything but nginx (etcd, authzd, the fixture, fencecheck and the load
+// generator) shares this process and the machine's CPUs with the two nginx
+// processes (2 workers each).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/gatewaytest"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(2)
+	}
+	if err := run(context.Background(), opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway: FAILED:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command-line settings.
+type options struct {
+	// N1 is the number of timed calls per design at concurrency 1, N at
+	// every other level.
+	N1, N int
+	// Levels are the concurrency levels.
+	Levels []int
+	// Rounds splits each level's timed calls into rounds of alternating
+	// design order.
+	Rounds int
+	// Warmup is the number of untimed calls per design before each level;
+	// 0 means max(50, 4c).
+	Warmup int
+	// Dir is the parent of the temporary directory (etcd data, nginx
+	// prefixes); empty means the system's.
+	Dir string
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	var o options
+	levels := fs.String("c", "1,32", "concurrency levels, comma-separated")
+	fs.IntVar(&o.N1, "n1", 300, "timed calls per design at concurrency 1")
+	fs.IntVar(&o.N, "n32", 2000, "timed calls per design at every other concurrency level")
+	fs.IntVar(&o.Rounds, "rounds", 4, "rounds per level, alternating the order of the designs")
+	fs.IntVar(&o.Warmup, "warmup", 0, "untimed calls per design before each level (0: max(50, 4c))")
+	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary directory for etcd's data and nginx (default: the system's)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for s := range strings.SplitSeq(*levels, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || c < 1 {
+			return o, fmt.Errorf("-c: %q is not a positive integer", s)
+		}
+		o.Levels = append(o.Levels, c)
+	}
+	return o, o.check()
+}
+
+func (o *options) check() error {
+	switch {
+	case len(o.Levels) == 0:
+		return errors.New("no concurrency level")
+	case o.N < 1 || o.N1 < 1 || o.Rounds < 1 || o.Warmup < 0:
+		return errors.New("-n1, -n32 and -rounds must be positive, -warmup not negative")
+	}
+	return nil
+}
+
+func (o *options) ops(c int) int {
+	if c == 1 {
+		return o.N1
+	}
+	return o.N
+}
+
+func (o *options) warmup(c int) int {
+	if o.Warmup > 0 {
+		return o.Warmup
+	}
+	return max(50, 4*c)
+}
+
+// command is the command line that reproduces this run.
+func (o *options) command() string {
+	var cs []string
+	for _, c := range o.Levels {
+		cs = append(cs, strconv.Itoa(c))
+	}
+	cmd := fmt.Sprintf("go run ./bench/gateway -n1 %d -n32 %d -c %s -rounds %d", o.N1, o.N, strings.Join(cs, ","), o.Rounds)
+	if o.Warmup > 0 {
+		cmd += fmt.Sprintf(" -warmup %d", o.Warmup)
+	}
+	if o.Dir != "" {
+		cmd += " -dir " + o.Dir
+	}
+	return cmd
+}
+
+// The designs.
+const (
+	designA = "A"
+	designB = "B"
+)
+
+var designTitle = map[string]string{
+	designA: "A nginx + fcd (forward-auth admission + fencecheck)",
+	designB: "B nginx, no fcd",
+}
+
+type bench struct {
+	opts   options
+	out    io.Writer
+	s      *stack
+	gw     map[string]*nginx
+	client *http.Transport
+	// aCalls counts A's calls that reached fencecheck and succeeded: each
+	// has one outcome report.
+	aCalls atomic.Uint64
+}
+
+// phase is the outcome of some calls of one design.
+type phase struct {
+	lat     []time.Duration
+	elapsed time.Duration
+	drain   time.Duration // A: waiting for outcome reports after the last call
+	fails   []string
+}
+
+func run(ctx context.Context, opts options, out io.Writer) error {
+	if err := opts.check(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dir, err := os.MkdirTemp(opts.Dir, "fcd-bench-gateway-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	fmt.Fprintf(out, "# reproduce: %s\n", opts.command())
+	fmt.Fprintf(out, "# machine: %s/%s, %s, NumCPU=%d, GOMAXPROCS=%d, %s, kernel %s, %s (%d workers per nginx)\n",
+		runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
+		kernel(), nginxVersion(), nginxWorkers)
+	fmt.Fprintf(out, "# timed op: MCP tools/call github/%s %s through nginx, official MCP Go SDK client, one session per worker\n", benchTool, benchArgs)
+	fmt.Fprintf(out, "# A: examples/gateways/nginx.conf → authzd /v1/forward_auth (admission, etcd txn, token) → fencecheck → fixture; one fresh ready formation per call\n")
+	fmt.Fprintf(out, "# B: the same nginx.conf without auth_request (plainNginx in bench/gateway/nginx.go) → the same fixture without fencecheck\n")
+	fmt.Fprintf(out, "# one process holds etcd (data in %s), authzd, fencecheck, the fixture and the load generator; nginx runs apart\n", dir)
+
+	b := &bench{opts: opts, out: out, gw: map[string]*nginx{},
+		client: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true}}
+	defer b.client.CloseIdleConnections()
+	b.s, err = startStack(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("stack: %w", err)
+	}
+	defer b.s.close()
+	data, err := gateways.NewData("127.0.0.1:1", b.s.url, string(b.s.creds[api.RoleGateway]), map[string]string{poolV14: b.s.guarded}, poolV14)
+	if err != nil {
+		return err
+	}
+	if b.gw[designA], err = startNginx(dir, "fcd", data, renderFCD); err != nil {
+		return err
+	}
+	defer b.gw[designA].stop()
+	plain := data
+	plain.Pools = []gateways.Pool{data.Pools[0]}
+	if plain.Pools[0].Endpoint, err = gateways.ParseEndpoint(b.s.bare); err != nil {
+		return err
+	}
+	if b.gw[designB], err = startNginx(dir, "plain", plain, renderPlain); err != nil {
+		return err
+	}
+	defer b.gw[designB].stop()
+
+	// One formation per A call, formed before any timing.
+	t0, total := time.Now(), 0
+	formed := map[int][]string{}
+	for _, c := range opts.Levels {
+		n := opts.warmup(c) + opts.ops(c)
+		if formed[c], err = b.s.formMany(ctx, fmt.Sprintf("bench-c%d", c), n); err != nil {
+			return fmt.Errorf("forming: %w", err)
+		}
+		total += n
+	}
+	fmt.Fprintf(out, "# formed %d ready formations over REST (one session each) in %.1fs, before timing\n", total, time.Since(t0).Seconds())
+
+	type result struct {
+		c      int
+		phases map[string]*phase
+	}
+	var results []result
+	var failed []string
+	for _, c := range opts.Levels {
+		ph, err := b.level(ctx, c, formed[c])
+		if err != nil {
+			return fmt.Errorf("concurrency %d: %w", c, err)
+		}
+		results = append(results, result{c, ph})
+		for _, d := range []string{designA, designB} {
+			if f := ph[d].fails; len(f) > 0 {
+				failed = append(failed, fmt.Sprintf("c=%d design %s: %d calls failed, first: %s", c, d, len(f), f[0]))
+			}
+		}
+	}
+
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| c | design | ops | ops/s | p50 ms | p95 ms | p99 ms |")
+	fmt.Fprintln(out, "|---:|---|---:|---:|---:|---:|---:|")
+	for _, r := range results {
+		for _, d := range []string{designA, designB} {
+			p := r.phases[d]
+			slices.Sort(p.lat)
+			fmt.Fprintf(out, "| %d | %s | %d | %.0f | %.2f | %.2f | %.2f |\n", r.c, designTitle[d], len(p.lat), p.rate(),
+				ms(percentile(p.lat, .50)), ms(percentile(p.lat, .95)), ms(percentile(p.lat, .99)))
+		}
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| c | A/B throughput | added p50 ms (A − B) | added p95 ms (A − B) | A's report drain ms (in A's time) | A/B throughput, drain excluded |")
+	fmt.Fprintln(out, "|---:|---:|---:|---:|---:|---:|")
+	for _, r := range results {
+		a, bb := r.phases[designA], r.phases[designB]
+		calls := float64(len(a.lat)) / (a.elapsed - a.drain).Seconds()
+		fmt.Fprintf(out, "| %d | %.2f | %+.2f | %+.2f | %.1f | %.2f |\n", r.c, a.rate()/bb.rate(),
+			ms(percentile(a.lat, .50)-percentile(bb.lat, .50)), ms(percentile(a.lat, .95)-percentile(bb.lat, .95)), ms(a.drain), calls/bb.rate())
+	}
+
+	// What ran where: every A call ran under a lease (its token reached the
+	// fixture through fencecheck), no B call did.
+	var leased, bare int
+	for _, e := range b.s.rec.Effects(fixtures.Filter{Tool: benchTool}) {
+		if e.Lease != "" {
+			leased++
+		} else {
+			bare++
+		}
+	}
+	var wantA, wantB int
+	for _, r := range results {
+		wantA += len(r.phases[designA].lat) + opts.warmup(r.c)
+		wantB += len(r.phases[designB].lat) + opts.warmup(r.c)
+	}
+	sent, rerr := b.s.reported()
+	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A, want %d), %d without (B, want %d); outcome reports sent to authzd: %d\n",
+		leased, wantA, bare, wantB, sent)
+	for _, d := range []string{designA, designB} {
+		if err := b.gw[d].alive(); err != nil {
+			failed = append(failed, fmt.Sprintf("design %s: %v", d, err))
+		}
+	}
+	switch {
+	case rerr != nil:
+		failed = append(failed, rerr.Error())
+	case leased != wantA || bare != wantB:
+		failed = append(failed, fmt.Sprintf("effects: %d leased, %d bare, want %d and %d", leased, bare, wantA, wantB))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("the figures above are not valid:\n  %s", strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+func (p *phase) rate() float64 {
+	if p.elapsed <= 0 {
+		return 0
+	}
+	return float64(len(p.lat)) / p.elapsed.Seconds()
+}
+
+// level runs one concurrency level: sessions, warm-up, alternating rounds.
+func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*phase, error) {
+	sessions := map[string][]*session{}
+	defer func() {
+		for _, ss := range sessions {
+			for _, s := range ss {
+				s.close()
+			}
+		}
+	}()
+	for _, d := range []string{designA, designB} {
+		for range c {
+			s, err := b.connect(ctx, d)
+			if err != nil {
+				return nil, err
+			}
+			sessions[d] = append(sessions[d], s)
+		}
+	}
+	warm := b.opts.warmup(c)
+	next := func(n int) []string { out := ids[:n]; ids = ids[n:]; return out }
+	for _, d := range []string{designA, designB} {
+		p := b.phase(ctx, d, sessions[d], warm, next)
+		if len(p.fails) > 0 {
+			return nil, fmt.Errorf("warm-up of %s: %d calls failed, first: %s", d, len(p.fails), p.fails[0])
+		}
+	}
+	res := map[string]*phase{designA: {}, designB: {}}
+	n := b.opts.ops(c)
+	for r := range b.opts.Rounds {
+		k := n / b.opts.Rounds
+		if r == b.opts.Rounds-1 {
+			k = n - k*(b.opts.Rounds-1)
+		}
+		order := []string{designA, designB}
+		if r%2 == 1 {
+			order = []string{designB, designA}
+		}
+		for _, d := range order {
+			p := b.phase(ctx, d, sessions[d], k, next)
+			t := res[d]
+			t.lat = append(t.lat, p.lat...)
+			t.elapsed += p.elapsed
+			t.drain += p.drain
+			t.fails = append(t.fails, p.fails...)
+		}
+	}
+	return res, ctx.Err()
+}
+
+// phase runs n calls of design d over the sessions (one worker each).
+// For A, it takes n formation ids from next and, after the last call,
+// waits until fencecheck reported every outcome (counted in elapsed).
+func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next func(int) []string) *phase {
+	var ids []string
+	if d == designA {
+		ids = next(n)
+	}
+	lats := make([][]time.Duration, len(ss))
+	fails := make([][]string, len(ss))
+	var cursor atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w, s := range ss {
+		wg.Go(func() {
+			for {
+				i := int(cursor.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				id := ""
+				if ids != nil {
+					id = ids[i]
+				}
+				t := time.Now()
+				err := s.call(ctx, id)
+				if err != nil {
+					fails[w] = append(fails[w], err.Error())
+					continue
+				}
+				lats[w] = append(lats[w], time.Since(t))
+				if d == designA {
+					b.aCalls.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	p := &phase{}
+	if d == designA {
+		last := time.Now()
+		if err := b.s.waitReported(ctx, b.aCalls.Load()); err != nil {
+			p.fails = append(p.fails, err.Error())
+		}
+		p.drain = time.Since(last)
+	}
+	p.elapsed = time.Since(start)
+	for w := range ss {
+		p.lat = append(p.lat, lats[w]...)
+		p.fails = append(p.fails, fails[w]...)
+	}
+	return p
+}
+
+// session is one MCP client session of one worker, through one design's
+// nginx.
+type session struct {
+	b      *bench
+	design string
+	cs     *mcp.ClientSession
+}
+
+func (b *bench) connect(ctx context.Context, d string) (*session, error) {
+	tr := &mcp.StreamableClientTransport{
+		Endpoint: b.gw[d].url + "/mcp",
+		// FormationTransport copies _meta's formation id into the
+		// Fcd-Formation header (what a host in front of forward-auth
+		// does); B's calls carry none, and pass through the same code.
+		HTTPClient:           &http.Client{Transport: gatewaytest.FormationTransport(b.client)},
+		DisableStandaloneSSE: true,
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fcd-bench-gateway", Version: "0"}, nil).Connect(cctx, tr, nil)
+	if err != nil {
+		return nil, fmt.Errorf("connect through nginx (%s): %w", d, err)
+	}
+	return &session{b: b, design: d, cs: cs}, nil
+}
+
+func (s *session) close() {
+	if s.cs != nil {
+		_ = s.cs.Close()
+	}
+}
+
+// call sends the timed tools/call; id is the formation (A) or "" (B). A
+// call that errs or returns a tool error is a failure; after a transport
+// error the session is replaced, as a real host must (the SDK client ends
+// its session on a gateway's non-JSON-RPC refusal). There should be none.
+func (s *session) call(ctx context.Context, id string) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	p := &mcp.CallToolParams{Name: benchTool, Arguments: json.RawMessage(benchArgs)}
+	if id != "" {
+		p.Meta = mcp.Meta{gatewaytest.FormationMetaKey: id}
+	}
+	res, err := s.cs.CallTool(cctx, p)
+	if err != nil {
+		s.close()
+		cs, cerr := s.b.connect(ctx, s.design)
+		if cerr != nil {
+			return fmt.Errorf("formation %q: %v; reconnect: %v", id, err, cerr)
+		}
+		s.cs = cs.cs
+		return fmt.Errorf("formation %q: %v (session replaced)", id, err)
+	}
+	if res.IsError {
+		raw, _ := json.Marshal(res)
+		return fmt.Errorf("formation %q: tool error: %s", id, raw)
+	}
+	return nil
+}
+
+// percentile is the nearest-rank q-quantile of sorted.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*q+0.999999) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "cpu unknown"
+	}
+	for line := range strings.Lines(string(data)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "cpu unknown"
+}
+
+func kernel() string {
+	data, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(data))
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/examples/gateways"
+)
+
+// TestSmoke runs both designs for a few calls at concurrency 1 and 4
+// through real nginx, a real authzd on embedded etcd, fencecheck and the
+// github v1.4 fixture: the program works end to end (run fails on any
+// failed call, any missing effect or outcome report).
+func TestSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	opts := options{N1: 6, N: 12, Levels: []int{1, 4}, Rounds: 2, Warmup: 2, Dir: t.TempDir()}
+	if err := run(ctx, opts, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"# reproduce: go run ./bench/gateway -n1 6 -n32 12 -c 1,4 -rounds 2 -warmup 2 -dir ",
+		"# machine: ",
+		"| 1 | A nginx + fcd (forward-auth admission + fencecheck) | 6 |",
+		"| 1 | B nginx, no fcd | 6 |",
+		"| 4 | A nginx + fcd (forward-auth admission + fencecheck) | 12 |",
+		"| 4 | B nginx, no fcd | 12 |",
+		"| c | A/B throughput | added p50 ms (A − B) | added p95 ms (A − B) |",
+		"# fixture effects: 22 under a lease (A, want 22), 22 without (B, want 22); outcome reports sent to authzd: 22",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ops(1) != 300 || o.ops(32) != 2000 || !slices.Equal(o.Levels, []int{1, 32}) || o.warmup(32) != 128 || o.warmup(1) != 50 {
+		t.Fatalf("defaults %+v", o)
+	}
+	if got := o.command(); got != "go run ./bench/gateway -n1 300 -n32 2000 -c 1,32 -rounds 4" {
+		t.Fatalf("command %q", got)
+	}
+	for _, bad := range [][]string{{"-c", "0"}, {"-c", "x"}, {"-n1", "0"}, {"-rounds", "0"}, {"extra"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+// TestPlainConfig: design B's nginx.conf has no trace of fcd.
+func TestPlainConfig(t *testing.T) {
+	d, err := gatewaysData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := renderPlain(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, absent := range []string{"auth_request", "forward_auth", "Fcd-", "fcd_authzd", "Bearer"} {
+		if bytes.Contains(text, []byte(absent)) {
+			t.Errorf("plain nginx.conf contains %q:\n%s", absent, text)
+		}
+	}
+	for _, present := range []string{"listen 127.0.0.1:8080;", "server 127.0.0.1:9001;", "proxy_pass http://fcd_pool_github-v1-4;", "keepalive 16;"} {
+		if !bytes.Contains(text, []byte(present)) {
+			t.Errorf("plain nginx.conf lacks %q:\n%s", present, text)
+		}
+	}
+}
+
+func gatewaysData() (gateways.Data, error) {
+	return gateways.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", "cred", map[string]string{poolV14: "http://127.0.0.1:9001"}, poolV14)
+}

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/policies"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+)
+
+// The stack below is internal/e2e's startStack (stack_test.go), reduced to
+// the github v1.4 release and rebuilt without testing.TB: a real embedded
+// etcd member, authzd's full api.New handler over real HTTP with a
+// credential per role, the embedded default policies and a published EdDSA
+// signing key; the v1.4 manifest registered (signed by a trusted registrar
+// key) over REST; the github v1.4 fixture served over real HTTP twice, once
+// behind the real fencecheck middleware (keys from authzd's JWKS, outcomes
+// reported to authzd with a backend credential) for design A, once bare for
+// design B. One fixture instance serves both, so the backend is the same.
+
+const (
+	issuerName = "fcd-bench-gateway"
+	poolV14    = "github-v1-4"
+	// The timed call: a read, ready at once under the default policies.
+	benchTool = "get_repository"
+	benchArgs = `{"owner":"` + fixtures.GitHubAccount + `","repo":"hello-world"}`
+)
+
+type stack struct {
+	url   string // authzd
+	creds map[api.Role]api.Secret
+	http  *http.Client
+	rec   *fixtures.Recorder
+	rep   *fencecheck.Reporter
+	// guarded and bare are the base URLs of the fixture behind fencecheck
+	// and without it.
+	guarded, bare string
+	snapshot      string
+	closers       []func()
+}
+
+// close stops everything started, in reverse order.
+func (s *stack) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+func startStack(ctx context.Context, dir string) (_ *stack, err error) {
+	s := &stack{creds: map[api.Role]api.Secret{}, rec: fixtures.NewRecorder(),
+		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	quiet := slog.New(slog.DiscardHandler)
+
+	clientAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	peerAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
+		Dir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log"),
+		ClientURL: "http://" + clientAddr, PeerURL: "http://" + peerAddr,
+		CompactionRetention: "24h",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	s.closers = append(s.closers, member.Close)
+	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), Prefix: "/bench/", Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { store.Close() })
+
+	regKey, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		return nil, err
+	}
+	set, err := manifest.PublicSet(regKey)
+	if err != nil {
+		return nil, err
+	}
+	mverifier, err := manifest.NewVerifier(set)
+	if err != nil {
+		return nil, err
+	}
+	var stored []api.Credential
+	for _, role := range api.Roles() {
+		secret, cred, err := api.NewCredential("bench-"+string(role), role)
+		if err != nil {
+			return nil, err
+		}
+		s.creds[role] = secret
+		stored = append(stored, cred)
+	}
+	auth, err := api.NewAuthenticator(stored)
+	if err != nil {
+		return nil, err
+	}
+	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerOptions{Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	sigKey, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		return nil, err
+	}
+	iss, err := authz.NewTokenIssuer(sigKey, issuerName, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	pctx, pcancel := context.WithCancel(context.Background())
+	var publishing sync.WaitGroup
+	publishing.Go(func() { iss.Publish(pctx, store) })
+	s.closers = append(s.closers, func() { pcancel(); publishing.Wait() })
+	h, err := api.New(api.Config{
+		Registry:     authz.NewRegistry(store, mverifier, quiet),
+		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Hour, Logger: quiet, Issuer: iss}),
+		PolicyStatus: pm.Status, Auth: auth, Logger: quiet,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.url, err = serve(s, h); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, errors.New("authzd's signing key was not published within 30s")
+		}
+	}
+
+	rel, err := fixtures.Lookup("github", "v1.4")
+	if err != nil {
+		return nil, err
+	}
+	jws, err := manifest.Sign(rel.ManifestJSON(), regKey, manifest.TypManifest)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.do(ctx, "POST", "/v1/manifests", api.RoleRegistrar, jws, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	snap, err := s.do(ctx, "POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`), http.StatusCreated)
+	if err != nil {
+		return nil, err
+	}
+	s.snapshot, _ = snap["id"].(string)
+
+	s.rep, err = fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend]), Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.rep.Close(cctx)
+	})
+	v := rel.Verifier(0)
+	v.Issuer, v.JWKSURL = issuerName, s.url+"/.well-known/jwks.json"
+	if err := v.Validate(); err != nil {
+		return nil, err
+	}
+	fx := fixtures.MustNew("github", "v1.4", fixtures.Options{Sink: s.rec, Logger: quiet})
+	guarded := v.Middleware(fx, fencecheck.MiddlewareOptions{Server: "github", Reporter: s.rep, Timeout: 10 * time.Second, Logger: quiet})
+	muxA, muxB := http.NewServeMux(), http.NewServeMux()
+	muxA.Handle("/mcp", guarded)
+	muxB.Handle("/mcp", fx)
+	if s.guarded, err = serve(s, muxA); err != nil {
+		return nil, err
+	}
+	if s.bare, err = serve(s, muxB); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// serve serves h on a loopback port until the stack closes.
+func serve(s *stack, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Serve(ln) })
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String(), nil
+}
+
+// do calls authzd's REST API as role and wants status.
+func (s *stack) do(ctx context.Context, method, path string, role api.Role, body []byte, want int) (map[string]any, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+string(s.creds[role]))
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return nil, fmt.Errorf("%s %s: authzd answered %d, want %d: %s", method, path, resp.StatusCode, want, raw)
+	}
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return out, nil
+}
+
+// form forms one ready get_repository call over REST as the host, in a
+// session of its own, for principal alice (group dev), as internal/e2e does.
+func (s *stack) form(ctx context.Context, session string) (string, error) {
+	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":["dev"]}}}`,
+		s.snapshot, session, benchTool, benchArgs)
+	r, err := s.do(ctx, "POST", "/v1/formations", api.RoleHost, []byte(body), http.StatusCreated)
+	if err != nil {
+		return "", err
+	}
+	id, _ := r["id"].(string)
+	if st, _ := r["status"].(string); st != "ready" || id == "" {
+		return "", fmt.Errorf("formation %q is %q, want ready: %v", id, st, r)
+	}
+	return id, nil
+}
+
+// formMany forms n ready formations with 16 parallel requests.
+func (s *stack) formMany(ctx context.Context, prefix string, n int) ([]string, error) {
+	ids := make([]string, n)
+	errs := make([]error, 16)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				id, err := s.form(ctx, fmt.Sprintf("%s-%d", prefix, i))
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				ids[i] = id
+			}
+		})
+	}
+	wg.Wait()
+	return ids, errors.Join(errs...)
+}
+
+// reported is how many outcome reports the fencecheck reporter has
+// finished, and an error if any was dropped or given up.
+func (s *stack) reported() (uint64, error) {
+	st := s.rep.Stats()
+	if st.Dropped > 0 || st.Failed > 0 {
+		return st.Sent, fmt.Errorf("fencecheck reporter: %d outcome reports dropped, %d failed (%d sent)", st.Dropped, st.Failed, st.Sent)
+	}
+	return st.Sent, nil
+}
+
+// waitReported waits until n outcome reports were sent to authzd.
+func (s *stack) waitReported(ctx context.Context, n uint64) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := s.reported()
+		if err != nil {
+			return err
+		}
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fencecheck reporter: %d of %d outcome reports sent after 30s", got, n)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
