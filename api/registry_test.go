@@ -32,6 +32,8 @@ type fixture struct {
 	member *etcdtest.Member
 	srv    *httptest.Server
 	key    jwk.Key // trusted registrar key
+	// issuerKey is a trusted compatibility-certificate issuer key.
+	issuerKey jwk.Key
 	creds  map[api.Role]api.Secret
 	// byID holds every credential by its id, extra approvers included.
 	byID map[string]api.Secret
@@ -82,7 +84,17 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f.cfg = api.Config{Registry: authz.NewRegistry(store, verifier, log), Formations: f.formations(store, log),
+	issuerKey, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuerSet, _ := manifest.PublicSet(issuerKey)
+	issuers, err := manifest.NewVerifier(issuerSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.issuerKey = issuerKey
+	f.cfg = api.Config{Registry: authz.NewRegistry(store, verifier, log).WithCertificateIssuers(issuers), Formations: f.formations(store, log),
 		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log}
 	h, err := api.New(f.cfg)
 	if err != nil {

@@ -112,6 +112,8 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/{lease}/complete", s.completeLease)
 		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)
 		r.With(s.require(RoleOperator)).Post("/pools/{pool}/generation", s.setGeneration)
+		r.With(s.require(RoleRegistrar)).Post("/certificates", s.registerCertificate)
+		r.With(s.require(RoleRegistrar)).Delete("/certificates/{certificate}", s.revokeCertificate)
 		r.With(s.require(RoleGateway)).Get(strings.TrimPrefix(forwardAuthPath, "/v1"), s.forwardAuth)
 		for _, m := range extAuthzMethods {
 			r.With(s.require(RoleGateway)).MethodFunc(m, strings.TrimPrefix(extAuthzPrefix, "/v1")+"/*", s.extAuthz)

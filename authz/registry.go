@@ -31,7 +31,9 @@ const MaxRetireWait = 5 * time.Minute
 type Registry struct {
 	store    *lease.Store
 	verifier *manifest.Verifier
-	log      *slog.Logger
+	// issuers verifies compatibility certificates; nil refuses them.
+	issuers *manifest.Verifier
+	log     *slog.Logger
 }
 
 // NewRegistry returns a registry over store that trusts the registrar keys

@@ -567,7 +567,7 @@ func TestNaturalCompare(t *testing.T) {
 // releases must be different epochs although their descriptors are
 // identical (schema-epoch drift).
 func TestExampleManifests(t *testing.T) {
-	files, err := filepath.Glob("../examples/github/*.json")
+	files, err := filepath.Glob("../examples/github/manifest-*.json")
 	if err != nil {
 		t.Fatal(err)
 	}

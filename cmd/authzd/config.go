@@ -36,6 +36,9 @@ type Config struct {
 	EmbeddedEtcdPeerURL   string `json:"embeddedEtcdPeerURL"`
 	// RegistrarKeys is a JWKS file of trusted registrar public keys.
 	RegistrarKeys string `json:"registrarKeys"`
+	// IssuerKeys is a JWKS file of trusted compatibility-certificate issuer
+	// public keys; empty refuses certificates. --dev generates one.
+	IssuerKeys string `json:"issuerKeys"`
 	// Credentials is a JSON file: a list of {id, role, hash} bearer
 	// credentials (see `authzd credential new`).
 	Credentials string `json:"credentials"`
@@ -129,6 +132,7 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.StringVar(&fl.EmbeddedEtcdClientURL, "embedded-etcd-client-url", def.EmbeddedEtcdClientURL, "client URL of the embedded etcd (loopback)")
 	fs.StringVar(&fl.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", def.EmbeddedEtcdPeerURL, "peer URL of the embedded etcd (loopback)")
 	fs.StringVar(&fl.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
+	fs.StringVar(&fl.IssuerKeys, "issuer-keys", "", "JWKS file of trusted compatibility-certificate issuer keys")
 	fs.StringVar(&fl.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
 	fs.Int64Var(&fl.BodyLimit, "body-limit", def.BodyLimit, "request body limit in bytes")
 	fs.StringVar(&fl.LogLevel, "log-level", def.LogLevel, "log level: debug, info, warn, error")
@@ -161,7 +165,7 @@ func parseServeFlags(args []string) (Config, error) {
 		}
 		// Relative paths in the file are relative to the file.
 		base := filepath.Dir(*configFile)
-		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials, &cfg.PolicyDir, &cfg.SigningKey} {
+		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials, &cfg.PolicyDir, &cfg.SigningKey, &cfg.IssuerKeys} {
 			if *p != "" && !filepath.IsAbs(*p) {
 				*p = filepath.Join(base, *p)
 			}
@@ -179,6 +183,7 @@ func parseServeFlags(args []string) (Config, error) {
 		"embedded-etcd-peer-url":   func() { cfg.EmbeddedEtcdPeerURL = fl.EmbeddedEtcdPeerURL },
 		"registrar-keys":           func() { cfg.RegistrarKeys = fl.RegistrarKeys },
 		"credentials":              func() { cfg.Credentials = fl.Credentials },
+		"issuer-keys":              func() { cfg.IssuerKeys = fl.IssuerKeys },
 		"body-limit":               func() { cfg.BodyLimit = fl.BodyLimit },
 		"log-level":                func() { cfg.LogLevel = fl.LogLevel },
 		"dev":                      func() { cfg.Dev = fl.Dev },

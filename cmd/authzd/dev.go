@@ -25,6 +25,8 @@ type devCredentials struct {
 	Keys map[string]string `json:"keys"`
 	// RegistrarKeys is the JWKS of trusted registrar public keys.
 	RegistrarKeys string `json:"registrarKeys"`
+	// IssuerKeys is the JWKS of trusted compatibility issuer public keys.
+	IssuerKeys string `json:"issuerKeys,omitempty"`
 }
 
 // devSetup prepares cfg.DataDir for development: a registrar key pair and
@@ -57,10 +59,18 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 	default:
 		return nil, fmt.Errorf("dev: %w", err)
 	}
-	if dc.Keys["dispatch"] == "" {
-		// A data directory from before admission existed: add the key.
-		if err := devDispatchKey(&dc, dir, cfg.SigningAlg); err != nil {
-			return nil, err
+	if dc.Keys["dispatch"] == "" || dc.Keys["issuer"] == "" {
+		// A data directory from before admission or certificates existed:
+		// add the missing keys.
+		if dc.Keys["dispatch"] == "" {
+			if err := devDispatchKey(&dc, dir, cfg.SigningAlg); err != nil {
+				return nil, err
+			}
+		}
+		if dc.Keys["issuer"] == "" {
+			if err := devIssuerKey(&dc, dir); err != nil {
+				return nil, err
+			}
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("dev: %w", err)
@@ -71,6 +81,9 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 	}
 	if cfg.SigningKey == "" {
 		cfg.SigningKey = dc.Keys["dispatch"]
+	}
+	if cfg.IssuerKeys == "" {
+		cfg.IssuerKeys = dc.IssuerKeys
 	}
 	if cfg.RegistrarKeys == "" {
 		cfg.RegistrarKeys = dc.RegistrarKeys
@@ -108,6 +121,9 @@ func devGenerate(dir, credFile, alg string) (devCredentials, error) {
 	if err := devDispatchKey(&dc, dir, alg); err != nil {
 		return dc, err
 	}
+	if err := devIssuerKey(&dc, dir); err != nil {
+		return dc, err
+	}
 	var stored []api.Credential
 	for _, role := range api.Roles() {
 		secret, cred, err := api.NewCredential("dev-"+string(role), role)
@@ -121,6 +137,25 @@ func devGenerate(dir, credFile, alg string) (devCredentials, error) {
 		return dc, err
 	}
 	return dc, nil
+}
+
+// devIssuerKey generates a compatibility-issuer key pair, so that a
+// newcomer can sign certificates with `authzd cert sign`.
+func devIssuerKey(dc *devCredentials, dir string) error {
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		return err
+	}
+	pub, err := manifest.PublicSet(key)
+	if err != nil {
+		return err
+	}
+	dc.Keys["issuer"] = filepath.Join(dir, "keys", "issuer.jwk")
+	dc.IssuerKeys = filepath.Join(dir, "keys", "issuer-jwks.json")
+	if err := writeJSONFile(dc.Keys["issuer"], key, 0o600); err != nil {
+		return err
+	}
+	return writeJSONFile(dc.IssuerKeys, pub, 0o644)
 }
 
 // devDispatchKey generates the dispatch-token signing key.
@@ -145,7 +180,7 @@ func writeEnvFile(path string, dc *devCredentials, url string) error {
 		lines = append(lines, fmt.Sprintf("export FCD_%s=%s", strings.ToUpper(string(role)), secret))
 	}
 	sort.Strings(lines)
-	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_JWKS_URL="+url+"/.well-known/jwks.json", "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
+	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_JWKS_URL="+url+"/.well-known/jwks.json", "export FCD_ISSUER_KEY="+dc.Keys["issuer"], "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return fmt.Errorf("dev: %w", err)

@@ -5,6 +5,8 @@
 //	authzd manifest verify --keys JWKS [FILE|-]
 //	authzd manifest lint [--json] [FILE|-]
 //	authzd manifest digest [--tools] [FILE|-]
+//	authzd cert sign --key FILE [FILE|-]
+//	authzd cert verify --keys JWKS [FILE|-]
 //	authzd policy test [-v] [DIR]
 //	authzd policy eval --input FILE [--policy-dir DIR]
 //	authzd credential new --role ROLE [--id ID]
@@ -30,6 +32,9 @@ const usage = `usage:
                                             verify a signed manifest; print its epoch
   authzd manifest lint [--json] [FILE|-]    MCP+ lint of a manifest (exit 1 on errors)
   authzd manifest digest [--tools] [FILE|-] print the epoch id (and tool digests)
+  authzd cert sign --key FILE [FILE|-]      sign a compatibility certificate with an issuer key
+  authzd cert verify --keys JWKS [FILE|-]   verify a signed certificate against issuer keys;
+                                            print its id, epochs, tool, expiry and signer
   authzd policy test [-v] [DIR]             run the Rego tests and Cedar cases of a policy set
                                             (default: the embedded defaults); exit 1 on failure
   authzd policy eval --input FILE [--policy-dir DIR]
@@ -76,6 +81,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return fmt.Errorf("%w: manifest needs sign, verify, lint or digest", errUsage)
 		}
 		return manifestCommand(args[1], args[2:], stdin, stdout)
+	case "cert":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: cert needs sign or verify", errUsage)
+		}
+		return certCommand(args[1], args[2:], stdin, stdout)
 	case "policy":
 		if len(args) < 2 {
 			return fmt.Errorf("%w: policy needs test or eval", errUsage)

@@ -104,6 +104,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
+	registry := authz.NewRegistry(store, verifier, log)
+	if cfg.IssuerKeys != "" {
+		set, err := manifest.LoadKeySet(cfg.IssuerKeys)
+		if err != nil {
+			return err
+		}
+		iv, err := manifest.NewVerifier(set)
+		if err != nil {
+			return fmt.Errorf("issuer keys: %w", err)
+		}
+		registry.WithCertificateIssuers(iv)
+	}
+
 	var issuer *authz.TokenIssuer
 	if cfg.SigningKey != "" {
 		key, err := manifest.LoadPrivateKey(cfg.SigningKey)
@@ -120,7 +133,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	apiCfg := api.Config{
-		Registry:     authz.NewRegistry(store, verifier, log),
+		Registry:     registry,
 		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer}),
 		PolicyStatus: pm.Status,
 		Auth:         auth,

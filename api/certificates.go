@@ -1,0 +1,39 @@
+package api
+
+import (
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// registerCertificate takes a signed compatibility certificate (a JWS, as
+// the body) from a registrar.
+func (s *server) registerCertificate(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	rec, created, err := s.reg.RegisterCertificate(r.Context(), body)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/certificates/"+rec.ID)
+	}
+	writeJSON(w, status, rec)
+}
+
+// revokeCertificate revokes a certificate.
+func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.reg.RevokeCertificate(r.Context(), chi.URLParam(r, "certificate"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}

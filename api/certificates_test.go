@@ -1,0 +1,61 @@
+package api_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"testing"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+func TestCertificatesOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	example, err := os.ReadFile("../examples/github/certificate-v1.4-to-v1.3.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signCert := func(doc []byte, useRegistrar bool) []byte {
+		t.Helper()
+		key := f.issuerKey
+		if useRegistrar {
+			key = f.key
+		}
+		jws, err := manifest.Sign(doc, key, manifest.TypCertificate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jws
+	}
+	// Before the epochs exist the certificate does not fit the registry.
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, false)), http.StatusUnprocessableEntity, "certificate-mismatch")
+
+	f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil)), http.StatusCreated, "")
+	f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil)), http.StatusCreated, "")
+
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, true)), http.StatusForbidden, "untrusted-signer")
+	// A signed manifest is not a certificate (its typ differs).
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil)), http.StatusUnauthorized, "bad-signature")
+	f.expect(f.do("POST", "/v1/certificates", api.RoleHost, signCert(example, false)), http.StatusForbidden, "forbidden-role")
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(mutate(t, example, func(m map[string]any) { m["note"] = "x" }), false)), http.StatusBadRequest, "malformed-document")
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(mutate(t, example, func(m map[string]any) { m["tool"] = "fork_repository" }), false)), http.StatusUnprocessableEntity, "certificate-mismatch")
+
+	reg := f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, false))
+	f.expect(reg, http.StatusCreated, "")
+	id, _ := reg.body["id"].(string)
+	var c manifest.Certificate
+	json.Unmarshal(example, &c)
+	if want, _ := c.ID(); id != want || reg.body["revoked"] != false {
+		t.Fatalf("registered certificate: %s (want id %s)", reg.raw, want)
+	}
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, false)), http.StatusOK, "")
+
+	rev := f.do("DELETE", "/v1/certificates/"+id, api.RoleRegistrar, nil)
+	f.expect(rev, http.StatusOK, "")
+	if rev.body["revoked"] != true {
+		t.Fatalf("revoke: %s", rev.raw)
+	}
+	f.expect(f.do("DELETE", "/v1/certificates/"+id, api.RoleRegistrar, nil), http.StatusConflict, "certificate-revoked")
+	f.expect(f.do("DELETE", "/v1/certificates/sha256:nope", api.RoleRegistrar, nil), http.StatusNotFound, "certificate-not-found")
+}

@@ -1,0 +1,79 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// Errors of certificates.
+var (
+	ErrCertificateNotFound = lease.ErrCertificateNotFound
+	ErrCertificateRevoked  = lease.ErrCertificateRevoked
+	// ErrCertificateMismatch: a verified certificate does not fit the
+	// registry: an epoch is not registered, the epochs belong to
+	// different servers, or an epoch does not declare the tool.
+	ErrCertificateMismatch = errors.New("authz: certificate does not fit the registered epochs")
+	// ErrCertificatesDisabled: no compatibility issuer keys are configured.
+	ErrCertificatesDisabled = errors.New("authz: no compatibility issuer keys are configured")
+)
+
+// CertificateRecord is a registered compatibility certificate.
+type CertificateRecord = lease.CertificateRecord
+
+// WithCertificateIssuers makes the registry accept compatibility
+// certificates signed by the keys of issuers (a trust set separate from the
+// registrars'). Call it once, before serving.
+func (r *Registry) WithCertificateIssuers(issuers *manifest.Verifier) *Registry {
+	r.issuers = issuers
+	return r
+}
+
+// RegisterCertificate verifies a signed compatibility certificate against
+// the issuer keys, checks it against the registry (both epochs registered,
+// of one server, both declaring the tool) and stores it. Registering it
+// again returns the stored record with created false.
+func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*CertificateRecord, bool, error) {
+	if r.issuers == nil {
+		return nil, false, ErrCertificatesDisabled
+	}
+	sc, err := r.issuers.VerifyCertificate(jws)
+	if err != nil {
+		return nil, false, fmt.Errorf("authz: certificate: %w", err)
+	}
+	c := sc.Certificate
+	var server string
+	for _, id := range []string{c.Source, c.Target} {
+		ep, err := r.store.GetEpoch(ctx, id)
+		if errors.Is(err, lease.ErrEpochNotFound) {
+			return nil, false, fmt.Errorf("%w: epoch %s is not registered", ErrCertificateMismatch, id)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("authz: certificate: %w", err)
+		}
+		if server != "" && ep.Server != server {
+			return nil, false, fmt.Errorf("%w: the epochs belong to servers %s and %s", ErrCertificateMismatch, server, ep.Server)
+		}
+		server = ep.Server
+		if ep.Manifest.Tool(c.Tool) == nil {
+			return nil, false, fmt.Errorf("%w: epoch %s does not declare %s", ErrCertificateMismatch, id, c.Tool)
+		}
+	}
+	rec, created, err := r.store.RegisterCertificate(ctx, sc)
+	if err != nil {
+		return nil, false, fmt.Errorf("authz: certificate: %w", err)
+	}
+	if created {
+		r.log.Info("certificate registered", "certificate", rec.ID, "source", c.Source, "target", c.Target, "tool", c.Tool, "signer", sc.KeyID)
+	}
+	return rec, created, nil
+}
+
+// RevokeCertificate revokes a certificate. A formation that captured its
+// successor through it loses that successor: admission checks it again.
+func (r *Registry) RevokeCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
+	return r.store.RevokeCertificate(ctx, id)
+}

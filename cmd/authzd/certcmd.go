@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// certCommand runs `authzd cert sign|verify`, the compatibility issuer's
+// tools. Issuer keys are a trust set of their own, separate from the
+// registrar keys of `authzd manifest`.
+func certCommand(sub string, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("cert "+sub, flag.ContinueOnError)
+	key := fs.String("key", "", "private JWK of the compatibility issuer (sign)")
+	keys := fs.String("keys", "", "JWKS of trusted compatibility issuer keys (verify)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 1 {
+		return fmt.Errorf("%w: at most one input file", errUsage)
+	}
+	switch sub {
+	case "sign":
+		if *key == "" {
+			return fmt.Errorf("%w: sign needs --key FILE", errUsage)
+		}
+	case "verify":
+		if *keys == "" {
+			return fmt.Errorf("%w: verify needs --keys JWKS", errUsage)
+		}
+	default:
+		return fmt.Errorf("%w: unknown cert command %q", errUsage, sub)
+	}
+	in, err := readInput(fs.Arg(0), stdin)
+	if err != nil {
+		return err
+	}
+	if sub == "sign" {
+		k, err := manifest.LoadPrivateKey(*key)
+		if err != nil {
+			return err
+		}
+		// Refuse to sign what no verifier would accept.
+		if _, err := manifest.DecodeCertificate(in); err != nil {
+			return err
+		}
+		jws, err := manifest.Sign(bytes.TrimSpace(in), k, manifest.TypCertificate)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", jws)
+		return err
+	}
+	set, err := manifest.LoadKeySet(*keys)
+	if err != nil {
+		return err
+	}
+	v, err := manifest.NewVerifier(set)
+	if err != nil {
+		return err
+	}
+	sc, err := v.VerifyCertificate(in)
+	if err != nil {
+		return err
+	}
+	c := sc.Certificate
+	return printJSON(stdout, map[string]string{
+		"id": sc.ID, "source": c.Source, "target": c.Target, "tool": c.Tool,
+		"expiresAt": c.ExpiresAt.UTC().Format(time.RFC3339), "signer": sc.KeyID,
+	})
+}

@@ -1,0 +1,157 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fcd-authz/fcd/manifest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Errors of certificates.
+var (
+	// ErrCertificateNotFound: no certificate has this id.
+	ErrCertificateNotFound = errors.New("lease: certificate not found")
+	// ErrCertificateRevoked: the certificate was revoked already.
+	ErrCertificateRevoked = errors.New("lease: certificate already revoked")
+)
+
+// CertificateRecord is a registered compatibility certificate.
+type CertificateRecord struct {
+	ID           string                `json:"id"`
+	Certificate  *manifest.Certificate `json:"certificate"`
+	KeyID        string                `json:"signerKid"`
+	JWS          string                `json:"jws"`
+	RegisteredAt time.Time             `json:"registeredAt"`
+	Revoked      bool                  `json:"revoked"`
+	RevokedAt    *time.Time            `json:"revokedAt,omitempty"`
+	// Revision is the etcd revision that last wrote the record; an
+	// admission that relies on the certificate compares it, so a
+	// revocation and the admission are ordered.
+	Revision int64 `json:"-"`
+}
+
+// RegisterCertificate stores a verified certificate under its source epoch
+// and tool. Registering the same certificate again returns the stored
+// record with created false. Checking that the epochs exist and fit is
+// the caller's (authz) job.
+func (s *Store) RegisterCertificate(ctx context.Context, sc *manifest.SignedCertificate) (*CertificateRecord, bool, error) {
+	c := sc.Certificate
+	rec := &CertificateRecord{ID: sc.ID, Certificate: c, KeyID: sc.KeyID, JWS: sc.JWS, RegisteredAt: s.now().UTC()}
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return nil, false, fmt.Errorf("lease: encode certificate: %w", err)
+	}
+	key := s.k.certificate(c.Source, c.Tool, sc.ID)
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val)), clientv3.OpPut(s.k.certificateIndex(sc.ID), key)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return nil, false, s.wrap(ctx, "register certificate", err)
+	}
+	if resp.Succeeded {
+		rec.Revision = resp.Header.Revision
+		return rec, true, nil
+	}
+	old, err := decodeCertificate(resp.Responses[0].GetResponseRange().Kvs[0].Value, resp.Responses[0].GetResponseRange().Kvs[0].ModRevision)
+	return old, false, err
+}
+
+func decodeCertificate(b []byte, rev int64) (*CertificateRecord, error) {
+	var rec CertificateRecord
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Certificate == nil {
+		return nil, fmt.Errorf("%w: certificate record", ErrCorrupt)
+	}
+	rec.Revision = rev
+	return &rec, nil
+}
+
+// RevokeCertificate marks a certificate revoked, in one compare-and-swap;
+// revoking twice answers ErrCertificateRevoked.
+func (s *Store) RevokeCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
+	for range 16 {
+		octx, cancel := s.op(ctx)
+		idx, err := s.cli.Get(octx, s.k.certificateIndex(id))
+		cancel()
+		if err != nil {
+			return nil, s.wrap(ctx, "revoke certificate", err)
+		}
+		if len(idx.Kvs) == 0 {
+			return nil, fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
+		}
+		key := string(idx.Kvs[0].Value)
+		octx, cancel = s.op(ctx)
+		got, err := s.cli.Get(octx, key)
+		cancel()
+		if err != nil {
+			return nil, s.wrap(ctx, "revoke certificate", err)
+		}
+		if len(got.Kvs) == 0 {
+			return nil, fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
+		}
+		rec, err := decodeCertificate(got.Kvs[0].Value, got.Kvs[0].ModRevision)
+		if err != nil {
+			return nil, err
+		}
+		if rec.Revoked {
+			return rec, fmt.Errorf("%w: %s", ErrCertificateRevoked, id)
+		}
+		now := s.now().UTC()
+		rec.Revoked, rec.RevokedAt = true, &now
+		val, err := json.Marshal(rec)
+		if err != nil {
+			return nil, fmt.Errorf("lease: encode certificate: %w", err)
+		}
+		octx, cancel = s.op(ctx)
+		resp, err := s.cli.Txn(octx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", got.Kvs[0].ModRevision)).
+			Then(clientv3.OpPut(key, string(val))).
+			Commit()
+		cancel()
+		if err != nil {
+			return nil, s.wrap(ctx, "revoke certificate", err)
+		}
+		if resp.Succeeded {
+			rec.Revision = resp.Header.Revision
+			s.log.Info("certificate revoked", "certificate", id)
+			return rec, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: certificate %s", ErrConflict, id)
+}
+
+// CertificatesFor returns the certificates registered for calls of tool
+// (its name within the server) formed on the source epoch, revoked ones
+// included, ordered by id.
+func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*CertificateRecord, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.certificates(source, tool), clientv3.WithPrefix())
+	if err != nil {
+		return nil, s.wrap(ctx, "certificates", err)
+	}
+	out := make([]*CertificateRecord, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		rec, err := decodeCertificate(kv.Value, kv.ModRevision)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (k keys) certificates(source, tool string) string {
+	return k.p + "certificates/" + source + "/" + tool + "/"
+}
+func (k keys) certificate(source, tool, id string) string { return k.certificates(source, tool) + id }
+func (k keys) certificateIndex(id string) string          { return k.p + "certificate-ids/" + id }
