@@ -34,7 +34,7 @@ type fixture struct {
 	key    jwk.Key // trusted registrar key
 	// issuerKey is a trusted compatibility-certificate issuer key.
 	issuerKey jwk.Key
-	creds  map[api.Role]api.Secret
+	creds     map[api.Role]api.Secret
 	// byID holds every credential by its id, extra approvers included.
 	byID map[string]api.Secret
 	// policies decide formations (the embedded defaults).
