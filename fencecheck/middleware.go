@@ -182,7 +182,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.refuse(w, r, msg.id, tool, rerr)
 		return
 	}
-	m.serveCall(w, r, claims, tool)
+	m.serveCall(w, r, claims, tool, msg.id)
 }
 
 // refuse answers a refused call. Refusals are never reported to authzd:
@@ -196,7 +196,7 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, id json.RawM
 }
 
 // serveCall runs a verified call and reports its outcome exactly once.
-func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *Claims, tool string) {
+func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *Claims, tool string, id json.RawMessage) {
 	var reported atomic.Bool
 	report := func(o Outcome, detail string) {
 		if !reported.CompareAndSwap(false, true) {
@@ -216,10 +216,23 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 		})
 		defer timer.Stop()
 	}
-	ow := &outcomeWriter{ResponseWriter: w}
+	ow := &outcomeWriter{ResponseWriter: w, id: id}
 	defer func() {
 		if p := recover(); p != nil {
-			report(OutcomeUncertain, "handler panicked")
+			// A reverse proxy (the fencecheck sidecar) aborts with
+			// http.ErrAbortHandler when relaying fails, typically because
+			// an SSE client closed the stream as soon as it had its answer.
+			// If the backend's JSON-RPC answer to this call already went
+			// through, the call ran: report what it answered. Otherwise the
+			// outcome is unknown.
+			switch {
+			case p == http.ErrAbortHandler && ow.answered == answeredResult && ow.status < 500:
+				report(OutcomeEffect, "answered, then the relay was aborted")
+			case p == http.ErrAbortHandler && ow.answered == answeredError && ow.status < 500:
+				report(OutcomeRejected, "answered with a JSON-RPC error, then the relay was aborted")
+			default:
+				report(OutcomeUncertain, "handler panicked")
+			}
 			panic(p)
 		}
 	}()
@@ -239,12 +252,57 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 	}
 }
 
-// outcomeWriter records the final status and the declared outcome, and
-// strips OutcomeHeader from the response.
+// outcomeWriter records the final status and the declared outcome,
+// strips OutcomeHeader from the response, and notices when the JSON-RPC
+// answer to the call (its id with a result or an error) is written.
 type outcomeWriter struct {
 	http.ResponseWriter
 	status   int
 	declared Outcome
+	// id is the call's JSON-RPC id; answered says whether its answer was
+	// written; tail keeps the end of the last write so that an answer split
+	// across writes is still seen.
+	id       json.RawMessage
+	answered answer
+	tail     []byte
+}
+
+type answer int
+
+const (
+	answeredNone answer = iota
+	answeredResult
+	answeredError
+)
+
+// maxAnswerScan bounds how much of a streamed response is scanned for the
+// answer: the answer to a call comes early in its stream.
+const maxAnswerScan = 1 << 20
+
+// scan looks for the JSON-RPC answer to the call in b. It matches the
+// member "id":<id> and a "result" or "error" member in the same window;
+// inside JSON strings quotes are escaped, so tool output cannot fake it.
+func (w *outcomeWriter) scan(b []byte) {
+	if w.answered != answeredNone || len(w.id) == 0 || len(w.tail) >= maxAnswerScan {
+		return
+	}
+	window := append(w.tail, b...)
+	for _, pat := range [][]byte{append([]byte(`"id":`), w.id...), append([]byte(`"id": `), w.id...)} {
+		if bytes.Contains(window, pat) {
+			switch {
+			case bytes.Contains(window, []byte(`"result":`)) || bytes.Contains(window, []byte(`"result": `)):
+				w.answered = answeredResult
+			case bytes.Contains(window, []byte(`"error":`)) || bytes.Contains(window, []byte(`"error": `)):
+				w.answered = answeredError
+			}
+			if w.answered != answeredNone {
+				return
+			}
+		}
+	}
+	// Keep the whole unanswered stream so far (bounded), so that members of
+	// one message split across writes are seen together.
+	w.tail = window
 }
 
 func (w *outcomeWriter) WriteHeader(code int) {
@@ -270,6 +328,7 @@ func (w *outcomeWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.scan(b)
 	return w.ResponseWriter.Write(b)
 }
 

@@ -104,6 +104,25 @@ var behaviour = map[string]func(w http.ResponseWriter, r *http.Request){
 		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"created"}]}}`)
 	},
 	"explode": func(w http.ResponseWriter, r *http.Request) { panic("backend bug") },
+	// A reverse proxy relaying an answer to a client that went away.
+	"relay-aborted-after-answer": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",")
+		_, _ = io.WriteString(w, "\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"created\"}]}}\n\n")
+		panic(http.ErrAbortHandler)
+	},
+	// Aborted before any answer: the outcome is unknown.
+	"relay-aborted-before-answer": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, ": keep-alive\n\n")
+		panic(http.ErrAbortHandler)
+	},
+	// Tool output that quotes an answer-like text must not count.
+	"relay-aborted-quoting": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"text\":\"{\\\"id\\\":1,\\\"result\\\":{}}\"}}\n\n")
+		panic(http.ErrAbortHandler)
+	},
 	"hang": func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
@@ -336,10 +355,13 @@ func TestMiddlewareToolsCall(t *testing.T) {
 		tool    string
 		opts    fencecheck.MiddlewareOptions
 		want    fencecheck.Outcome
-		status  int // 0: the connection breaks
+		status  int // 0: the connection breaks; -1: either (a flushed answer may arrive)
 		checkFn func(t *testing.T, res *rpcResult)
 	}{
 		{note: "handler panics", tool: "explode", want: fencecheck.OutcomeUncertain},
+		{note: "relay aborted after the answer", tool: "relay-aborted-after-answer", want: fencecheck.OutcomeEffect, status: -1},
+		{note: "relay aborted before the answer", tool: "relay-aborted-before-answer", want: fencecheck.OutcomeUncertain, status: -1},
+		{note: "relay aborted, answer only quoted", tool: "relay-aborted-quoting", want: fencecheck.OutcomeUncertain, status: -1},
 		{note: "handler exceeds the timeout", tool: "hang", want: fencecheck.OutcomeUncertain, status: http.StatusOK,
 			opts: fencecheck.MiddlewareOptions{Timeout: 50 * time.Millisecond}},
 		{note: "handler answers 500", tool: "fail", want: fencecheck.OutcomeUncertain, status: http.StatusInternalServerError},
@@ -357,6 +379,7 @@ func TestMiddlewareToolsCall(t *testing.T) {
 			start := time.Now()
 			res, err := do(t, "POST", b.url, toolsCall(tc.tool, args), tok)
 			switch {
+			case tc.status == -1:
 			case tc.status == 0 && err == nil:
 				t.Fatalf("status %d, want a broken connection", res.status)
 			case tc.status != 0 && err != nil:
