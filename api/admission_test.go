@@ -93,3 +93,25 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	f.expect(f.do("POST", "/v1/epochs/"+epoch+"/retire", api.RoleOperator, nil), http.StatusOK, "")
 	f.expect(f.do("POST", "/v1/formations/"+r2.body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusGone, "source-stale")
 }
+
+func TestMetrics(t *testing.T) {
+	f := newFixture(t, 0)
+	f.expect(f.do("GET", "/v1/epochs", api.RoleOperator, nil), http.StatusOK, "")
+	f.expect(f.do("GET", "/v1/epochs/sha256:nope", api.RoleOperator, nil), http.StatusNotFound, "epoch-not-found")
+	m := f.do("GET", "/metrics", "", nil)
+	f.expect(m, http.StatusOK, "")
+	body := string(m.raw)
+	for _, want := range []string{
+		`fcd_http_requests_total{code="200",method="GET",route="/v1/epochs"} 1`,
+		`fcd_http_requests_total{code="404",method="GET",route="/v1/epochs/{epoch}"} 1`,
+		`fcd_http_request_duration_seconds_count{route="/v1/epochs"} 1`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "sha256:nope") {
+		t.Fatal("a raw path reached a metric label")
+	}
+}

@@ -51,6 +51,7 @@ type server struct {
 	limit        int64
 	readyTimeout time.Duration
 	log          *slog.Logger
+	metrics      *metrics
 }
 
 //go:embed openapi.yaml
@@ -64,7 +65,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry == nil || cfg.Formations == nil || cfg.Auth == nil {
 		return nil, errors.New("api: Registry, Formations and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, formations: cfg.Formations, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger}
+	s := &server{reg: cfg.Registry, formations: cfg.Formations, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics()}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}
@@ -93,6 +94,7 @@ func New(cfg Config) (http.Handler, error) {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.yaml", s.openapi)
+	r.Method(http.MethodGet, "/metrics", s.metrics.handler())
 	r.Get("/.well-known/jwks.json", s.jwks)
 
 	r.Route("/v1", func(r chi.Router) {
@@ -193,6 +195,7 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
+		s.metrics.observe(r, ww.Status(), time.Since(start))
 		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
 			"bytes", ww.BytesWritten(), "duration", time.Since(start), "request_id", middleware.GetReqID(r.Context()))
 	})
