@@ -55,6 +55,7 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
@@ -240,11 +241,11 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	b.header(dir, fsync)
 
-	clientAddr, err := freeAddr()
+	clientAddr, err := loadgen.FreeAddr()
 	if err != nil {
 		return err
 	}
-	peerAddr, err := freeAddr()
+	peerAddr, err := loadgen.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -347,10 +348,10 @@ func (b *bench) designs() []string {
 func (b *bench) header(dir string, fsync time.Duration) {
 	fmt.Fprintf(b.out, "# reproduce: %s\n", b.opts.command())
 	fmt.Fprintf(b.out, "# machine: %s/%s, %s, NumCPU=%d, GOMAXPROCS=%d, %s\n",
-		runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+		runtime.GOOS, runtime.GOARCH, loadgen.CPUModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	fmt.Fprintf(b.out, "# etcd: one embedded member in this process, data in %s\n", dir)
 	fmt.Fprintf(b.out, "# disk: every etcd commit waits for a WAL fsync (batched across concurrent requests), so at low\n")
-	fmt.Fprintf(b.out, "#       concurrency writes are disk-bound; here a 4 KiB write+fsync takes %.2f ms (mean of 100)\n", ms(fsync))
+	fmt.Fprintf(b.out, "#       concurrency writes are disk-bound; here a 4 KiB write+fsync takes %.2f ms (mean of 100)\n", loadgen.MS(fsync))
 	fmt.Fprintf(b.out, "# the load generator, the HTTP server, authzd and etcd share this process and its CPUs\n")
 }
 
@@ -912,21 +913,7 @@ func (b *bench) level(ctx context.Context, c int, formed []string) (*levelResult
 	return res, nil
 }
 
-func (p *phase) throughput() float64 {
-	if p.wall <= 0 {
-		return 0
-	}
-	return float64(len(p.lat)) / p.wall.Seconds()
-}
-
-// percentile returns the nearest-rank percentile of sorted durations.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*q+0.999999) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
+func (p *phase) throughput() float64 { return loadgen.Rate(len(p.lat), p.wall) }
 
 func (b *bench) report(results []*levelResult) {
 	w := b.out
@@ -947,8 +934,8 @@ func (b *bench) report(results []*levelResult) {
 				retries = fmt.Sprintf("%.1f", float64(p.retries)/n)
 			}
 			fmt.Fprintf(w, "| %d | %s | %d | %.0f | %.2f | %.2f | %.2f | %s | %s | %.2f |\n", r.c, designTitle[d], len(p.lat),
-				p.throughput(), ms(percentile(p.lat, .50)), ms(percentile(p.lat, .95)), ms(percentile(p.lat, .99)), rpc, retries,
-				ms(p.cpu)/n)
+				p.throughput(), loadgen.MS(loadgen.Percentile(p.lat, .50)), loadgen.MS(loadgen.Percentile(p.lat, .95)), loadgen.MS(loadgen.Percentile(p.lat, .99)), rpc, retries,
+				loadgen.MS(p.cpu)/n)
 		}
 	}
 	ds := b.opts.Designs
@@ -972,7 +959,7 @@ func (b *bench) report(results []*levelResult) {
 	}
 	p50 := func(r *levelResult, d string) float64 {
 		if p, ok := r.phases[d]; ok {
-			return ms(percentile(p.lat, .50))
+			return loadgen.MS(loadgen.Percentile(p.lat, .50))
 		}
 		return 0
 	}
@@ -1050,15 +1037,6 @@ func fsyncProbe(dir string) (time.Duration, error) {
 	return time.Since(start) / n, nil
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // moduleRoot finds this module's root from the working directory.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -1077,18 +1055,3 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 }
-
-func cpuModel() string {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "cpu unknown"
-	}
-	for line := range strings.Lines(string(data)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "cpu unknown"
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

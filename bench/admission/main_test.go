@@ -70,13 +70,3 @@ func TestRunPhaseCountsFailures(t *testing.T) {
 		t.Fatalf("samples %q", s)
 	}
 }
-
-func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 100; i++ {
-		d = append(d, time.Duration(i))
-	}
-	if percentile(d, .50) != 50 || percentile(d, .99) != 99 || percentile(d, 1) != 100 || percentile(nil, .5) != 0 {
-		t.Fatal("nearest-rank percentiles")
-	}
-}

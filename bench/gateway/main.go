@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/examples/gateways"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
@@ -196,7 +197,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 
 	fmt.Fprintf(out, "# reproduce: %s\n", opts.command())
 	fmt.Fprintf(out, "# machine: %s/%s, %s, NumCPU=%d, GOMAXPROCS=%d, %s, kernel %s, %s (%d workers per nginx)\n",
-		runtime.GOOS, runtime.GOARCH, cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
+		runtime.GOOS, runtime.GOARCH, loadgen.CPUModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
 		kernel(), nginxVersion(), nginxWorkers)
 	fmt.Fprintf(out, "# timed op: MCP tools/call github/%s %s through nginx, official MCP Go SDK client, one session per worker\n", benchTool, benchArgs)
 	fmt.Fprintf(out, "# A: examples/gateways/nginx.conf → authzd /v1/forward_auth (admission, etcd txn, token) → fencecheck → fixture; one fresh ready formation per call\n")
@@ -268,7 +269,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 			p := r.phases[d]
 			slices.Sort(p.lat)
 			fmt.Fprintf(out, "| %d | %s | %d | %.0f | %.2f | %.2f | %.2f |\n", r.c, designTitle[d], len(p.lat), p.rate(),
-				ms(percentile(p.lat, .50)), ms(percentile(p.lat, .95)), ms(percentile(p.lat, .99)))
+				loadgen.MS(loadgen.Percentile(p.lat, .50)), loadgen.MS(loadgen.Percentile(p.lat, .95)), loadgen.MS(loadgen.Percentile(p.lat, .99)))
 		}
 	}
 	fmt.Fprintln(out)
@@ -278,7 +279,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		a, bb := r.phases[designA], r.phases[designB]
 		calls := float64(len(a.lat)) / (a.elapsed - a.drain).Seconds()
 		fmt.Fprintf(out, "| %d | %.2f | %+.2f | %+.2f | %.1f | %.2f |\n", r.c, a.rate()/bb.rate(),
-			ms(percentile(a.lat, .50)-percentile(bb.lat, .50)), ms(percentile(a.lat, .95)-percentile(bb.lat, .95)), ms(a.drain), calls/bb.rate())
+			loadgen.MS(loadgen.Percentile(a.lat, .50)-loadgen.Percentile(bb.lat, .50)), loadgen.MS(loadgen.Percentile(a.lat, .95)-loadgen.Percentile(bb.lat, .95)), loadgen.MS(a.drain), calls/bb.rate())
 	}
 
 	// What ran where: every A call ran under a lease (its token reached the
@@ -316,12 +317,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	return nil
 }
 
-func (p *phase) rate() float64 {
-	if p.elapsed <= 0 {
-		return 0
-	}
-	return float64(len(p.lat)) / p.elapsed.Seconds()
-}
+func (p *phase) rate() float64 { return loadgen.Rate(len(p.lat), p.elapsed) }
 
 // level runs one concurrency level: sessions, warm-up, alternating rounds.
 func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*phase, error) {
@@ -485,30 +481,6 @@ func (s *session) call(ctx context.Context, id string) error {
 		return fmt.Errorf("formation %q: tool error: %s", id, raw)
 	}
 	return nil
-}
-
-// percentile is the nearest-rank q-quantile of sorted.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*q+0.999999) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func cpuModel() string {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "cpu unknown"
-	}
-	for line := range strings.Lines(string(data)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "cpu unknown"
 }
 
 func kernel() string {

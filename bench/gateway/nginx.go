@@ -14,6 +14,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/examples/gateways"
 )
 
@@ -132,7 +133,7 @@ func startNginx(parent, name string, data gateways.Data, render func(gateways.Da
 	if err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := loadgen.FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/lease"
@@ -73,11 +74,11 @@ func startStack(ctx context.Context, dir string) (_ *stack, err error) {
 	}()
 	quiet := slog.New(slog.DiscardHandler)
 
-	clientAddr, err := freeAddr()
+	clientAddr, err := loadgen.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	peerAddr, err := freeAddr()
+	peerAddr, err := loadgen.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -306,13 +307,4 @@ func (s *stack) waitReported(ctx context.Context, n uint64) error {
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
