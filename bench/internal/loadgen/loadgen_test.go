@@ -1,0 +1,52 @@
+package loadgen
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	var hundred []time.Duration
+	for i := 1; i <= 100; i++ {
+		hundred = append(hundred, time.Duration(i))
+	}
+	for _, tc := range []struct {
+		name   string
+		sorted []time.Duration
+		q      float64
+		want   time.Duration
+	}{
+		{"empty", nil, .5, 0},
+		{"one", []time.Duration{7}, .99, 7},
+		{"p50", hundred, .50, 50},
+		{"p95", hundred, .95, 95},
+		{"p99", hundred, .99, 99},
+		{"max", hundred, 1, 100},
+		{"min", hundred, 0, 1},
+		{"p50 of 3", []time.Duration{1, 2, 3}, .50, 2},
+	} {
+		if got := Percentile(tc.sorted, tc.q); got != tc.want {
+			t.Errorf("%s: Percentile(q=%v) = %v, want %v", tc.name, tc.q, got, tc.want)
+		}
+	}
+}
+
+func TestRateAndMS(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		wall time.Duration
+		want float64
+	}{
+		{0, time.Second, 0},
+		{10, 0, 0},
+		{10, -time.Second, 0},
+		{100, 2 * time.Second, 50},
+	} {
+		if got := Rate(tc.n, tc.wall); got != tc.want {
+			t.Errorf("Rate(%d, %v) = %v, want %v", tc.n, tc.wall, got, tc.want)
+		}
+	}
+	if got := MS(1500 * time.Microsecond); got != 1.5 {
+		t.Errorf("MS = %v", got)
+	}
+}
