@@ -196,6 +196,20 @@ func NewVerifier(set jwk.Set) (*Verifier, error) {
 	return v, nil
 }
 
+// LoadVerifier reads a JWKS file of trusted public keys and returns a
+// verifier trusting them.
+func LoadVerifier(path string) (*Verifier, error) {
+	set, err := LoadKeySet(path)
+	if err != nil {
+		return nil, err
+	}
+	v, err := NewVerifier(set)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: key set %s: %w", path, err)
+	}
+	return v, nil
+}
+
 // Verified is a document whose signature checked out.
 type Verified struct {
 	Payload []byte

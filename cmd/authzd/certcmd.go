@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -40,26 +39,12 @@ func certCommand(sub string, args []string, stdin io.Reader, stdout io.Writer) e
 		return err
 	}
 	if sub == "sign" {
-		k, err := manifest.LoadPrivateKey(*key)
-		if err != nil {
+		return signDocument(stdout, in, *key, manifest.TypCertificate, func(b []byte) error {
+			_, err := manifest.DecodeCertificate(b)
 			return err
-		}
-		// Refuse to sign what no verifier would accept.
-		if _, err := manifest.DecodeCertificate(in); err != nil {
-			return err
-		}
-		jws, err := manifest.Sign(bytes.TrimSpace(in), k, manifest.TypCertificate)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", jws)
-		return err
+		})
 	}
-	set, err := manifest.LoadKeySet(*keys)
-	if err != nil {
-		return err
-	}
-	v, err := manifest.NewVerifier(set)
+	v, err := manifest.LoadVerifier(*keys)
 	if err != nil {
 		return err
 	}

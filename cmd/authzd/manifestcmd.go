@@ -38,29 +38,16 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 		if *key == "" {
 			return fmt.Errorf("%w: sign needs --key FILE", errUsage)
 		}
-		k, err := manifest.LoadPrivateKey(*key)
-		if err != nil {
-			return err
-		}
 		// Refuse to sign what could never be registered.
-		if _, err := manifest.Decode(in); err != nil {
+		return signDocument(stdout, in, *key, manifest.TypManifest, func(b []byte) error {
+			_, err := manifest.Decode(b)
 			return err
-		}
-		jws, err := manifest.Sign(bytes.TrimSpace(in), k, manifest.TypManifest)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", jws)
-		return err
+		})
 	case "verify":
 		if *keys == "" {
 			return fmt.Errorf("%w: verify needs --keys JWKS", errUsage)
 		}
-		set, err := manifest.LoadKeySet(*keys)
-		if err != nil {
-			return err
-		}
-		v, err := manifest.NewVerifier(set)
+		v, err := manifest.LoadVerifier(*keys)
 		if err != nil {
 			return err
 		}
@@ -115,6 +102,25 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 		return nil
 	}
 	return fmt.Errorf("%w: unknown manifest command %q", errUsage, sub)
+}
+
+// signDocument checks in with check (refusing to sign what no verifier
+// would accept), signs it as a compact JWS of type typ with the private key
+// in keyFile, and prints it.
+func signDocument(stdout io.Writer, in []byte, keyFile, typ string, check func([]byte) error) error {
+	k, err := manifest.LoadPrivateKey(keyFile)
+	if err != nil {
+		return err
+	}
+	if err := check(in); err != nil {
+		return err
+	}
+	jws, err := manifest.Sign(bytes.TrimSpace(in), k, typ)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", jws)
+	return err
 }
 
 // payloadOf returns the payload of a compact JWS without verifying it, so

@@ -45,11 +45,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 
-	keys, err := manifest.LoadKeySet(cfg.RegistrarKeys)
-	if err != nil {
-		return err
-	}
-	verifier, err := manifest.NewVerifier(keys)
+	verifier, err := manifest.LoadVerifier(cfg.RegistrarKeys)
 	if err != nil {
 		return err
 	}
@@ -106,11 +102,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	registry := authz.NewRegistry(store, verifier, log)
 	if cfg.IssuerKeys != "" {
-		set, err := manifest.LoadKeySet(cfg.IssuerKeys)
-		if err != nil {
-			return err
-		}
-		iv, err := manifest.NewVerifier(set)
+		iv, err := manifest.LoadVerifier(cfg.IssuerKeys)
 		if err != nil {
 			return fmt.Errorf("issuer keys: %w", err)
 		}
