@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,29 +19,12 @@ import (
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 
-// lockedBuffer collects a process's stderr for failure messages.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // proc is a program started as a separate process.
 type proc struct {
 	name   string
 	URL    string // http://ADDR from its "listening on" line
-	stderr *lockedBuffer
+	stderr *gatewaytest.SyncBuffer
 }
 
 // buildBinaries builds mcpfixture and fencecheck once into a temporary
@@ -65,7 +46,7 @@ func buildBinaries(t *testing.T) (mcpfixture, fencecheckBin string) {
 // port can be taken already.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, stderr: &lockedBuffer{}}
+	p := &proc{name: name, stderr: &gatewaytest.SyncBuffer{}}
 	cmd := exec.Command(bin, args...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {

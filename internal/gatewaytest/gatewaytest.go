@@ -90,7 +90,7 @@ type Gateway struct {
 
 	t        testing.TB
 	cmd      *exec.Cmd
-	out      *syncBuffer // the process's stdout and stderr
+	out      *SyncBuffer // the process's stdout and stderr
 	done     chan struct{}
 	waitErr  error
 	stopOnce sync.Once
@@ -238,7 +238,7 @@ func start(t testing.TB, kind, file string, cfg Config, newCmd func(dir, conf st
 		conf := render(t, file, cfg, addr, dir)
 		g := &Gateway{
 			Kind: kind, URL: "http://" + addr, Addr: addr, Dir: dir, ConfigFile: conf,
-			t: t, out: &syncBuffer{}, done: make(chan struct{}),
+			t: t, out: &SyncBuffer{}, done: make(chan struct{}),
 		}
 		g.cmd = newCmd(dir, conf)
 		g.cmd.Dir = dir
@@ -356,20 +356,20 @@ func filteredEnv(drop ...string) []string {
 	return env
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writers and the
+// SyncBuffer is a bytes.Buffer safe for a process's writers and the
 // test's readers.
-type syncBuffer struct {
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
