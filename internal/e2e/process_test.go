@@ -19,7 +19,6 @@ import (
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 
-
 // proc is a program started as a separate process.
 type proc struct {
 	name   string
