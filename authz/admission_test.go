@@ -649,3 +649,41 @@ func TestCrossReplicaAdmission(t *testing.T) {
 		t.Fatalf("%d leases, want 2", ep.ActiveLeases)
 	}
 }
+
+// TestAdmissionNeedsAPublishedKey: a replica without a signing key does not
+// admit; one whose key is not (yet) published in etcd admits nothing
+// either, and opens no lease it could not give a token for.
+func TestAdmissionNeedsAPublishedKey(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	f, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, "alice", nil)
+	if err != nil || f.Status != authz.StatusReady {
+		t.Fatalf("form: %v %+v", err, f)
+	}
+	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrAdmissionDisabled) {
+		t.Fatalf("admission without a signing key: %v", err)
+	}
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unpublished := authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
+	if _, err := unpublished.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSigningKeyUnpublished) {
+		t.Fatalf("admission with an unpublished key: %v", err)
+	}
+	got, _ := e.forms.Get(ctx, f.ID)
+	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
+	if got.Status != authz.StatusReady || ep.ActiveLeases != 0 {
+		t.Fatalf("refused admission left status %s and %d leases", got.Status, ep.ActiveLeases)
+	}
+	if _, err := authz.NewTokenIssuer(func() jwk.Key { k, _ := key.PublicKey(); return k }(), "", 0); err == nil {
+		t.Fatal("a public key was accepted as a signing key")
+	}
+	if _, err := authz.NewTokenIssuer(key, "", time.Hour); err == nil {
+		t.Fatal("a token lifetime of an hour was accepted")
+	}
+}
