@@ -535,3 +535,35 @@ func TestFormRefusesArgumentsCanonicalJSONCannotCarry(t *testing.T) {
 func allowNumbers(m *manifest.Manifest) {
 	m.Tool("get_repository").InputSchema = json.RawMessage(`{"type":"object","properties":{"owner":{"type":"string"},"repo":{"type":"string"},"id":{"type":"integer"}}}`)
 }
+
+// TestFormationsFailClosedWithoutEtcd: with etcd stopped, forming and
+// approving answer ErrUnavailable and record nothing; afterwards both work.
+func TestFormationsFailClosedWithoutEtcd(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	w, err := e.form(t, "s", "github/create_repository", `{"name":"n"}`, "alice", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.member.Stop()
+	if _, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, "alice", nil); !errors.Is(err, authz.ErrUnavailable) {
+		t.Fatalf("form with etcd down: %v", err)
+	}
+	if _, err := approve(e, w, "bob", "approve"); !errors.Is(err, authz.ErrUnavailable) {
+		t.Fatalf("approve with etcd down: %v", err)
+	}
+	e.member.Restart()
+	var got *authz.Formation
+	for range 100 {
+		if got, err = approve(e, w, "bob", "approve"); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || got.Status != authz.StatusReady || len(got.Approvals) != 1 {
+		t.Fatalf("approval after the outage: %+v %v", got, err)
+	}
+	if all, _ := e.forms.List(ctx, ""); len(all) != 1 {
+		t.Fatalf("%d formations after the outage, want 1 (nothing recorded while down)", len(all))
+	}
+}
