@@ -80,10 +80,33 @@ type Call struct {
 	Arguments        json.RawMessage `json:"arguments"`
 	ArgumentDigest   string          `json:"argumentDigest"`
 	Source           Target          `json:"source"`
-	// Successor is the one target captured at formation, or nil.
-	Successor *Target   `json:"successor"`
-	Metadata  Metadata  `json:"metadata"`
-	CreatedAt time.Time `json:"createdAt"`
+	// Successor is the one target captured at formation, or nil. It is
+	// part of the digest: an approver approves the successor too.
+	Successor *Successor `json:"successor"`
+	Metadata  Metadata   `json:"metadata"`
+	CreatedAt time.Time  `json:"createdAt"`
+	ExpiresAt time.Time  `json:"expiresAt"`
+}
+
+// Successor is the one target a call may run on once its source epoch is
+// STALE, captured at formation from the compatibility certificate that
+// covers the call's arguments. It names the certificate, so admission can
+// check that it is still unrevoked and unexpired, and carries what the
+// certificate models, so the record shows an approver what the call would
+// do there.
+type Successor struct {
+	Target
+	// Certificate is the id of the certificate that covers the call.
+	Certificate string `json:"certificate"`
+	// Issuer is the kid of the key that signed the certificate.
+	Issuer string `json:"issuer"`
+	// Effects are the certificate's modeled effects of the target for
+	// calls inside its envelope.
+	Effects map[string]any `json:"effects"`
+	// Profile names what produced the certificate.
+	Profile manifest.ProfileRef `json:"profile"`
+	// ExpiresAt is the certificate's expiry; after it the successor is
+	// gone.
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
@@ -112,6 +135,28 @@ type EngineDecision struct {
 	Reasons []string `json:"reasons"`
 	// Error is set when evaluation failed; the verdict is then deny.
 	Error string `json:"error,omitempty"`
+	// Successor is this engine's answer on the candidate successor; nil
+	// when the call had none.
+	Successor *SuccessorVerdict `json:"successor,omitempty"`
+}
+
+// SuccessorVerdict is one engine's answer on a candidate successor: allow
+// unless a rule refused it (Rego deny_successor, a Cedar forbid on
+// Action::"substitute") or evaluation failed.
+type SuccessorVerdict struct {
+	Verdict Verdict  `json:"verdict"`
+	Rules   []string `json:"rules"`
+	Reasons []string `json:"reasons"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// SuccessorDecision is the combined answer on the candidate successor a
+// formation was decided with: deny if any engine refused it. A refused
+// candidate is not captured; the decision keeps which one it was.
+type SuccessorDecision struct {
+	Certificate string  `json:"certificate"`
+	Epoch       string  `json:"epoch"`
+	Verdict     Verdict `json:"verdict"`
 }
 
 // Decision is the combined policy decision of a formation: deny-overrides
@@ -124,7 +169,10 @@ type Decision struct {
 	// PolicyDigest identifies the policy set in force.
 	PolicyDigest string           `json:"policyDigest"`
 	Engines      []EngineDecision `json:"engines"`
-	DecidedAt    time.Time        `json:"decidedAt"`
+	// Successor is the answer on the candidate successor; nil when there
+	// was no candidate.
+	Successor *SuccessorDecision `json:"successor,omitempty"`
+	DecidedAt time.Time          `json:"decidedAt"`
 }
 
 // Allowed reports whether the decision allows the call.

@@ -213,7 +213,7 @@ func cedarRequest(doc *Document) (cedar.EntityMap, cedar.Request, error) {
 		"hasSuccessor":     cedar.Boolean(f.Successor != nil),
 	}
 	if f.Successor != nil {
-		formation["successor"] = cedarTarget(f.Successor)
+		formation["successor"] = cedarTarget(&f.Successor.Target)
 	}
 	ep := &in.Epoch
 	req := cedar.Request{

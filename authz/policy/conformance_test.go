@@ -206,7 +206,7 @@ when {
 			"requires":          func(c *call, _ *Input) { c.requires = []string{"list_repositories"} },
 			"successor": func(_ *call, in *Input) {
 				s := in.Formation.Source
-				in.Formation.Successor = &s
+				in.Formation.Successor = &lease.Successor{Target: s}
 			},
 			"side effects": func(c *call, _ *Input) { c.effects = manifest.SideEffectWrite },
 		}

@@ -25,6 +25,27 @@ type Input struct {
 	Epoch EpochInput `json:"epoch"`
 	// Session is the session's history at the time of the decision.
 	Session lease.SessionHistory `json:"session"`
+	// Successor describes the candidate successor (formation.successor)
+	// in full: the target epoch and the certificate that covers the call.
+	// Present exactly when formation.successor is; policies refuse it with
+	// Rego deny_successor or a Cedar forbid on Action::"substitute".
+	Successor *SuccessorInput `json:"successor,omitempty"`
+}
+
+// SuccessorInput is a candidate successor as policies see it.
+type SuccessorInput struct {
+	// Epoch is the target epoch, described like the source.
+	Epoch EpochInput `json:"epoch"`
+	// Certificate is the compatibility certificate that covers the call.
+	Certificate CertificateInput `json:"certificate"`
+}
+
+// CertificateInput is a compatibility certificate as policies see it.
+type CertificateInput struct {
+	ID string `json:"id"`
+	// Issuer is the kid of the key that signed it.
+	Issuer string `json:"issuer"`
+	manifest.Certificate
 }
 
 // Phase names the point in a call's life at which policies decide.
