@@ -86,7 +86,8 @@ func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
 		if errors.Is(err, lease.ErrGenerationChanged) {
 			f.generations.Clear() // the pool is not known here; refill on demand
 		}
-		if errors.Is(err, lease.ErrFormationChanged) || errors.Is(err, lease.ErrGenerationChanged) {
+		if errors.Is(err, lease.ErrFormationChanged) || errors.Is(err, lease.ErrGenerationChanged) ||
+			errors.Is(err, lease.ErrCertificateChanged) {
 			f.ready.drop(id)
 			if attempt < 8 {
 				continue
@@ -135,14 +136,48 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool) (*Ad
 	if !ready(rec) {
 		return nil, fmt.Errorf("%w: %d of %d approvals", ErrNotApproved, approvedBy(rec), requiredApprovals(rec))
 	}
-	if err := f.recheck(ctx, rec); err != nil {
+	successorAllowed, err := f.recheck(ctx, rec)
+	if err != nil {
 		return nil, err
 	}
 	// Do not open a lease that could not be given a token.
 	if !f.issuer.Published() {
 		return nil, ErrSigningKeyUnpublished
 	}
-	gen, err := f.generation(ctx, rec.Source.Pool)
+	// The source always wins while it is ACTIVE.
+	a, err := f.admitTo(ctx, rec, rev, rec.Source, nil, now)
+	var se *lease.StateError
+	if !errors.As(err, &se) {
+		return a, err
+	}
+	switch {
+	case se.State == lease.StateDraining:
+		// A draining source never substitutes: its open leases may still
+		// run there.
+		return nil, ErrSourceDraining
+	case se.State != lease.StateStale:
+		return nil, fmt.Errorf("%w: source epoch %s is %s", ErrSourceStale, se.Epoch, se.State)
+	case rec.Successor == nil:
+		return nil, ErrSourceStale
+	case !successorAllowed:
+		return nil, fmt.Errorf("%w: the policy in force refuses the successor", ErrSourceStale)
+	}
+	cert, err := f.successorAdmission(ctx, rec, now)
+	if err != nil {
+		return nil, err
+	}
+	a, err = f.admitTo(ctx, rec, rev, rec.Successor.Target, cert, now)
+	if errors.As(err, &se) {
+		return nil, fmt.Errorf("%w: successor epoch %s is %s", ErrSourceStale, rec.Successor.Epoch, se.State)
+	}
+	return a, err
+}
+
+// admitTo runs the admission transaction of rec to target: its source, or
+// (with the certificate it relies on) its successor once the source is
+// STALE. A *lease.StateError is returned as is for the caller to map.
+func (f *Formations) admitTo(ctx context.Context, rec *Formation, rev int64, target lease.Target, cert *lease.CertificateRecord, now time.Time) (*Admission, error) {
+	gen, err := f.generation(ctx, target.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -152,33 +187,31 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool) (*Ad
 	}
 	l := &lease.Lease{
 		ID: lid, Formation: rec.ID, Session: rec.Session, Tool: rec.Tool, ArgumentDigest: rec.ArgumentDigest,
-		Target: rec.Source, Generation: gen, AdmittedAt: now,
+		Target: target, Generation: gen, AdmittedAt: now,
+	}
+	req := lease.AdmitRequest{Formation: rec, FormationRev: rev, Lease: l}
+	if cert != nil {
+		l.Certificate = cert.ID
+		req.StaleSource, req.Certificate = rec.Source.Epoch, cert
 	}
 	// The dependencies come from the record: the descriptor the call was
 	// formed and decided against. The transaction checks them, and the
 	// epoch's state, against the ledger as etcd orders it.
-	var requires, exclusive []string
 	if d := rec.Metadata.Dependencies; d != nil {
-		requires = qualify(rec.Source.Server, d.Requires)
-		exclusive = qualify(rec.Source.Server, d.ExclusiveWith)
+		req.Requires = qualify(rec.Source.Server, d.Requires)
+		req.Exclusive = qualify(rec.Source.Server, d.ExclusiveWith)
 	}
-	err = f.store.Admit(ctx, lease.AdmitRequest{Formation: rec, FormationRev: rev, Lease: l, Requires: requires, Exclusive: exclusive})
+	err = f.store.Admit(ctx, req)
 	switch {
 	case errors.Is(err, lease.ErrUnavailable):
 		// The commit may or may not have happened: read back.
-		return f.readBack(ctx, id, lid, now, err)
+		return f.readBack(ctx, rec.ID, lid, now, err)
 	case err != nil:
-		var se *lease.StateError
-		if errors.As(err, &se) {
-			if se.State == lease.StateDraining {
-				return nil, ErrSourceDraining
-			}
-			return nil, ErrSourceStale
-		}
 		return nil, err
 	}
-	f.ready.drop(id)
-	f.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool, "revision", l.Revision)
+	f.ready.drop(rec.ID)
+	f.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
+		"revision", l.Revision, "certificate", l.Certificate)
 	return f.token(l, now)
 }
 
@@ -220,36 +253,49 @@ func policyDigest(d Decider) (string, bool) {
 
 // recheck evaluates the policy again when the set in force differs from
 // the one that decided the formation. It can only narrow: a deny, or an
-// obligation of more approvals than were given, refuses the admission.
-func (f *Formations) recheck(ctx context.Context, rec *Formation) error {
+// obligation of more approvals than were given, refuses the admission; a
+// refusal of the successor takes the successor away (successorAllowed
+// false) and leaves the source.
+func (f *Formations) recheck(ctx context.Context, rec *Formation) (successorAllowed bool, err error) {
 	if d, ok := policyDigest(f.decider); ok && d == rec.Decision.PolicyDigest {
-		return nil
+		return true, nil
 	}
 	tool, epoch, err := f.store.ResolveTool(ctx, rec.Snapshot, rec.Tool)
 	if err != nil {
-		return err
+		return false, err
 	}
 	history, err := f.store.SessionHistory(ctx, rec.Session)
 	if err != nil {
-		return err
+		return false, err
 	}
-	d := f.decider.Decide(ctx, &policy.Input{
+	in := &policy.Input{
 		Phase:     policy.PhaseAdmission,
 		Formation: policy.FormationInput{Call: rec.Call, Digest: rec.Digest},
 		Tool:      policy.NewToolInput(epoch.Server, tool.Descriptor),
 		Epoch:     policy.NewEpochInput(epoch),
 		Session:   *history,
-	})
+	}
+	if rec.Successor != nil {
+		switch in.Successor, err = f.successorPolicyInput(ctx, rec.Successor); {
+		case errors.Is(err, lease.ErrCertificateNotFound) || errors.Is(err, lease.ErrEpochNotFound):
+			// The admission of the successor refuses it anyway; decide
+			// the call as if it had none.
+			in.Formation.Successor = nil
+		case err != nil:
+			return false, err
+		}
+	}
+	d := f.decider.Decide(ctx, in)
 	if d.PolicyDigest == rec.Decision.PolicyDigest {
-		return nil
+		return true, nil
 	}
 	if !d.Allowed() {
-		return fmt.Errorf("%w: %s", ErrPolicyNowDenies, reasons(d))
+		return false, fmt.Errorf("%w: %s", ErrPolicyNowDenies, reasons(d))
 	}
 	if d.Approvals > approvedBy(rec) {
-		return fmt.Errorf("%w: it now needs %d approvals, the formation has %d", ErrPolicyNowDenies, d.Approvals, approvedBy(rec))
+		return false, fmt.Errorf("%w: it now needs %d approvals, the formation has %d", ErrPolicyNowDenies, d.Approvals, approvedBy(rec))
 	}
-	return nil
+	return in.Successor != nil && d.Successor != nil && d.Successor.Verdict == lease.VerdictAllow, nil
 }
 
 func reasons(d lease.Decision) string {

@@ -23,6 +23,7 @@ import (
 type admitEnv struct {
 	*env
 	key jwk.Key
+	iss *authz.TokenIssuer
 }
 
 func newAdmitEnv(t *testing.T, decider authz.Decider) *admitEnv {
@@ -55,7 +56,7 @@ func newAdmitEnvAlg(t *testing.T, decider authz.Decider, alg jwa.SignatureAlgori
 		decider = defaultSet(t)
 	}
 	e.forms = authz.NewFormations(e.store, decider, authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
-	return &admitEnv{env: e, key: key}
+	return &admitEnv{env: e, key: key, iss: iss}
 }
 
 // claims verifies a token's signature with the published key and returns

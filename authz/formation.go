@@ -79,6 +79,11 @@ type FormationConfig struct {
 	Logger *slog.Logger
 	// Issuer signs dispatch tokens; nil disables admission.
 	Issuer *TokenIssuer
+	// Certificates verifies compatibility certificates (the issuer keys).
+	// A formation captures a successor only through a certificate that
+	// verifies against it at formation, and is admitted to it only if it
+	// still does; nil means no call ever has a successor.
+	Certificates *manifest.Verifier
 }
 
 // Formations is the use case of hosts and approvers: record a formed call
@@ -92,6 +97,7 @@ type Formations struct {
 	now       func() time.Time
 	log       *slog.Logger
 	issuer    *TokenIssuer
+	issuers   *manifest.Verifier
 	schemas   schemaCache
 	// generations caches pool generations (pool → int64); see generation.
 	generations sync.Map
@@ -102,7 +108,7 @@ type Formations struct {
 
 // NewFormations returns the formation use case.
 func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Formations {
-	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer}
+	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer, issuers: cfg.Certificates}
 	if f.ttl <= 0 {
 		f.ttl = 15 * time.Minute
 	}
@@ -204,6 +210,11 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 	if err != nil {
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
+	now := f.now().UTC()
+	cand, err := f.successorCandidate(ctx, epoch, tool.Descriptor.Name, canonArgs, now)
+	if err != nil {
+		return nil, fmt.Errorf("authz: form: %w", err)
+	}
 	id, err := lease.NewFormationID()
 	if err != nil {
 		return nil, err
@@ -212,7 +223,6 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 	if principal.ID == "" {
 		principal.ID = req.Host
 	}
-	now := f.now().UTC()
 	d := tool.Descriptor
 	rec := &Formation{Call: lease.Call{
 		ID: id, Session: req.Session, Principal: principal, Snapshot: req.Snapshot, Tool: req.Tool,
@@ -227,17 +237,15 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 		},
 		CreatedAt: now, ExpiresAt: now.Add(f.ttl),
 	}, Approvals: []lease.Approval{}}
-	if rec.Digest, err = rec.Call.Digest(); err != nil {
+	in := &policy.Input{
+		Phase:   policy.PhaseFormation,
+		Tool:    policy.NewToolInput(epoch.Server, d),
+		Epoch:   policy.NewEpochInput(epoch),
+		Session: *history,
+	}
+	if err := f.decide(ctx, rec, in, cand); err != nil {
 		return nil, err
 	}
-	in := &policy.Input{
-		Phase:     policy.PhaseFormation,
-		Formation: policy.FormationInput{Call: rec.Call, Digest: rec.Digest},
-		Tool:      policy.NewToolInput(epoch.Server, d),
-		Epoch:     policy.NewEpochInput(epoch),
-		Session:   *history,
-	}
-	rec.Decision = f.decider.Decide(ctx, in)
 	rec.ApprovalsRequired = requiredApprovals(rec)
 	switch {
 	case !rec.Decision.Allowed():
@@ -253,8 +261,12 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
 	f.ready.put(rec, rev)
+	var successor string
+	if rec.Successor != nil {
+		successor = rec.Successor.Epoch
+	}
 	f.log.Info("formation", "id", rec.ID, "tool", rec.Tool, "session", rec.Session, "status", rec.Status,
-		"approvals", rec.ApprovalsRequired, "policy", rec.Decision.PolicyDigest)
+		"approvals", rec.ApprovalsRequired, "policy", rec.Decision.PolicyDigest, "successor", successor)
 	return rec, nil
 }
 

@@ -28,6 +28,9 @@ var (
 	ErrFormationChanged = errors.New("lease: formation changed concurrently")
 	// ErrGenerationChanged: the pool's generation changed during admission.
 	ErrGenerationChanged = errors.New("lease: pool generation changed concurrently")
+	// ErrCertificateChanged: the certificate a successor admission relies
+	// on changed (was revoked) during admission; read it again.
+	ErrCertificateChanged = errors.New("lease: certificate changed concurrently")
 	// ErrStaleGeneration: a generation not newer than the recorded one.
 	ErrStaleGeneration = errors.New("lease: generation is not newer than the recorded one")
 )
@@ -70,6 +73,9 @@ type Lease struct {
 	Target         Target     `json:"target"`
 	Generation     int64      `json:"generation"`
 	AdmittedAt     time.Time  `json:"admittedAt"`
+	// Certificate is set when the lease admits the formation's successor:
+	// the id of the certificate the substitution relied on.
+	Certificate string `json:"certificate,omitempty"`
 	// Revision is the etcd revision of the admission, Cluster the etcd
 	// cluster id: together the fencing token. Filled on read.
 	Revision int64  `json:"-"`
@@ -123,6 +129,12 @@ type AdmitRequest struct {
 	// neither admitted nor completed there ("server/tool" names).
 	Requires  []string
 	Exclusive []string
+	// StaleSource and Certificate are set for an admission to the
+	// formation's successor only: the source epoch must be STALE and the
+	// certificate record unchanged since it was read (Revision), both in
+	// the same transaction as everything else.
+	StaleSource string
+	Certificate *CertificateRecord
 }
 
 // Admit opens a lease in one etcd transaction that checks, against
@@ -160,6 +172,14 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 		cmps = append(cmps,
 			clientv3.Compare(clientv3.CreateRevision(s.k.completed(l.Session, t)), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(s.k.admittedTool(l.Session, t)), "=", 0).WithPrefix())
+	}
+	if req.StaleSource != "" {
+		if req.Certificate == nil {
+			return fmt.Errorf("lease: a successor admission needs its certificate")
+		}
+		cmps = append(cmps,
+			clientv3.Compare(clientv3.Value(s.k.state(req.StaleSource)), "=", string(StateStale)),
+			clientv3.Compare(clientv3.ModRevision(s.certificateKey(req.Certificate)), "=", req.Certificate.Revision))
 	}
 	lval, err := json.Marshal(l)
 	if err != nil {
@@ -205,6 +225,10 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 		ops = append(ops, clientv3.OpGet(s.k.completed(l.Session, t), clientv3.WithKeysOnly()),
 			clientv3.OpGet(s.k.admittedTool(l.Session, t), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
+	if req.StaleSource != "" {
+		ops = append(ops, clientv3.OpGet(s.k.state(req.StaleSource)),
+			clientv3.OpGet(s.certificateKey(req.Certificate), clientv3.WithKeysOnly()))
+	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
@@ -236,6 +260,18 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 			return &DependencyError{Tool: t, Exclusive: true}
 		}
 		i += 2
+	}
+	if req.StaleSource != "" {
+		if st := r(i); len(st) == 0 || State(st[0].Value) != StateStale {
+			got := State("")
+			if len(st) > 0 {
+				got = State(st[0].Value)
+			}
+			return &StateError{Epoch: req.StaleSource, State: got, Want: StateStale}
+		}
+		if c := r(i + 1); len(c) == 0 || c[0].ModRevision != req.Certificate.Revision {
+			return ErrCertificateChanged
+		}
 	}
 	// Every condition holds now: something changed and changed back.
 	return ErrFormationChanged

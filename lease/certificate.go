@@ -74,45 +74,60 @@ func decodeCertificate(b []byte, rev int64) (*CertificateRecord, error) {
 	return &rec, nil
 }
 
+// GetCertificate returns a registered certificate, revoked or not, with
+// the revision that last wrote it.
+func (s *Store) GetCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
+	rec, _, err := s.getCertificate(ctx, id)
+	return rec, err
+}
+
+// getCertificate reads a certificate through its id index and returns the
+// record and its key.
+func (s *Store) getCertificate(ctx context.Context, id string) (*CertificateRecord, string, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	idx, err := s.cli.Get(octx, s.k.certificateIndex(id))
+	if err != nil {
+		return nil, "", s.wrap(ctx, "get certificate", err)
+	}
+	if len(idx.Kvs) == 0 {
+		return nil, "", fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
+	}
+	key := string(idx.Kvs[0].Value)
+	got, err := s.cli.Get(octx, key)
+	if err != nil {
+		return nil, "", s.wrap(ctx, "get certificate", err)
+	}
+	if len(got.Kvs) == 0 {
+		return nil, "", fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
+	}
+	rec, err := decodeCertificate(got.Kvs[0].Value, got.Kvs[0].ModRevision)
+	return rec, key, err
+}
+
 // RevokeCertificate marks a certificate revoked, in one compare-and-swap;
-// revoking twice answers ErrCertificateRevoked.
+// revoking twice answers ErrCertificateRevoked. An admission that relied
+// on the certificate compares its revision, so it is ordered before or
+// after the revocation, never across it.
 func (s *Store) RevokeCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
 	for range 16 {
-		octx, cancel := s.op(ctx)
-		idx, err := s.cli.Get(octx, s.k.certificateIndex(id))
-		cancel()
-		if err != nil {
-			return nil, s.wrap(ctx, "revoke certificate", err)
-		}
-		if len(idx.Kvs) == 0 {
-			return nil, fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
-		}
-		key := string(idx.Kvs[0].Value)
-		octx, cancel = s.op(ctx)
-		got, err := s.cli.Get(octx, key)
-		cancel()
-		if err != nil {
-			return nil, s.wrap(ctx, "revoke certificate", err)
-		}
-		if len(got.Kvs) == 0 {
-			return nil, fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
-		}
-		rec, err := decodeCertificate(got.Kvs[0].Value, got.Kvs[0].ModRevision)
+		rec, key, err := s.getCertificate(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		if rec.Revoked {
 			return rec, fmt.Errorf("%w: %s", ErrCertificateRevoked, id)
 		}
+		read := rec.Revision
 		now := s.now().UTC()
 		rec.Revoked, rec.RevokedAt = true, &now
 		val, err := json.Marshal(rec)
 		if err != nil {
 			return nil, fmt.Errorf("lease: encode certificate: %w", err)
 		}
-		octx, cancel = s.op(ctx)
+		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Txn(octx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", got.Kvs[0].ModRevision)).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", read)).
 			Then(clientv3.OpPut(key, string(val))).
 			Commit()
 		cancel()
@@ -148,6 +163,11 @@ func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*Ce
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+// certificateKey is where rec is stored.
+func (s *Store) certificateKey(rec *CertificateRecord) string {
+	return s.k.certificate(rec.Certificate.Source, rec.Certificate.Tool, rec.ID)
 }
 
 func (k keys) certificates(source, tool string) string {

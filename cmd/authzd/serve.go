@@ -101,12 +101,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}()
 
 	registry := authz.NewRegistry(store, verifier, log)
+	var certificates *manifest.Verifier
 	if cfg.IssuerKeys != "" {
-		iv, err := manifest.LoadVerifier(cfg.IssuerKeys)
-		if err != nil {
+		if certificates, err = manifest.LoadVerifier(cfg.IssuerKeys); err != nil {
 			return fmt.Errorf("issuer keys: %w", err)
 		}
-		registry.WithCertificateIssuers(iv)
+		registry.WithCertificateIssuers(certificates)
 	}
 
 	var issuer *authz.TokenIssuer
@@ -125,8 +125,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	apiCfg := api.Config{
-		Registry:     registry,
-		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer}),
+		Registry: registry,
+		Formations: authz.NewFormations(store, pm, authz.FormationConfig{
+			TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer, Certificates: certificates,
+		}),
 		PolicyStatus: pm.Status,
 		Auth:         auth,
 		BodyLimit:    cfg.BodyLimit,

@@ -1,0 +1,244 @@
+package authz
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// A successor is captured at formation and nowhere else (property P5 of
+// DESIGN.md): among the certificates registered for the call's source
+// epoch and tool, valid now and covering the concrete arguments, exactly
+// one is chosen by a fixed rule, offered to the policies, and written into
+// the call before its digest is taken. Admission later only ever narrows:
+// the certificate must still be unrevoked, unexpired and signed by a
+// trusted issuer, the policy (if it changed) must not refuse it, the
+// source must be STALE and the successor ACTIVE.
+
+// candidate is a certificate eligible to give a formation its successor.
+type candidate struct {
+	rec    *lease.CertificateRecord
+	signed *manifest.SignedCertificate
+	target *lease.Epoch
+}
+
+// successorCandidate returns the certificate that gives a call of tool
+// (its name within the server) formed on source with args its successor,
+// or nil. A certificate is eligible when it is registered for (source,
+// tool), not revoked, issued at or before now and not yet expired, still
+// verifies against the configured issuer keys, its envelope accepts args,
+// and its target epoch is ACTIVE, declares the tool, and accepts args
+// under that tool's input schema. Among eligible certificates the one
+// issued last wins; then the one that expires last; then the smallest id
+// — a rule of the certificates alone, so every replica picks the same.
+func (f *Formations) successorCandidate(ctx context.Context, source *lease.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
+	if f.issuers == nil {
+		return nil, nil
+	}
+	recs, err := f.store.CertificatesFor(ctx, source.ID, tool)
+	if err != nil {
+		return nil, err
+	}
+	var eligible []*candidate
+	for _, rec := range recs {
+		c, err := f.eligible(ctx, rec, source, tool, args, now)
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			eligible = append(eligible, c)
+		}
+	}
+	if len(eligible) == 0 {
+		return nil, nil
+	}
+	return slices.MinFunc(eligible, func(a, b *candidate) int {
+		ca, cb := a.signed.Certificate, b.signed.Certificate
+		return cmp.Or(
+			cb.IssuedAt.Compare(ca.IssuedAt),
+			cb.ExpiresAt.Compare(ca.ExpiresAt),
+			cmp.Compare(a.rec.ID, b.rec.ID),
+		)
+	}), nil
+}
+
+// eligible checks one certificate record for a formation; nil means it
+// does not apply, an error that the store could not answer.
+func (f *Formations) eligible(ctx context.Context, rec *lease.CertificateRecord, source *lease.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
+	sc, why := f.usable(rec, now)
+	if why != "" || sc.Certificate.Source != source.ID || sc.Certificate.Tool != tool {
+		return nil, nil
+	}
+	env, err := f.schemas.get("certificate:"+rec.ID, sc.Certificate.Envelope)
+	if err != nil {
+		f.log.Warn("certificate envelope does not compile", "certificate", rec.ID, "err", err)
+		return nil, nil
+	}
+	if manifest.ValidateArguments(env, args) != nil {
+		return nil, nil
+	}
+	target, err := f.store.GetEpoch(ctx, sc.Certificate.Target)
+	if errors.Is(err, lease.ErrEpochNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if target.State != lease.StateActive || target.Server != source.Server {
+		return nil, nil
+	}
+	td := target.Manifest.Tool(tool)
+	if td == nil {
+		return nil, nil
+	}
+	tdDigest, err := td.Digest()
+	if err != nil {
+		return nil, err
+	}
+	schema, err := f.schemas.get(tdDigest, td.InputSchema)
+	if err != nil || manifest.ValidateArguments(schema, args) != nil {
+		return nil, nil
+	}
+	return &candidate{rec: rec, signed: sc, target: target}, nil
+}
+
+// usable verifies a certificate record again, now: unrevoked, within its
+// validity, and its JWS still verifies against the issuer keys in force
+// (an issuer removed from the trust set takes its certificates with it).
+// It returns the verified certificate, or why it is not usable.
+func (f *Formations) usable(rec *lease.CertificateRecord, now time.Time) (*manifest.SignedCertificate, string) {
+	if f.issuers == nil {
+		return nil, "no compatibility issuer keys are configured"
+	}
+	if rec.Revoked {
+		return nil, "certificate " + rec.ID + " was revoked"
+	}
+	sc, err := f.issuers.VerifyCertificate([]byte(rec.JWS))
+	if err != nil || sc.ID != rec.ID {
+		return nil, "certificate " + rec.ID + " no longer verifies against the issuer keys"
+	}
+	c := sc.Certificate
+	switch {
+	case now.Before(c.IssuedAt):
+		return nil, "certificate " + rec.ID + " is not valid yet"
+	case !now.Before(c.ExpiresAt):
+		return nil, "certificate " + rec.ID + " expired at " + c.ExpiresAt.Format(time.RFC3339)
+	}
+	return sc, ""
+}
+
+// successorOf is the record's successor for a candidate.
+func successorOf(c *candidate) *lease.Successor {
+	e, cert := c.target, c.signed.Certificate
+	return &lease.Successor{
+		Target: lease.Target{
+			Epoch: e.ID, Server: e.Server, Release: e.Release, Pool: e.Pool,
+			Artifact: e.Artifact, ConfigDigest: e.ConfigDigest,
+		},
+		Certificate: c.rec.ID, Issuer: c.signed.KeyID, Effects: cert.Effects,
+		Profile: cert.Profile, ExpiresAt: cert.ExpiresAt,
+	}
+}
+
+// successorInput describes a candidate for the policies.
+func successorInput(c *candidate) *policy.SuccessorInput {
+	return &policy.SuccessorInput{
+		Epoch: policy.NewEpochInput(c.target),
+		Certificate: policy.CertificateInput{
+			ID: c.rec.ID, Issuer: c.signed.KeyID, Certificate: *c.signed.Certificate,
+		},
+	}
+}
+
+// decide decides rec by policy. With a candidate successor the call is
+// decided with it; if the policies refuse the candidate it is dropped, the
+// digest taken again and the call decided once more without it, so the
+// stored decision is always over the stored record. The refusal is kept in
+// the decision (Successor, and each engine's answer).
+func (f *Formations) decide(ctx context.Context, rec *Formation, in *policy.Input, cand *candidate) error {
+	var err error
+	if cand != nil {
+		rec.Successor = successorOf(cand)
+		in.Successor = successorInput(cand)
+	}
+	if rec.Digest, err = rec.Call.Digest(); err != nil {
+		return err
+	}
+	in.Formation = policy.FormationInput{Call: rec.Call, Digest: rec.Digest}
+	rec.Decision = f.decider.Decide(ctx, in)
+	if cand == nil || (rec.Decision.Successor != nil && rec.Decision.Successor.Verdict == lease.VerdictAllow) {
+		return nil
+	}
+	refused := rec.Decision
+	if refused.Successor == nil {
+		// A decider that did not answer on the candidate did not allow it.
+		refused.Successor = &lease.SuccessorDecision{Certificate: cand.rec.ID, Epoch: cand.target.ID, Verdict: lease.VerdictDeny}
+	}
+	rec.Successor, in.Successor = nil, nil
+	if rec.Digest, err = rec.Call.Digest(); err != nil {
+		return err
+	}
+	in.Formation = policy.FormationInput{Call: rec.Call, Digest: rec.Digest}
+	rec.Decision = f.decider.Decide(ctx, in)
+	rec.Decision.Successor = refused.Successor
+	for i := range rec.Decision.Engines {
+		for _, e := range refused.Engines {
+			if e.Engine == rec.Decision.Engines[i].Engine {
+				rec.Decision.Engines[i].Successor = e.Successor
+			}
+		}
+	}
+	f.log.Info("successor refused by policy", "formation", rec.ID, "certificate", cand.rec.ID, "epoch", cand.target.ID)
+	return nil
+}
+
+// successorAdmission checks, at admission, what a formation's successor
+// still needs besides what the transaction compares: its certificate is
+// registered, unrevoked, unexpired and still verifies. It returns the
+// certificate record as read, whose revision the transaction compares.
+func (f *Formations) successorAdmission(ctx context.Context, rec *Formation, now time.Time) (*lease.CertificateRecord, error) {
+	s := rec.Successor
+	if s == nil {
+		return nil, ErrSourceStale
+	}
+	cert, err := f.store.GetCertificate(ctx, s.Certificate)
+	if errors.Is(err, lease.ErrCertificateNotFound) {
+		return nil, fmt.Errorf("%w: certificate %s is not registered", ErrSourceStale, s.Certificate)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sc, why := f.usable(cert, now)
+	if why != "" {
+		return nil, fmt.Errorf("%w: %s", ErrSourceStale, why)
+	}
+	if c := sc.Certificate; c.Source != rec.Source.Epoch || c.Target != s.Epoch {
+		return nil, fmt.Errorf("%w: certificate %s does not name this formation's epochs", ErrSourceStale, s.Certificate)
+	}
+	return cert, nil
+}
+
+// successorPolicyInput rebuilds the policy input's successor member of an
+// admitted-phase re-check from the record and the store.
+func (f *Formations) successorPolicyInput(ctx context.Context, s *lease.Successor) (*policy.SuccessorInput, error) {
+	target, err := f.store.GetEpoch(ctx, s.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := f.store.GetCertificate(ctx, s.Certificate)
+	if err != nil {
+		return nil, err
+	}
+	return &policy.SuccessorInput{
+		Epoch:       policy.NewEpochInput(target),
+		Certificate: policy.CertificateInput{ID: cert.ID, Issuer: cert.KeyID, Certificate: *cert.Certificate},
+	}, nil
+}
