@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -63,6 +65,8 @@ type stack struct {
 	// dispatch token.
 	hits map[string]*atomic.Int64
 	reps []*fencecheck.Reporter
+	// issuerKey signs compatibility certificates; authzd trusts it.
+	issuerKey jwk.Key
 }
 
 // prefixSeq gives each stack its own key prefix on a shared etcd member,
@@ -106,6 +110,17 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s.issuerKey, err = manifest.GenerateKey(jwa.EdDSA); err != nil {
+		t.Fatal(err)
+	}
+	issuerSet, err := manifest.PublicSet(s.issuerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuers, err := manifest.NewVerifier(issuerSet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	log := slog.New(slog.DiscardHandler)
 	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerOptions{Logger: log})
 	if err != nil {
@@ -123,8 +138,8 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 	t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	h, err := api.New(api.Config{
-		Registry:     authz.NewRegistry(store, mverifier, log),
-		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss}),
+		Registry:     authz.NewRegistry(store, mverifier, log).WithCertificateIssuers(issuers),
+		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss, Certificates: issuers}),
 		PolicyStatus: pm.Status, Auth: auth, Logger: log,
 	})
 	if err != nil {
@@ -254,6 +269,9 @@ func (s *stack) snapshot() string {
 
 type formation struct {
 	ID, Status, Digest, Pool string
+	// Successor is the pool of the successor captured at formation, if
+	// any, and Certificate the certificate that gave it.
+	Successor, Certificate string
 }
 
 // form forms a github call as the host, for principal alice (group dev).
@@ -266,6 +284,10 @@ func (s *stack) form(snapshot, session, tool, args string) formation {
 	f := formation{ID: r.body["id"].(string), Status: r.body["status"].(string), Digest: r.body["digest"].(string)}
 	if src, ok := r.body["source"].(map[string]any); ok {
 		f.Pool, _ = src["pool"].(string)
+	}
+	if succ, ok := r.body["successor"].(map[string]any); ok {
+		f.Successor, _ = succ["pool"].(string)
+		f.Certificate, _ = succ["certificate"].(string)
 	}
 	return f
 }
@@ -291,6 +313,48 @@ func (s *stack) formReady(snapshot, session, name string) formation {
 	}
 	s.approve(f)
 	return f
+}
+
+// certify registers, as the registrar, a compatibility certificate signed
+// by the trusted issuer: github v1.4 → v1.3, create_repository, with the
+// envelope and modeled effects of examples/github/certificate-v1.4-to-v1.3.json
+// (private must be present and true; the effect is private). It returns
+// the certificate id.
+func (s *stack) certify() string {
+	s.t.Helper()
+	raw, err := os.ReadFile("../../examples/github/certificate-v1.4-to-v1.3.json")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c, err := manifest.DecodeCertificate(raw)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	c.Source, c.Target = s.Epoch[poolV14], s.Epoch[poolV13]
+	c.IssuedAt, c.ExpiresAt = now.Add(-time.Minute), now.Add(time.Hour)
+	doc, err := json.Marshal(c)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	jws, err := manifest.Sign(doc, s.issuerKey, manifest.TypCertificate)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	r := s.do("POST", "/v1/certificates", api.RoleRegistrar, jws)
+	s.expect(r, http.StatusCreated)
+	return r.body["id"].(string)
+}
+
+// retire drains and retires a pool's epoch as the operator.
+func (s *stack) retire(pool string) {
+	s.t.Helper()
+	s.drain(pool)
+	r := s.do("POST", "/v1/epochs/"+s.Epoch[pool]+"/retire", api.RoleOperator, nil)
+	s.expect(r, http.StatusOK)
+	if r.body["state"] != "STALE" {
+		s.t.Fatalf("retire: %s", r.raw)
+	}
 }
 
 // drain drains a pool's epoch as the operator.
