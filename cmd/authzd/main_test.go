@@ -159,7 +159,11 @@ func TestREADMEWalkthrough(t *testing.T) {
 		`"status":"pending_approval","approvalsRequired":1`, `{"engine":"rego","rules":["allow-write"]}`,
 		`"status":"ready","approvals":["dev-approver"]`,
 		`{"lease":"ls_`, `"target":{"epoch":"sha256:`, `"crv":"Ed25519"`, `"outcome":"effect"`,
+		`"revoked":false}`,
+		`{"status":"pending_approval","successor":"v1.3.0"}`, `{"status":"pending_approval","successor":null}`,
 		`"state":"DRAINING"`, `"state":"STALE"`,
+		`"target":{"epoch":"sha256:`, `"pool":"github-v1-3"}`,
+		`{"status":410,"type":"https://`, `#source-stale"}`,
 	} {
 		i := strings.Index(got, want)
 		if i < 0 {
