@@ -41,6 +41,10 @@ func TestCertificatesOverHTTP(t *testing.T) {
 	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(mutate(t, example, func(m map[string]any) { m["note"] = "x" }), false)), http.StatusBadRequest, "malformed-document")
 	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(mutate(t, example, func(m map[string]any) { m["tool"] = "fork_repository" }), false)), http.StatusUnprocessableEntity, "certificate-mismatch")
 
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(mutate(t, example, func(m map[string]any) {
+		m["issuedAt"], m["expiresAt"] = "2020-01-01T00:00:00Z", "2021-01-01T00:00:00Z"
+	}), false)), http.StatusUnprocessableEntity, "certificate-expired")
+
 	reg := f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, false))
 	f.expect(reg, http.StatusCreated, "")
 	id, _ := reg.body["id"].(string)

@@ -107,6 +107,7 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrBadSignature), status: 401, slug: "bad-signature", title: "Signature invalid"},
 		{match: is(authz.ErrUntrustedSigner), status: 403, slug: "untrusted-signer", title: "Signer not trusted"},
 		{match: is(authz.ErrCertificateMismatch), status: 422, slug: "certificate-mismatch", title: "Certificate does not fit the registered epochs"},
+		{match: is(authz.ErrCertificateExpired), status: 422, slug: "certificate-expired", title: "Certificate has expired"},
 		{match: is(authz.ErrCertificateNotFound), status: 404, slug: "certificate-not-found", title: "Certificate not found"},
 		{match: is(authz.ErrCertificateRevoked), status: 409, slug: "certificate-revoked", title: "Certificate already revoked"},
 		{match: is(authz.ErrCertificatesDisabled), status: 503, slug: "certificates-disabled", title: "No compatibility issuer keys are configured",

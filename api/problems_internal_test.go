@@ -138,6 +138,7 @@ func TestToProblem(t *testing.T) {
 		{"signing key unpublished", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSigningKeyUnpublished), 503, "signing-key-unpublished", nil},
 		{"admission disabled", authz.ErrAdmissionDisabled, 503, "admission-disabled", nil},
 		{"certificate mismatch", fmt.Errorf("x: %w", authz.ErrCertificateMismatch), 422, "certificate-mismatch", nil},
+		{"certificate expired", fmt.Errorf("x: %w", authz.ErrCertificateExpired), 422, "certificate-expired", nil},
 		{"certificate not found", fmt.Errorf("x: %w", authz.ErrCertificateNotFound), 404, "certificate-not-found", nil},
 		{"certificate revoked", fmt.Errorf("x: %w", authz.ErrCertificateRevoked), 409, "certificate-revoked", nil},
 		{"certificates disabled", fmt.Errorf("x: %w", authz.ErrCertificatesDisabled), 503, "certificates-disabled", nil},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
@@ -17,6 +18,9 @@ var (
 	// registry: an epoch is not registered, the epochs belong to
 	// different servers, or an epoch does not declare the tool.
 	ErrCertificateMismatch = errors.New("authz: certificate does not fit the registered epochs")
+	// ErrCertificateExpired: the certificate's validity ended before it was
+	// registered; it could never give a call a successor.
+	ErrCertificateExpired = errors.New("authz: certificate has expired")
 	// ErrCertificatesDisabled: no compatibility issuer keys are configured.
 	ErrCertificatesDisabled = errors.New("authz: no compatibility issuer keys are configured")
 )
@@ -32,6 +36,20 @@ func (r *Registry) WithCertificateIssuers(issuers *manifest.Verifier) *Registry 
 	return r
 }
 
+// WithClock makes the registry read time from now (tests); nil means
+// time.Now. Call it once, before serving.
+func (r *Registry) WithClock(now func() time.Time) *Registry {
+	r.clock = now
+	return r
+}
+
+func (r *Registry) now() time.Time {
+	if r.clock == nil {
+		return time.Now()
+	}
+	return r.clock()
+}
+
 // RegisterCertificate verifies a signed compatibility certificate against
 // the issuer keys, checks it against the registry (both epochs registered,
 // of one server, both declaring the tool) and stores it. Registering it
@@ -45,6 +63,9 @@ func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*Certif
 		return nil, false, fmt.Errorf("authz: certificate: %w", err)
 	}
 	c := sc.Certificate
+	if now := r.now().UTC(); !now.Before(c.ExpiresAt) {
+		return nil, false, fmt.Errorf("%w: it expired at %s", ErrCertificateExpired, c.ExpiresAt.Format(time.RFC3339))
+	}
 	var server string
 	for _, id := range []string{c.Source, c.Target} {
 		ep, err := r.store.GetEpoch(ctx, id)

@@ -34,6 +34,8 @@ type Registry struct {
 	// issuers verifies compatibility certificates; nil refuses them.
 	issuers *manifest.Verifier
 	log     *slog.Logger
+	// clock is the time source; nil means time.Now.
+	clock func() time.Time
 }
 
 // NewRegistry returns a registry over store that trusts the registrar keys

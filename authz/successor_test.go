@@ -48,7 +48,7 @@ func newSuccEnv(t *testing.T) *succEnv {
 		t.Fatal(err)
 	}
 	s := &succEnv{admitEnv: e, issuerKey: key, issuers: v, set: defaultSet(t), epochs: map[string]string{"v1.4": e.snapshotEpoch(t)},
-		registry: authz.NewRegistry(e.store, nil, quiet).WithCertificateIssuers(v)}
+		registry: authz.NewRegistry(e.store, nil, quiet).WithCertificateIssuers(v).WithClock(e.clock.Now)}
 	s.forms = s.formations(v)
 	s.register(t, "v1.3", nil)
 	return s
@@ -210,7 +210,8 @@ func TestSuccessorCapture(t *testing.T) {
 			return ""
 		}, yes},
 		{"expired", func(t *testing.T, s *succEnv) string {
-			s.certify(t, cert{issued: -2 * time.Hour, expires: -time.Minute})
+			s.certify(t, cert{expires: time.Minute})
+			s.clock.Advance(2 * time.Minute)
 			return ""
 		}, yes},
 		{"not valid yet", func(t *testing.T, s *succEnv) string {
@@ -277,6 +278,26 @@ func TestSuccessorCapture(t *testing.T) {
 // TestSuccessorChoiceIsDeterministic: among several eligible certificates
 // the one issued last wins, then the one expiring last, then the smallest
 // id — whichever replica forms the call.
+func TestExpiredCertificateIsRefused(t *testing.T) {
+	s := newSuccEnv(t)
+	doc, _ := json.Marshal(manifest.Certificate{
+		Source: s.epochs["v1.4"], Target: s.epochs["v1.3"], Tool: "create_repository",
+		Envelope: json.RawMessage(privateOnly), Effects: map[string]any{"visibility": "private"},
+		Profile:  manifest.ProfileRef{ID: "p", Digest: manifest.DigestBytes([]byte("p"))},
+		IssuedAt: s.clock.Now().Add(-2 * time.Hour), ExpiresAt: s.clock.Now().Add(-time.Second),
+	})
+	jws, err := manifest.Sign(doc, s.issuerKey, manifest.TypCertificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.registry.RegisterCertificate(context.Background(), jws); !errors.Is(err, authz.ErrCertificateExpired) {
+		t.Fatalf("registering an expired certificate: %v", err)
+	}
+	if recs, err := s.store.CertificatesFor(context.Background(), s.epochs["v1.4"], "create_repository"); err != nil || len(recs) != 0 {
+		t.Fatalf("stored: %v %v", recs, err)
+	}
+}
+
 func TestSuccessorChoiceIsDeterministic(t *testing.T) {
 	s := newSuccEnv(t)
 	s.register(t, "v1.2", func(m *manifest.Manifest) { m.Server.Release, m.Pool = "v1.2.0", "github-v1-2" })
