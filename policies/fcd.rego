@@ -90,3 +90,39 @@ deny contains {
 } if {
 	not input.epoch.artifactPinned
 }
+
+# --- deny_successor: refuses the candidate successor, never the call ----------
+#
+# input.successor is present only when the formation captured a candidate
+# successor (formation.successor); without one these rules have nothing to
+# refuse. A refused successor leaves the call's own verdict as it is: the call
+# simply has no successor.
+
+successor_pinned if input.successor.epoch.artifactPinned == true
+
+deny_successor contains {
+	"rule": "deny-successor-unpinned",
+	"reason": sprintf(
+		"successor epoch %s runs artifact %q, which is not pinned by digest",
+		[
+			object.get(input, ["successor", "epoch", "id"], "(unknown)"),
+			object.get(input, ["successor", "epoch", "artifact", "image"], ""),
+		],
+	),
+} if {
+	is_object(input.successor)
+	not successor_pinned
+}
+
+deny_successor contains {
+	"rule": "deny-successor-public",
+	"reason": sprintf(
+		"certificate %s models a public effect on successor epoch %s",
+		[
+			object.get(input, ["successor", "certificate", "id"], "(unknown)"),
+			object.get(input, ["successor", "epoch", "id"], "(unknown)"),
+		],
+	),
+} if {
+	input.successor.certificate.effects.visibility == "public"
+}

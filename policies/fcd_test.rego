@@ -185,3 +185,80 @@ test_missing_pinned_flag_denied if {
 test_pinned_artifact_not_denied if {
 	not "deny-artifact-unpinned" in rules(authz.deny) with input as base
 }
+
+# --- deny_successor: deny-successor-unpinned / deny-successor-public ----------
+
+# A write with a candidate successor: the v1.3 epoch, pinned, under a
+# certificate whose modeled effect is a private repository.
+with_successor := object.union(call("create_repository", "write", {}), {
+	"formation": {"successor": {"epoch": "sha256:v13", "certificate": "cert-1"}},
+	"successor": {
+		"epoch": {
+			"id": "sha256:v13",
+			"state": "ACTIVE",
+			"artifact": {"image": "ghcr.io/github/github-mcp-server:v1.3.0", "digest": "sha256:b87d"},
+			"artifactPinned": true,
+		},
+		"certificate": {"id": "cert-1", "tool": "create_repository", "effects": {"visibility": "private"}},
+	},
+})
+
+unpinned_successor := {"successor": {"epoch": {"artifactPinned": false}}}
+
+public_successor := {"successor": {"certificate": {"effects": {"visibility": "public"}}}}
+
+test_no_successor_not_refused if {
+	count(authz.deny_successor) == 0 with input as call("create_repository", "write", {})
+}
+
+test_pinned_private_successor_not_refused if {
+	count(authz.deny_successor) == 0 with input as with_successor
+	rules(authz.allow) == {"allow-write"} with input as with_successor
+}
+
+test_unpinned_successor_refused if {
+	x := object.union(with_successor, unpinned_successor)
+	rules(authz.deny_successor) == {"deny-successor-unpinned"} with input as x
+	some d in authz.deny_successor with input as x
+	contains(d.reason, "sha256:v13")
+}
+
+test_unpinned_successor_leaves_the_call_alone if {
+	x := object.union(with_successor, unpinned_successor)
+	count(authz.deny) == 0 with input as x
+	rules(authz.allow) == {"allow-write"} with input as x
+	obligation(authz.approvals) == 1 with input as x
+}
+
+test_successor_missing_pinned_flag_refused if {
+	x := json.remove(with_successor, ["successor/epoch/artifactPinned"])
+	rules(authz.deny_successor) == {"deny-successor-unpinned"} with input as x
+}
+
+test_successor_pinned_flag_not_a_boolean_refused if {
+	x := object.union(with_successor, {"successor": {"epoch": {"artifactPinned": "true"}}})
+	rules(authz.deny_successor) == {"deny-successor-unpinned"} with input as x
+}
+
+test_public_successor_refused if {
+	x := object.union(with_successor, public_successor)
+	rules(authz.deny_successor) == {"deny-successor-public"} with input as x
+	count(authz.deny) == 0 with input as x
+	rules(authz.allow) == {"allow-write"} with input as x
+}
+
+test_unpinned_public_successor_refused_by_both if {
+	x := object.union(object.union(with_successor, unpinned_successor), public_successor)
+	rules(authz.deny_successor) == {"deny-successor-unpinned", "deny-successor-public"} with input as x
+}
+
+test_successor_without_effects_not_refused if {
+	x := json.remove(with_successor, ["successor/certificate/effects"])
+	count(authz.deny_successor) == 0 with input as x
+}
+
+test_unpinned_source_does_not_refuse_a_pinned_successor if {
+	x := object.union(with_successor, {"epoch": {"artifactPinned": false}})
+	rules(authz.deny) == {"deny-artifact-unpinned"} with input as x
+	count(authz.deny_successor) == 0 with input as x
+}

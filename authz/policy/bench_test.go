@@ -5,7 +5,9 @@
 //	go test -run '^$' -bench Decide -benchmem ./authz/policy/
 //
 // combined is what authz pays per formation (one Document, both engines);
-// rego and cedar are each engine alone from the same Input (Document
+// combined-successor is the same call with a candidate successor, which
+// both engines also answer on (Rego in the same evaluation, Cedar with a
+// second request); rego and cedar are each engine alone from the same Input (Document
 // included); document is the Input conversion alone; bare-opa-prepared is
 // the floor: a bare OPA PreparedEvalQuery of the same default Rego, with
 // the same three-set query, given the same *Input through rego.EvalInput;
@@ -37,6 +39,14 @@ func BenchmarkDecide(b *testing.B) {
 	if d := s.Decide(ctx, in); !d.Allowed() || d.Approvals != 1 {
 		b.Fatalf("benchmark input decided %+v", d)
 	}
+	withSuccessor := githubInput(b, githubManifest(b), call{
+		tool: "create_repository", args: `{"name":"payroll-exports","private":true}`,
+		completed: []string{"github/get_repository", "github/list_repositories"},
+		successor: &successor{},
+	})
+	if d := s.Decide(ctx, withSuccessor); !d.Allowed() || d.Successor == nil || d.Successor.Verdict != "allow" {
+		b.Fatalf("benchmark input with a successor decided %+v", d)
+	}
 	src, err := policies.FS.ReadFile("fcd.rego")
 	if err != nil {
 		b.Fatal(err)
@@ -61,6 +71,15 @@ func BenchmarkDecide(b *testing.B) {
 		runtime.GC()
 		for b.Loop() {
 			if d := s.Decide(ctx, in); !d.Allowed() {
+				b.Fatal(d)
+			}
+		}
+	})
+	b.Run("combined-successor", func(b *testing.B) {
+		b.ReportAllocs()
+		runtime.GC()
+		for b.Loop() {
+			if d := s.Decide(ctx, withSuccessor); !d.Allowed() || d.Successor.Verdict != "allow" {
 				b.Fatal(d)
 			}
 		}

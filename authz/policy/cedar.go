@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
@@ -26,6 +27,11 @@ const (
 	cedarTool      = cedar.EntityType("Tool")
 	cedarServer    = cedar.EntityType("Server")
 )
+
+// actionSubstitute is the action of the second request made when the
+// input has a candidate successor: a forbid that matches it refuses the
+// successor. Permits of it mean nothing (no permit is not a refusal).
+var actionSubstitute = cedar.NewEntityUID(cedarAction, "substitute")
 
 // Cedar policy annotations fcd reads.
 const (
@@ -132,25 +138,36 @@ func (e *CedarEngine) Name() string { return EngineCedar }
 // permit denies; any diagnostic error denies even if a permit matched
 // (fail closed: an erroring forbid might have applied). The approval
 // obligation is the largest @approvals of the determining permits.
+//
+// When the input has a candidate successor, a second request with the
+// same principal, resource and context and the action
+// Action::"substitute" decides it: a matching forbid or any diagnostic
+// error refuses it; no matching permit does not. The verdict on the call
+// is the first request's alone.
 func (e *CedarEngine) Decide(ctx context.Context, doc *Document) lease.EngineDecision {
 	if err := ctx.Err(); err != nil {
-		return errorDecision(EngineCedar, err)
+		return failed(EngineCedar, doc, err)
 	}
 	if doc == nil {
-		return errorDecision(EngineCedar, ErrInvalidInput)
+		return failed(EngineCedar, doc, ErrInvalidInput)
 	}
 	entities, req, err := cedarRequest(doc)
 	if err != nil {
-		return errorDecision(EngineCedar, fmt.Errorf("input: %w", err))
+		return failed(EngineCedar, doc, fmt.Errorf("input: %w", err))
 	}
+	d := e.decide(entities, req)
+	if doc.in.Successor != nil {
+		req.Action = actionSubstitute
+		d.Successor = e.substitute(entities, req)
+	}
+	return d
+}
+
+// decide authorizes the call's own request.
+func (e *CedarEngine) decide(entities cedar.EntityMap, req cedar.Request) lease.EngineDecision {
 	verdict, diag := cedar.Authorize(e.policies, entities, req)
 	if len(diag.Errors) > 0 {
-		msgs := make([]string, len(diag.Errors))
-		for i, de := range diag.Errors {
-			msgs[i] = de.String()
-		}
-		slices.Sort(msgs)
-		return errorDecision(EngineCedar, errors.New(strings.Join(msgs, "; ")))
+		return errorDecision(EngineCedar, diagnosticError(diag))
 	}
 	if verdict == cedar.Deny && len(diag.Reasons) == 0 {
 		return decision(EngineCedar, lease.VerdictDeny, 0,
@@ -167,6 +184,38 @@ func (e *CedarEngine) Decide(ctx context.Context, doc *Document) lease.EngineDec
 		return decision(EngineCedar, lease.VerdictDeny, 0, mergeFindings(fs))
 	}
 	return decision(EngineCedar, lease.VerdictAllow, n, mergeFindings(fs))
+}
+
+// substitute authorizes req, whose action is Action::"substitute", and
+// answers on the candidate successor: refused by the matching forbids, or
+// by any diagnostic error (fail closed: an erroring forbid might have
+// applied); allowed otherwise, whether or not a permit matched.
+func (e *CedarEngine) substitute(entities cedar.EntityMap, req cedar.Request) *lease.SuccessorVerdict {
+	verdict, diag := cedar.Authorize(e.policies, entities, req)
+	if len(diag.Errors) > 0 {
+		return successorError(diagnosticError(diag))
+	}
+	if verdict != cedar.Deny {
+		return successorVerdict(nil)
+	}
+	// A deny with reasons lists the matching forbids; one without is
+	// Cedar's default deny (no permit of substitute), not a refusal.
+	fs := make([]finding, 0, len(diag.Reasons))
+	for _, r := range diag.Reasons {
+		p := e.byID[r.PolicyID]
+		fs = append(fs, finding{string(p.id), p.reason})
+	}
+	return successorVerdict(mergeFindings(fs))
+}
+
+// diagnosticError joins Cedar's diagnostic errors, sorted, into one.
+func diagnosticError(diag cedar.Diagnostic) error {
+	msgs := make([]string, len(diag.Errors))
+	for i, de := range diag.Errors {
+		msgs[i] = de.String()
+	}
+	slices.Sort(msgs)
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // cedarRequest builds the entities and request of the mapping. Fixed fields
@@ -209,49 +258,96 @@ func cedarRequest(doc *Document) (cedar.EntityMap, cedar.Request, error) {
 		"tool":             cedar.String(f.Tool),
 		"argumentDigest":   cedar.String(f.ArgumentDigest),
 		"descriptorDigest": cedar.String(f.DescriptorDigest),
-		"source":           cedarTarget(&f.Source),
+		"source":           cedar.NewRecord(cedarTarget(&f.Source)),
 		"hasSuccessor":     cedar.Boolean(f.Successor != nil),
 	}
-	if f.Successor != nil {
-		formation["successor"] = cedarTarget(&f.Successor.Target)
+	reqContext := cedar.RecordMap{
+		"arguments": args,
+		"epoch":     cedarEpoch(&in.Epoch),
+		"session": cedar.NewRecord(cedar.RecordMap{
+			"id":        cedar.String(in.Session.Session),
+			"completed": cedarStrings(in.Session.Completed),
+			"admitted":  cedarStrings(in.Session.Admitted),
+		}),
+		"principal": attrs,
 	}
-	ep := &in.Epoch
+	if fs := f.Successor; fs != nil {
+		effects, err := cedarRecordAt(doc.value, "formation successor effects", "formation", "successor", "effects")
+		if err != nil {
+			return nil, cedar.Request{}, err
+		}
+		target := cedarTarget(&fs.Target)
+		target["certificate"] = cedar.String(fs.Certificate)
+		target["issuer"] = cedar.String(fs.Issuer)
+		target["effects"] = effects
+		formation["successor"] = cedar.NewRecord(target)
+	}
+	if s := in.Successor; s != nil {
+		succ, err := cedarSuccessor(doc, s)
+		if err != nil {
+			return nil, cedar.Request{}, err
+		}
+		reqContext["successor"] = succ
+	}
+	reqContext["formation"] = cedar.NewRecord(formation)
 	req := cedar.Request{
 		Principal: principal,
 		Action:    cedar.NewEntityUID(cedarAction, cedar.String(t.SideEffects)),
 		Resource:  tool,
-		Context: cedar.NewRecord(cedar.RecordMap{
-			"arguments": args,
-			"formation": cedar.NewRecord(formation),
-			"epoch": cedar.NewRecord(cedar.RecordMap{
-				"id":             cedar.String(ep.ID),
-				"server":         cedar.String(ep.Server),
-				"release":        cedar.String(ep.Release),
-				"pool":           cedar.String(ep.Pool),
-				"state":          cedar.String(ep.State),
-				"artifactPinned": cedar.Boolean(ep.ArtifactPinned),
-				"configDigest":   cedar.String(ep.ConfigDigest),
-			}),
-			"session": cedar.NewRecord(cedar.RecordMap{
-				"id":        cedar.String(in.Session.Session),
-				"completed": cedarStrings(in.Session.Completed),
-				"admitted":  cedarStrings(in.Session.Admitted),
-			}),
-			"principal": attrs,
-		}),
+		Context:   cedar.NewRecord(reqContext),
 	}
 	return entities, req, nil
 }
 
-func cedarTarget(t *lease.Target) cedar.Record {
+// cedarSuccessor is context.successor: the target epoch, described like
+// context.epoch, and the certificate that covers the call, its modeled
+// effects converted from the free-form JSON.
+func cedarSuccessor(doc *Document, s *SuccessorInput) (cedar.Record, error) {
+	effects, err := cedarRecordAt(doc.value, "successor certificate effects", "successor", "certificate", "effects")
+	if err != nil {
+		return cedar.Record{}, err
+	}
+	c := &s.Certificate
 	return cedar.NewRecord(cedar.RecordMap{
+		"epoch": cedarEpoch(&s.Epoch),
+		"certificate": cedar.NewRecord(cedar.RecordMap{
+			"id":      cedar.String(c.ID),
+			"issuer":  cedar.String(c.Issuer),
+			"source":  cedar.String(c.Source),
+			"target":  cedar.String(c.Target),
+			"tool":    cedar.String(c.Tool),
+			"effects": effects,
+			"profile": cedar.NewRecord(cedar.RecordMap{
+				"id":     cedar.String(c.Profile.ID),
+				"digest": cedar.String(c.Profile.Digest),
+			}),
+			// The same RFC 3339 text the JSON input (and so Rego) has.
+			"expiresAt": cedar.String(c.ExpiresAt.Format(time.RFC3339Nano)),
+		}),
+	}), nil
+}
+
+func cedarEpoch(ep *EpochInput) cedar.Record {
+	return cedar.NewRecord(cedar.RecordMap{
+		"id":             cedar.String(ep.ID),
+		"server":         cedar.String(ep.Server),
+		"release":        cedar.String(ep.Release),
+		"pool":           cedar.String(ep.Pool),
+		"state":          cedar.String(ep.State),
+		"artifactPinned": cedar.Boolean(ep.ArtifactPinned),
+		"configDigest":   cedar.String(ep.ConfigDigest),
+	})
+}
+
+func cedarTarget(t *lease.Target) cedar.RecordMap {
+	return cedar.RecordMap{
 		"epoch":          cedar.String(t.Epoch),
 		"server":         cedar.String(t.Server),
 		"release":        cedar.String(t.Release),
 		"pool":           cedar.String(t.Pool),
 		"artifactPinned": cedar.Boolean(t.Artifact.Pinned()),
 		"configDigest":   cedar.String(t.ConfigDigest),
-	})
+	}
 }
 
 func cedarStrings(ss []string) cedar.Set {

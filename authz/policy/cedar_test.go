@@ -202,3 +202,139 @@ func TestCedarRequestMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestCedarSuccessorFailsClosed: a diagnostic error while deciding
+// Action::"substitute" refuses the successor with the error recorded and
+// leaves the call's own decision alone; an input the mapping cannot
+// convert fails both.
+func TestCedarSuccessorFailsClosed(t *testing.T) {
+	m := githubManifest(t)
+	tests := []struct {
+		note    string
+		src     string
+		s       successor
+		errPart string
+		// callFails: the call's own decision fails too.
+		callFails bool
+	}{
+		{
+			note:    "a forbid on substitute reads a missing attribute",
+			src:     allowAllCedar + `@id("f") forbid (principal, action == Action::"substitute", resource) when { context.successor.epoch.nope == 1 };`,
+			errPart: "policy `f`",
+		},
+		{
+			note:    "a permit on substitute errors: fail closed too",
+			src:     allowAllCedar + `@id("p") permit (principal, action == Action::"substitute", resource) when { context.successor.certificate.effects.visibility > 1 };`,
+			errPart: "policy `p`",
+		},
+		{
+			note:      "effects Cedar cannot hold exactly",
+			src:       allowAllCedar,
+			s:         successor{effects: map[string]any{"ratio": json.Number("0.123456")}},
+			errPart:   "effects.ratio",
+			callFails: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			e, err := NewCedarEngine(map[string][]byte{"p.cedar": []byte(tc.src)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository", successor: &tc.s}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := e.Decide(context.Background(), doc)
+			gs := got.Successor
+			if gs == nil || gs.Verdict != lease.VerdictDeny || !strings.Contains(gs.Error, tc.errPart) {
+				t.Fatalf("successor = %+v, want a deny with an error mentioning %q", gs, tc.errPart)
+			}
+			if len(gs.Rules) != 0 || gs.Rules == nil || gs.Reasons == nil {
+				t.Errorf("an erroring successor answer names rules %v / %v", gs.Rules, gs.Reasons)
+			}
+			if tc.callFails {
+				if got.Verdict != lease.VerdictDeny || got.Error == "" {
+					t.Errorf("the call: %s (error %q), want a deny with an error", got.Verdict, got.Error)
+				}
+				return
+			}
+			if got.Verdict != lease.VerdictAllow || got.Error != "" || strings.Join(got.Rules, ",") != "allow-all" {
+				t.Errorf("the call: %s by %v (error %q), want allow by allow-all", got.Verdict, got.Rules, got.Error)
+			}
+		})
+	}
+}
+
+// TestCedarSuccessorMapping checks context.successor and
+// context.formation.successor: present exactly with a successor, shaped as
+// documented, and the same in the call's request as in the substitute one.
+func TestCedarSuccessorMapping(t *testing.T) {
+	m := githubManifest(t)
+	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, req, err := cedarRequest(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := req.Context.Get("successor"); ok {
+		t.Errorf("context.successor without a successor")
+	}
+	in := githubInput(t, m, call{tool: "get_repository", successor: &successor{effects: map[string]any{"visibility": "private", "n": 2}}})
+	if doc, err = NewDocument(in); err != nil {
+		t.Fatal(err)
+	}
+	_, req, err = cedarRequest(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(path ...cedar.String) cedar.Value {
+		t.Helper()
+		var v cedar.Value = req.Context
+		for _, k := range path {
+			r, ok := v.(cedar.Record)
+			if !ok {
+				t.Fatalf("%v: not a record at %s", path, k)
+			}
+			if v, ok = r.Get(k); !ok {
+				t.Fatalf("context lacks %v", path)
+			}
+		}
+		return v
+	}
+	effects := cedar.NewRecord(cedar.RecordMap{"visibility": cedar.String("private"), "n": cedar.Long(2)})
+	want := []struct {
+		path []cedar.String
+		v    cedar.Value
+	}{
+		{[]cedar.String{"successor", "epoch", "id"}, cedar.String(in.Successor.Epoch.ID)},
+		{[]cedar.String{"successor", "epoch", "server"}, cedar.String("github")},
+		{[]cedar.String{"successor", "epoch", "release"}, cedar.String("v1.3.0")},
+		{[]cedar.String{"successor", "epoch", "pool"}, cedar.String("github-v1-3")},
+		{[]cedar.String{"successor", "epoch", "state"}, cedar.String("ACTIVE")},
+		{[]cedar.String{"successor", "epoch", "artifactPinned"}, cedar.True},
+		{[]cedar.String{"successor", "epoch", "configDigest"}, cedar.String(in.Successor.Epoch.ConfigDigest)},
+		{[]cedar.String{"successor", "certificate", "id"}, cedar.String(successorCertID)},
+		{[]cedar.String{"successor", "certificate", "issuer"}, cedar.String(successorIssuer)},
+		{[]cedar.String{"successor", "certificate", "source"}, cedar.String(in.Formation.Source.Epoch)},
+		{[]cedar.String{"successor", "certificate", "target"}, cedar.String(in.Successor.Epoch.ID)},
+		{[]cedar.String{"successor", "certificate", "tool"}, cedar.String("create_repository")},
+		{[]cedar.String{"successor", "certificate", "effects"}, effects},
+		{[]cedar.String{"successor", "certificate", "profile", "id"}, cedar.String("github-create-repository/1")},
+		{[]cedar.String{"successor", "certificate", "profile", "digest"}, cedar.String(in.Successor.Certificate.Profile.Digest)},
+		{[]cedar.String{"successor", "certificate", "expiresAt"}, cedar.String("2027-11-30T00:00:00Z")},
+		{[]cedar.String{"formation", "hasSuccessor"}, cedar.True},
+		{[]cedar.String{"formation", "successor", "epoch"}, cedar.String(in.Successor.Epoch.ID)},
+		{[]cedar.String{"formation", "successor", "artifactPinned"}, cedar.True},
+		{[]cedar.String{"formation", "successor", "certificate"}, cedar.String(successorCertID)},
+		{[]cedar.String{"formation", "successor", "issuer"}, cedar.String(successorIssuer)},
+		{[]cedar.String{"formation", "successor", "effects"}, effects},
+	}
+	for _, w := range want {
+		if got := at(w.path...); !got.Equal(w.v) {
+			t.Errorf("context.%v = %v, want %v", w.path, got, w.v)
+		}
+	}
+}

@@ -204,11 +204,8 @@ when {
 			"source pool":       func(_ *call, in *Input) { in.Formation.Source.Pool = "github-v1-3" },
 			"tool":              func(c *call, _ *Input) { c.tool, c.effects = "create_repository", manifest.SideEffectDelete },
 			"requires":          func(c *call, _ *Input) { c.requires = []string{"list_repositories"} },
-			"successor": func(_ *call, in *Input) {
-				s := in.Formation.Source
-				in.Formation.Successor = &lease.Successor{Target: s}
-			},
-			"side effects": func(c *call, _ *Input) { c.effects = manifest.SideEffectWrite },
+			"successor":         func(c *call, _ *Input) { c.successor = &successor{} },
+			"side effects":      func(c *call, _ *Input) { c.effects = manifest.SideEffectWrite },
 		}
 		for name, flip := range flips {
 			t.Run(name, func(t *testing.T) {
@@ -219,6 +216,107 @@ when {
 				got := decide(t, e, in)
 				if got.Verdict != lease.VerdictDeny || got.Error != "" {
 					t.Errorf("flipping %s: got %s (error %q), want a plain deny", name, got.Verdict, got.Error)
+				}
+			})
+		}
+	})
+
+	t.Run("a successor is refused by its own rules, never the call", func(t *testing.T) {
+		e := build(t, fixture{
+			rego: allowAllRego + `
+deny_successor contains {"rule": "no-public", "reason": "public"} if input.successor.certificate.effects.visibility == "public"
+
+deny_successor contains {"rule": "no-unpinned", "reason": "unpinned"} if {
+	input.successor
+	not input.successor.epoch.artifactPinned
+}
+
+# Elements without a successor are never an answer on one.
+deny_successor contains {"rule": "never-without", "reason": "r"} if not input.successor
+
+# Every documented successor fact reaches the policy.
+deny_successor contains {"rule": "facts", "reason": "a successor fact is missing"} if {
+	input.successor
+	not successor_facts
+}
+
+successor_facts if {
+	s := input.successor
+	f := input.formation.successor
+	s.epoch.id == f.epoch
+	s.epoch.server == "github"
+	s.epoch.release == "v1.3.0"
+	s.epoch.pool == "github-v1-3"
+	f.pool == "github-v1-3"
+	s.epoch.state == "ACTIVE"
+	s.epoch.configDigest == f.configDigest
+	s.certificate.id == "cert-github-v1-4-to-v1-3"
+	f.certificate == s.certificate.id
+	s.certificate.issuer == "compat-1"
+	f.issuer == "compat-1"
+	s.certificate.tool == "create_repository"
+	s.certificate.source == input.formation.source.epoch
+	s.certificate.target == s.epoch.id
+	s.certificate.profile.id == "github-create-repository/1"
+	startswith(s.certificate.profile.digest, "sha256:")
+	s.certificate.expiresAt == "2027-11-30T00:00:00Z"
+	f.effects == s.certificate.effects
+}`,
+			cedar: allowAllCedar + `
+@id("no-public") @reason("public") forbid (principal, action == Action::"substitute", resource)
+when { context.successor.certificate.effects has visibility && context.successor.certificate.effects.visibility == "public" };
+
+@id("no-unpinned") @reason("unpinned") forbid (principal, action == Action::"substitute", resource)
+unless { context.successor.epoch.artifactPinned };
+
+@id("facts") @reason("a successor fact is missing") forbid (principal, action == Action::"substitute", resource)
+unless {
+	context.successor.epoch.id == context.formation.successor.epoch &&
+	context.successor.epoch.server == "github" &&
+	context.successor.epoch.release == "v1.3.0" &&
+	context.successor.epoch.pool == "github-v1-3" &&
+	context.formation.successor.pool == "github-v1-3" &&
+	context.successor.epoch.state == "ACTIVE" &&
+	context.successor.epoch.configDigest == context.formation.successor.configDigest &&
+	context.successor.certificate.id == "cert-github-v1-4-to-v1-3" &&
+	context.formation.successor.certificate == context.successor.certificate.id &&
+	context.successor.certificate.issuer == "compat-1" &&
+	context.formation.successor.issuer == "compat-1" &&
+	context.successor.certificate.tool == "create_repository" &&
+	context.successor.certificate.source == context.formation.source.epoch &&
+	context.successor.certificate.target == context.successor.epoch.id &&
+	context.successor.certificate.profile.id == "github-create-repository/1" &&
+	context.successor.certificate.profile.digest like "sha256:*" &&
+	context.successor.certificate.expiresAt == "2027-11-30T00:00:00Z" &&
+	context.formation.successor.effects == context.successor.certificate.effects
+};`,
+		})
+		public := map[string]any{"visibility": "public"}
+		tests := []struct {
+			note      string
+			successor *successor
+			want      *lease.SuccessorVerdict
+		}{
+			{note: "no successor: no answer, whatever deny_successor holds"},
+			{
+				note: "a successor no rule refuses is allowed", successor: &successor{},
+				want: &lease.SuccessorVerdict{Verdict: lease.VerdictAllow, Rules: []string{}, Reasons: []string{}},
+			},
+			{
+				note: "one refusal", successor: &successor{effects: public},
+				want: &lease.SuccessorVerdict{Verdict: lease.VerdictDeny, Rules: []string{"no-public"}, Reasons: []string{"public"}},
+			},
+			{
+				note: "two refusals, sorted", successor: &successor{effects: public, unpinned: true},
+				want: &lease.SuccessorVerdict{Verdict: lease.VerdictDeny, Rules: []string{"no-public", "no-unpinned"}, Reasons: []string{"public", "unpinned"}},
+			},
+		}
+		for _, tc := range tests {
+			t.Run(tc.note, func(t *testing.T) {
+				got := decide(t, e, githubInput(t, m, call{tool: "get_repository", successor: tc.successor}))
+				check(t, got, want{verdict: lease.VerdictAllow, rules: []string{"allow-all"}, reasons: []string{"everything is allowed"}})
+				if !reflect.DeepEqual(got.Successor, tc.want) {
+					t.Errorf("successor = %+v, want %+v", got.Successor, tc.want)
 				}
 			})
 		}

@@ -2,9 +2,11 @@
 // v1 Go API with prepared queries, and Cedar through cedar-go, over one
 // documented [Input]. Decisions combine deny-overrides: any engine's deny,
 // any evaluation error, an undefined Rego result or a Cedar diagnostic
-// error denies. A loaded policy set is immutable and swapped atomically on
-// reload; a set that fails to parse, compile or pass its own tests never
-// replaces the working one.
+// error denies. Both engines also answer on a call's candidate successor
+// (Rego deny_successor, a Cedar forbid of Action::"substitute"); refusing
+// it never changes the verdict on the call. A loaded policy set is
+// immutable and swapped atomically on reload; a set that fails to parse,
+// compile or pass its own tests never replaces the working one.
 //
 // The pieces, from the bottom up:
 //

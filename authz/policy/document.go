@@ -27,14 +27,18 @@ type Document struct {
 // NewDocument converts in. It fails with [ErrInvalidInput] when the input
 // does not encode as JSON (invalid raw arguments, duplicate members,
 // invalid UTF-8) or contradicts itself (the formation's side effects
-// differ from the descriptor's): a decision over ambiguous or inconsistent
-// facts must not allow anything.
+// differ from the descriptor's; successor and formation.successor are not
+// both present or both absent, or name different epochs or certificates):
+// a decision over ambiguous or inconsistent facts must not allow anything.
 func NewDocument(in *Input) (*Document, error) {
 	if in == nil {
 		return nil, fmt.Errorf("%w: nil input", ErrInvalidInput)
 	}
 	if fm, tm := in.Formation.Metadata.SideEffects, in.Tool.SideEffects; fm != "" && tm != "" && fm != tm {
 		return nil, fmt.Errorf("%w: formation side effects %q differ from the descriptor's %q", ErrInvalidInput, fm, tm)
+	}
+	if err := consistentSuccessor(in); err != nil {
+		return nil, err
 	}
 	raw, err := json.Marshal(in)
 	if err != nil {
@@ -45,6 +49,26 @@ func NewDocument(in *Input) (*Document, error) {
 		return nil, fmt.Errorf("%w: decode: %w", ErrInvalidInput, err)
 	}
 	return &Document{in: in, value: v}, nil
+}
+
+// consistentSuccessor checks that the successor member describes exactly
+// the successor the formation record names: a policy must not approve one
+// candidate while the record carries another.
+func consistentSuccessor(in *Input) error {
+	s, fs := in.Successor, in.Formation.Successor
+	switch {
+	case s == nil && fs == nil:
+		return nil
+	case s == nil:
+		return fmt.Errorf("%w: formation.successor is set but successor is absent", ErrInvalidInput)
+	case fs == nil:
+		return fmt.Errorf("%w: successor is set but formation.successor is absent", ErrInvalidInput)
+	case s.Epoch.ID != fs.Epoch:
+		return fmt.Errorf("%w: successor epoch %q differs from formation.successor's %q", ErrInvalidInput, s.Epoch.ID, fs.Epoch)
+	case s.Certificate.ID != fs.Certificate:
+		return fmt.Errorf("%w: successor certificate %q differs from formation.successor's %q", ErrInvalidInput, s.Certificate.ID, fs.Certificate)
+	}
+	return nil
 }
 
 // Input returns the input the document was made from. Callers must not

@@ -19,6 +19,7 @@ func TestDocumentMatchesOPAConversion(t *testing.T) {
 	inputs := []*Input{
 		githubInput(t, m, call{tool: "create_repository", args: `{"name":"x","n":1.5,"big":12345678901234567890,"e":1e3,"s":"\u00e9\ud83d\ude00","nested":{"a":[1,null,{"b":false}]}}`}),
 		githubInput(t, m, call{tool: "delete_repository", admin: true, unpinned: true, completed: []string{"github/get_repository"}}),
+		githubInput(t, m, call{tool: "create_repository", successor: &successor{effects: map[string]any{"visibility": "private", "r": 0.5}}}),
 		{},
 	}
 	for i, in := range inputs {
@@ -53,10 +54,17 @@ func TestNewDocumentRefuses(t *testing.T) {
 		{"duplicate argument members", func(in *Input) { in.Formation.Arguments = []byte(`{"a":1,"a":2}`) }},
 		{"invalid arguments", func(in *Input) { in.Formation.Arguments = []byte(`{"a":`) }},
 		{"side effects disagree", func(in *Input) { in.Tool.SideEffects = "delete" }},
+		{"successor without formation.successor", func(in *Input) { in.Formation.Successor = nil }},
+		{"formation.successor without successor", func(in *Input) { in.Successor = nil }},
+		{"successor epochs disagree", func(in *Input) { in.Formation.Successor.Epoch = in.Formation.Source.Epoch }},
+		{"successor certificates disagree", func(in *Input) { in.Formation.Successor.Certificate = "cert-other" }},
+	}
+	if _, err := NewDocument(githubInput(t, m, call{tool: "get_repository", successor: &successor{}})); err != nil {
+		t.Fatalf("a consistent input with a successor: %v", err)
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			in := githubInput(t, m, call{tool: "get_repository"})
+			in := githubInput(t, m, call{tool: "get_repository", successor: &successor{}})
 			tc.edit(in)
 			if _, err := NewDocument(in); !errors.Is(err, ErrInvalidInput) {
 				t.Fatalf("NewDocument = %v, want ErrInvalidInput", err)

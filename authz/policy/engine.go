@@ -25,6 +25,9 @@ type Engine interface {
 	// Name is EngineRego or EngineCedar.
 	Name() string
 	// Decide evaluates the policies over one prepared input document.
+	// When the input has a candidate successor, the decision's Successor
+	// is the engine's answer on it (a refusal never changes the verdict on
+	// the call itself); without one it is nil.
 	Decide(ctx context.Context, doc *Document) lease.EngineDecision
 }
 
@@ -35,6 +38,43 @@ func errorDecision(engine string, err error) lease.EngineDecision {
 		Engine: engine, Verdict: lease.VerdictDeny,
 		Rules: []string{}, Reasons: []string{}, Error: err.Error(),
 	}
+}
+
+// failed is the fail-closed answer of an engine that could not evaluate
+// doc: errorDecision, and, when doc has a candidate successor, a refusal of
+// it carrying the same error (an engine that could not decide has not
+// allowed the successor either).
+func failed(engine string, doc *Document, err error) lease.EngineDecision {
+	d := errorDecision(engine, err)
+	if doc != nil && doc.in.Successor != nil {
+		d.Successor = successorError(err)
+	}
+	return d
+}
+
+// successorError is the fail-closed answer on a candidate successor whose
+// evaluation failed.
+func successorError(err error) *lease.SuccessorVerdict {
+	return &lease.SuccessorVerdict{
+		Verdict: lease.VerdictDeny, Rules: []string{}, Reasons: []string{}, Error: err.Error(),
+	}
+}
+
+// successorVerdict is the answer on a candidate successor from the merged
+// findings that refuse it: deny naming them, or allow with none.
+func successorVerdict(fs []finding) *lease.SuccessorVerdict {
+	v := &lease.SuccessorVerdict{
+		Verdict: lease.VerdictAllow,
+		Rules:   make([]string, 0, len(fs)), Reasons: make([]string, 0, len(fs)),
+	}
+	if len(fs) > 0 {
+		v.Verdict = lease.VerdictDeny
+	}
+	for _, f := range fs {
+		v.Rules = append(v.Rules, f.rule)
+		v.Reasons = append(v.Reasons, f.reason)
+	}
+	return v
 }
 
 // finding is one deciding rule with its reason.

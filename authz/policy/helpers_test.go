@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,13 @@ import (
 // is built from.
 func githubManifest(t testing.TB) *manifest.Manifest {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "github", "manifest-v1.4.json"))
+	return githubExample(t, "manifest-v1.4.json")
+}
+
+// githubExample decodes a manifest of examples/github.
+func githubExample(t testing.TB, name string) *manifest.Manifest {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "github", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +34,36 @@ func githubManifest(t testing.TB) *manifest.Manifest {
 	}
 	return m
 }
+
+// githubCertificate decodes the example certificate from v1.4 to v1.3.
+func githubCertificate(t testing.TB) *manifest.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "github", "certificate-v1.4-to-v1.3.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := manifest.DecodeCertificate(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// successor describes a candidate successor of a call: the github
+// example's v1.3 epoch under the example certificate, as the formation use
+// case captures it (formation.successor) and describes it (successor).
+type successor struct {
+	// unpinned drops the digest of the target's artifact.
+	unpinned bool
+	// effects, when set, replaces the certificate's modeled effects.
+	effects map[string]any
+}
+
+// Certificate id and issuer of the example successor.
+const (
+	successorCertID = "cert-github-v1-4-to-v1-3"
+	successorIssuer = "compat-1"
+)
 
 // call describes one formed call against the github example.
 type call struct {
@@ -44,6 +81,8 @@ type call struct {
 	unpinned            bool
 	state               lease.State
 	args                string
+	// successor, when set, gives the call a candidate successor.
+	successor *successor
 }
 
 // githubInput builds the Input authz builds for c: the descriptor through
@@ -120,6 +159,10 @@ func githubInput(t testing.TB, m *manifest.Manifest, c call) *Input {
 		},
 		CreatedAt: created, ExpiresAt: created.Add(15 * time.Minute),
 	}
+	var succ *SuccessorInput
+	if c.successor != nil {
+		rec.Successor, succ = githubSuccessor(t, ep.ID, *c.successor)
+	}
 	digest, err := rec.Digest()
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +179,43 @@ func githubInput(t testing.TB, m *manifest.Manifest, c call) *Input {
 		Tool:      NewToolInput(mc.Server.Name, &desc),
 		Epoch:     NewEpochInput(ep),
 		Session:   lease.SessionHistory{Session: "sess-1", Completed: completed, Admitted: admitted},
+		Successor: succ,
+	}
+}
+
+// githubSuccessor builds the record's successor and the policy input's
+// successor member for a call formed on the epoch source.
+func githubSuccessor(t testing.TB, source string, s successor) (*lease.Successor, *SuccessorInput) {
+	t.Helper()
+	mt := githubExample(t, "manifest-v1.3.json")
+	if s.unpinned {
+		mt.Artifact.Digest = ""
+	}
+	id, err := mt.EpochID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &lease.Epoch{
+		ID: id, Server: mt.Server.Name, Release: mt.Server.Release, Pool: mt.Pool,
+		Artifact: mt.Artifact, ConfigDigest: mt.Config.Digest, SignerKeyID: "registrar-1",
+		State: lease.StateActive, Manifest: mt,
+	}
+	cert := githubCertificate(t)
+	cert.Source, cert.Target = source, id
+	if s.effects != nil {
+		cert.Effects = s.effects
+	}
+	rec := &lease.Successor{
+		Target: lease.Target{
+			Epoch: target.ID, Server: target.Server, Release: target.Release, Pool: target.Pool,
+			Artifact: target.Artifact, ConfigDigest: target.ConfigDigest,
+		},
+		Certificate: successorCertID, Issuer: successorIssuer, Effects: maps.Clone(cert.Effects),
+		Profile: cert.Profile, ExpiresAt: cert.ExpiresAt,
+	}
+	return rec, &SuccessorInput{
+		Epoch:       NewEpochInput(target),
+		Certificate: CertificateInput{ID: successorCertID, Issuer: successorIssuer, Certificate: *cert},
 	}
 }
 

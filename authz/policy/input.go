@@ -27,8 +27,10 @@ type Input struct {
 	Session lease.SessionHistory `json:"session"`
 	// Successor describes the candidate successor (formation.successor)
 	// in full: the target epoch and the certificate that covers the call.
-	// Present exactly when formation.successor is; policies refuse it with
-	// Rego deny_successor or a Cedar forbid on Action::"substitute".
+	// Present exactly when formation.successor is, naming the same epoch
+	// and certificate ([NewDocument] refuses an input where they disagree);
+	// policies refuse it with Rego deny_successor or a Cedar forbid on
+	// Action::"substitute".
 	Successor *SuccessorInput `json:"successor,omitempty"`
 }
 

@@ -150,6 +150,18 @@ func TestDefaultCasesAgreeAcrossEngines(t *testing.T) {
 			if r.Verdict == lease.VerdictAllow && !reflect.DeepEqual(r.Reasons, ce.Reasons) {
 				t.Errorf("allow reasons differ: rego %q, cedar %q", r.Reasons, ce.Reasons)
 			}
+			// Both answer on a successor exactly when the input has one.
+			// On an allowed call they must agree on it too; on a denied
+			// one a Cedar forbid with an unconstrained action refuses it
+			// as well, which Rego's separate deny_successor does not.
+			if (r.Successor == nil) != (ce.Successor == nil) || (r.Successor == nil) != (in.Successor == nil) {
+				t.Fatalf("successor answers: rego %+v, cedar %+v, input successor %v", r.Successor, ce.Successor, in.Successor != nil)
+			}
+			if r.Successor != nil && r.Verdict == lease.VerdictAllow &&
+				(r.Successor.Verdict != ce.Successor.Verdict || !reflect.DeepEqual(r.Successor.Rules, ce.Successor.Rules)) {
+				t.Errorf("engines disagree on the successor: rego %s %v, cedar %s %v",
+					r.Successor.Verdict, r.Successor.Rules, ce.Successor.Verdict, ce.Successor.Rules)
+			}
 		})
 	}
 }

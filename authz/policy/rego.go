@@ -18,15 +18,18 @@ import (
 )
 
 // RegoPackage is the package every Rego policy of a set contributes to.
-// Its partial sets allow, deny and approvals are the whole contract
-// between fcd and an operator's Rego (see policies/README.md).
+// Its partial sets allow, deny, approvals and deny_successor are the whole
+// contract between fcd and an operator's Rego (see policies/README.md).
 const RegoPackage = "fcd.authz"
 
-// The three partial sets of the Rego contract.
+// The partial sets of the Rego contract. deny_successor refuses the
+// candidate successor (input.successor) without touching the verdict on
+// the call.
 const (
-	regoAllow     = "allow"
-	regoDeny      = "deny"
-	regoApprovals = "approvals"
+	regoAllow         = "allow"
+	regoDeny          = "deny"
+	regoApprovals     = "approvals"
+	regoDenySuccessor = "deny_successor"
 )
 
 // ruleDefaultDeny names the finding of an engine that denied because no
@@ -74,12 +77,17 @@ func parseRego(files map[string][]byte) (map[string]*ast.Module, error) {
 	return mods, nil
 }
 
-// RegoEngine evaluates Rego policies of package [RegoPackage] through one
-// OPA query prepared when the engine is built. It is immutable and safe for
-// concurrent use.
+// RegoEngine evaluates Rego policies of package [RegoPackage] through OPA
+// queries prepared when the engine is built, one evaluation per decision.
+// It is immutable and safe for concurrent use.
 type RegoEngine struct {
+	// query binds allow, deny and approvals: it decides inputs without a
+	// successor, which so pay nothing for deny_successor.
 	query rego.PreparedEvalQuery
-	// defined tells which of allow, deny and approvals the policies define;
+	// successorQuery binds deny_successor too, in the same evaluation: it
+	// decides inputs with a candidate successor.
+	successorQuery rego.PreparedEvalQuery
+	// defined tells which of the contract's sets the policies define;
 	// Load refuses a set whose Rego defines no allow rule.
 	defined map[string]bool
 }
@@ -100,8 +108,10 @@ func NewRegoEngine(ctx context.Context, files map[string][]byte) (*RegoEngine, e
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, c.Errors)
 	}
 	e := &RegoEngine{defined: map[string]bool{}}
-	bindings := make([]string, 0, 3)
-	for _, set := range []string{regoAllow, regoDeny, regoApprovals} {
+	// deny_successor is bound last, so the query without it is a prefix.
+	sets := []string{regoAllow, regoDeny, regoApprovals, regoDenySuccessor}
+	bindings := make([]string, 0, len(sets))
+	for _, set := range sets {
 		ref := ast.MustParseRef("data." + RegoPackage + "." + set)
 		rules := c.GetRulesExact(ref)
 		for _, r := range rules {
@@ -115,24 +125,34 @@ func NewRegoEngine(ctx context.Context, files map[string][]byte) (*RegoEngine, e
 			bindings = append(bindings, set+" := "+ref.String())
 			continue
 		}
-		// An undefined deny or approvals set is empty; an undefined allow
-		// set leaves the query undefined, which denies.
+		// An undefined deny, approvals or deny_successor set is empty; an
+		// undefined allow set leaves the query undefined, which denies.
 		if set == regoAllow {
 			bindings = append(bindings, set+" := "+ref.String())
 		} else {
 			bindings = append(bindings, set+" := set()")
 		}
 	}
-	r := rego.New(
-		rego.Query(strings.Join(bindings, "; ")),
-		rego.Compiler(c),
-		rego.Store(inmem.New()),
-		rego.Strict(true),
-		rego.StrictBuiltinErrors(true),
-		rego.SetRegoVersion(ast.RegoV1),
-	)
-	if e.query, err = r.PrepareForEval(ctx); err != nil {
-		return nil, fmt.Errorf("%w: prepare: %w", ErrInvalidPolicy, err)
+	prepare := func(bindings []string) (rego.PreparedEvalQuery, error) {
+		r := rego.New(
+			rego.Query(strings.Join(bindings, "; ")),
+			rego.Compiler(c),
+			rego.Store(inmem.New()),
+			rego.Strict(true),
+			rego.StrictBuiltinErrors(true),
+			rego.SetRegoVersion(ast.RegoV1),
+		)
+		q, err := r.PrepareForEval(ctx)
+		if err != nil {
+			return q, fmt.Errorf("%w: prepare: %w", ErrInvalidPolicy, err)
+		}
+		return q, nil
+	}
+	if e.query, err = prepare(bindings[:len(bindings)-1]); err != nil {
+		return nil, err
+	}
+	if e.successorQuery, err = prepare(bindings); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -140,53 +160,74 @@ func NewRegoEngine(ctx context.Context, files map[string][]byte) (*RegoEngine, e
 // Name returns EngineRego.
 func (e *RegoEngine) Name() string { return EngineRego }
 
-// Decide evaluates the prepared query with doc as input. Deny elements
+// Decide evaluates one prepared query with doc as input. Deny elements
 // override allow elements; without an allow element the call is denied;
-// the approval obligation is the largest approvals count.
+// the approval obligation is the largest approvals count. When the input
+// has a candidate successor, deny_successor is evaluated in the same
+// query and any element refuses the successor; the verdict on the call
+// does not depend on it. Any evaluation error or malformed element, in
+// deny_successor too, fails the whole decision closed. Without a
+// successor deny_successor is not evaluated at all.
 func (e *RegoEngine) Decide(ctx context.Context, doc *Document) lease.EngineDecision {
 	// OPA only notices cancellation while a long evaluation runs; a caller
 	// that has given up must never get an allow.
 	if err := ctx.Err(); err != nil {
-		return errorDecision(EngineRego, err)
+		return failed(EngineRego, doc, err)
 	}
 	if doc == nil {
-		return errorDecision(EngineRego, ErrInvalidInput)
+		return failed(EngineRego, doc, ErrInvalidInput)
 	}
-	rs, err := e.query.Eval(ctx, rego.EvalParsedInput(doc.value), rego.EvalMetrics(metrics.NoOp()))
+	q := &e.query
+	if doc.in.Successor != nil {
+		q = &e.successorQuery
+	}
+	rs, err := q.Eval(ctx, rego.EvalParsedInput(doc.value), rego.EvalMetrics(metrics.NoOp()))
 	if err != nil {
-		return errorDecision(EngineRego, fmt.Errorf("evaluation: %w", err))
+		return failed(EngineRego, doc, fmt.Errorf("evaluation: %w", err))
 	}
 	if len(rs) != 1 {
-		return errorDecision(EngineRego, fmt.Errorf("undefined result: package %s defines no allow set", RegoPackage))
+		return failed(EngineRego, doc, fmt.Errorf("undefined result: package %s defines no allow set", RegoPackage))
 	}
 	b := rs[0].Bindings
 	deny, err := regoFindings(b[regoDeny], regoDeny, false)
 	if err != nil {
-		return errorDecision(EngineRego, err)
+		return failed(EngineRego, doc, err)
 	}
 	allow, err := regoFindings(b[regoAllow], regoAllow, false)
 	if err != nil {
-		return errorDecision(EngineRego, err)
+		return failed(EngineRego, doc, err)
 	}
 	obligations, err := regoFindings(b[regoApprovals], regoApprovals, true)
 	if err != nil {
-		return errorDecision(EngineRego, err)
+		return failed(EngineRego, doc, err)
 	}
+	var refusals []regoElement
+	if doc.in.Successor != nil {
+		if refusals, err = regoFindings(b[regoDenySuccessor], regoDenySuccessor, false); err != nil {
+			return failed(EngineRego, doc, err)
+		}
+	}
+	var d lease.EngineDecision
 	switch {
 	case len(deny) > 0:
-		return decision(EngineRego, lease.VerdictDeny, 0, mergeFindings(findingsOf(deny)))
+		d = decision(EngineRego, lease.VerdictDeny, 0, mergeFindings(findingsOf(deny)))
 	case len(allow) == 0:
-		return decision(EngineRego, lease.VerdictDeny, 0,
+		d = decision(EngineRego, lease.VerdictDeny, 0,
 			[]finding{{ruleDefaultDeny, "no allow rule of package " + RegoPackage + " matched"}})
+	default:
+		n := 0
+		for _, o := range obligations {
+			n = max(n, o.count)
+		}
+		d = decision(EngineRego, lease.VerdictAllow, n, mergeFindings(append(findingsOf(allow), findingsOf(obligations)...)))
 	}
-	n := 0
-	for _, o := range obligations {
-		n = max(n, o.count)
+	if doc.in.Successor != nil {
+		d.Successor = successorVerdict(mergeFindings(findingsOf(refusals)))
 	}
-	return decision(EngineRego, lease.VerdictAllow, n, mergeFindings(append(findingsOf(allow), findingsOf(obligations)...)))
+	return d
 }
 
-// regoElement is one element of allow, deny or approvals.
+// regoElement is one element of allow, deny, approvals or deny_successor.
 type regoElement struct {
 	finding
 	count int

@@ -138,6 +138,7 @@ func TestRegoRejectedAtBuild(t *testing.T) {
 		{"Rego v0 syntax", "package fcd.authz\nallow[x] { x := {\"rule\": \"r\"} }", "rego_parse_error"},
 		{"allow as a boolean rule", "package fcd.authz\nallow if true", "partial set rule"},
 		{"deny as a complete rule", "package fcd.authz\nallow contains {\"rule\": \"r\"}\ndeny := {{\"rule\": \"d\"}}", "partial set rule"},
+		{"deny_successor as a complete rule", "package fcd.authz\nallow contains {\"rule\": \"r\"}\ndeny_successor := {{\"rule\": \"d\"}}", "partial set rule"},
 		{"strict: unused local variable", "package fcd.authz\nallow contains {\"rule\": \"r\"} if { x := 1 }", "rego_compile_error"},
 		{"network builtin", "package fcd.authz\nallow contains {\"rule\": \"r\"} if http.send({\"method\": \"get\", \"url\": \"http://x\"}).status_code == 200", "http.send"},
 		{"environment builtin", "package fcd.authz\nallow contains {\"rule\": opa.runtime().env.HOME}", "opa.runtime"},
@@ -172,6 +173,96 @@ func TestRegoReasonsMergePerRule(t *testing.T) {
 	for _, tool := range []string{"github/a", "github/b"} {
 		if !strings.Contains(got.Reasons[0], "requires "+tool) {
 			t.Errorf("reason %q does not name %s", got.Reasons[0], tool)
+		}
+	}
+}
+
+// TestRegoSuccessorFailsClosed: when the engine cannot decide, an input's
+// candidate successor is refused with the error recorded, whatever part of
+// the query failed; the call is denied as without a successor.
+func TestRegoSuccessorFailsClosed(t *testing.T) {
+	m := githubManifest(t)
+	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository", successor: &successor{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		note    string
+		ctx     context.Context
+		src     string
+		errPart string
+	}{
+		{
+			note: "malformed deny_successor element",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+deny_successor contains {"reason": "x"} if input.successor`,
+			errPart: "malformed deny_successor",
+		},
+		{
+			note: "deny_successor element is not an object",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+deny_successor contains "no"`,
+			errPart: "malformed deny_successor",
+		},
+		{
+			note: "evaluation error in deny_successor",
+			src: `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+deny_successor contains {"rule": "boom"} if 1 / count(input.session.completed) > 0`,
+			errPart: "divide by zero",
+		},
+		{
+			note:    "undefined result",
+			src:     "package other.authz\nallow contains {\"rule\": \"r\"}",
+			errPart: "undefined",
+		},
+		{
+			note:    "cancelled context",
+			ctx:     cancelled,
+			src:     "package fcd.authz\nallow contains {\"rule\": \"r\"}",
+			errPart: "canceled",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			got := regoEngine(t, tc.src).Decide(ctx, doc)
+			if got.Verdict != lease.VerdictDeny || !strings.Contains(got.Error, tc.errPart) {
+				t.Errorf("got %s (error %q), want a deny with an error mentioning %q", got.Verdict, got.Error, tc.errPart)
+			}
+			gs := got.Successor
+			if gs == nil || gs.Verdict != lease.VerdictDeny || gs.Error != got.Error || gs.Rules == nil || gs.Reasons == nil {
+				t.Errorf("successor = %+v, want a deny with the engine's error", gs)
+			}
+		})
+	}
+}
+
+// TestRegoDenySuccessorOnlyWithSuccessor: without a candidate successor
+// deny_successor is not evaluated, so neither its elements nor its errors
+// reach the decision of a call that has none.
+func TestRegoDenySuccessorOnlyWithSuccessor(t *testing.T) {
+	m := githubManifest(t)
+	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range []string{
+		`deny_successor contains {"rule": "always", "reason": "x"}`,
+		`deny_successor contains {"reason": "no rule"}`,
+		`deny_successor contains {"rule": "boom"} if 1 / count(input.session.completed) > 0`,
+	} {
+		src := "package fcd.authz\n" + allowAllRego + rule
+		got := regoEngine(t, src).Decide(context.Background(), doc)
+		if got.Verdict != lease.VerdictAllow || got.Error != "" || got.Successor != nil {
+			t.Errorf("%s: got %s (error %q, successor %+v), want allow and no answer on a successor", rule, got.Verdict, got.Error, got.Successor)
 		}
 	}
 }

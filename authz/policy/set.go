@@ -169,11 +169,20 @@ func (s *Set) WithClock(now func() time.Time) *Set {
 // engines' (zero when denied: a deny carries no obligation). It never
 // fails; an input that cannot be converted denies with the error recorded
 // on every engine. A nil or zero Set (no engines) denies everything.
+//
+// When the formation names a successor, the decision's Successor is the
+// combined answer on it, deny-overrides too: allow only if every engine
+// answered on it and allowed it. A refused successor never changes the
+// verdict on the call: it only means the call has no successor.
 func (s *Set) Decide(ctx context.Context, in *Input) lease.Decision {
+	succ := successorDecision(in)
 	if s == nil || len(s.engines) == 0 {
+		if succ != nil {
+			succ.Verdict = lease.VerdictDeny
+		}
 		return lease.Decision{
 			Verdict: lease.VerdictDeny, Engines: []lease.EngineDecision{},
-			DecidedAt: time.Now().UTC(),
+			Successor: succ, DecidedAt: time.Now().UTC(),
 		}
 	}
 	d := lease.Decision{Verdict: lease.VerdictAllow, PolicyDigest: s.digest, Engines: make([]lease.EngineDecision, len(s.engines))}
@@ -181,6 +190,9 @@ func (s *Set) Decide(ctx context.Context, in *Input) lease.Decision {
 	for i, e := range s.engines {
 		if err != nil {
 			d.Engines[i] = errorDecision(e.Name(), err)
+			if succ != nil {
+				d.Engines[i].Successor = successorError(err)
+			}
 		} else {
 			d.Engines[i] = e.Decide(ctx, doc)
 		}
@@ -189,12 +201,28 @@ func (s *Set) Decide(ctx context.Context, in *Input) lease.Decision {
 			d.Verdict = lease.VerdictDeny
 		}
 		d.Approvals = max(d.Approvals, ed.Approvals)
+		if succ != nil {
+			if es := ed.Successor; es == nil || es.Verdict != lease.VerdictAllow || es.Error != "" {
+				succ.Verdict = lease.VerdictDeny
+			}
+		}
 	}
 	if d.Verdict != lease.VerdictAllow {
 		d.Approvals = 0
 	}
+	d.Successor = succ
 	d.DecidedAt = s.now().UTC()
 	return d
+}
+
+// successorDecision starts the combined answer on the successor the
+// formation names, allowed until an engine refuses it; nil without one.
+func successorDecision(in *Input) *lease.SuccessorDecision {
+	if in == nil || in.Formation.Successor == nil {
+		return nil
+	}
+	fs := in.Formation.Successor
+	return &lease.SuccessorDecision{Certificate: fs.Certificate, Epoch: fs.Epoch, Verdict: lease.VerdictAllow}
 }
 
 // engineFiles returns the names of one engine's source files, sorted.

@@ -264,10 +264,17 @@ type CedarExpect struct {
 	Approvals *int `json:"approvals,omitempty"`
 	// Rules must all be among the deciding policy ids (a subset check).
 	Rules []string `json:"rules,omitempty"`
-	// Error expects an evaluation error (and so a deny). Without it an
-	// evaluation error fails the case even when a deny was expected: a
-	// policy that only denies because it is broken is not tested.
+	// Error expects an evaluation error (and so a deny), of the decision or
+	// of the answer on the successor. Without it an evaluation error fails
+	// the case even when a deny was expected: a policy that only denies
+	// because it is broken is not tested.
 	Error bool `json:"error,omitempty"`
+	// Successor, when set ("allow" or "deny"), is the expected answer on
+	// the input's candidate successor; the input must have one.
+	Successor *lease.Verdict `json:"successor,omitempty"`
+	// SuccessorRules must all be among the policy ids that refused the
+	// successor (a subset check).
+	SuccessorRules []string `json:"successorRules,omitempty"`
 }
 
 func runCedarCases(ctx context.Context, e *CedarEngine, file string, data []byte) ([]TestResult, error) {
@@ -285,6 +292,10 @@ func runCedarCases(ctx context.Context, e *CedarEngine, file string, data []byte
 			return nil, fmt.Errorf("%w: %s: duplicate case name %q", ErrInvalidPolicy, file, c.Name)
 		case c.Expect.Verdict != lease.VerdictAllow && c.Expect.Verdict != lease.VerdictDeny:
 			return nil, fmt.Errorf("%w: %s: case %q: expect.verdict must be \"allow\" or \"deny\"", ErrInvalidPolicy, file, c.Name)
+		case c.Expect.Successor != nil && *c.Expect.Successor != lease.VerdictAllow && *c.Expect.Successor != lease.VerdictDeny:
+			return nil, fmt.Errorf("%w: %s: case %q: expect.successor must be \"allow\" or \"deny\"", ErrInvalidPolicy, file, c.Name)
+		case len(c.Expect.SuccessorRules) > 0 && c.Expect.Successor == nil:
+			return nil, fmt.Errorf("%w: %s: case %q: expect.successorRules needs expect.successor", ErrInvalidPolicy, file, c.Name)
 		}
 		seen[c.Name] = true
 		start := time.Now()
@@ -315,11 +326,28 @@ func checkCedarCase(ctx context.Context, e Engine, c *CedarCase) string {
 // expectationMismatch compares a decision with an expectation.
 func expectationMismatch(want *CedarExpect, got *lease.EngineDecision) string {
 	var problems []string
+	gs := got.Successor
 	switch {
 	case got.Error != "" && !want.Error:
 		return "evaluation error: " + got.Error
-	case got.Error == "" && want.Error:
+	case gs != nil && gs.Error != "" && !want.Error:
+		return "evaluation error on the successor: " + gs.Error
+	case got.Error == "" && (gs == nil || gs.Error == "") && want.Error:
 		problems = append(problems, "want an evaluation error, got none")
+	}
+	switch {
+	case want.Successor == nil:
+	case gs == nil:
+		problems = append(problems, fmt.Sprintf("want successor %s, but the input has no successor", *want.Successor))
+	default:
+		if gs.Verdict != *want.Successor {
+			problems = append(problems, fmt.Sprintf("want successor %s, got %s (by %v: %v)", *want.Successor, gs.Verdict, gs.Rules, gs.Reasons))
+		}
+		for _, r := range want.SuccessorRules {
+			if !slices.Contains(gs.Rules, r) {
+				problems = append(problems, fmt.Sprintf("want rule %q among the rules refusing the successor", r))
+			}
+		}
 	}
 	if got.Verdict != want.Verdict {
 		problems = append(problems, fmt.Sprintf("want %s, got %s", want.Verdict, got.Verdict))
