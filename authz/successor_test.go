@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -27,14 +28,19 @@ type succEnv struct {
 	registry  *authz.Registry
 	issuerKey jwk.Key
 	issuers   *manifest.Verifier
-	set       *policy.Set
+	decider   authz.Decider
 	// epochs maps a release ("v1.4", "v1.3", "v1.2") to its epoch id.
 	epochs map[string]string
 }
 
 func newSuccEnv(t *testing.T) *succEnv {
 	t.Helper()
-	e := newAdmitEnv(t, nil)
+	return newSuccEnvWith(t, defaultSet(t))
+}
+
+func newSuccEnvWith(t *testing.T, decider authz.Decider) *succEnv {
+	t.Helper()
+	e := newAdmitEnv(t, decider)
 	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +53,7 @@ func newSuccEnv(t *testing.T) *succEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &succEnv{admitEnv: e, issuerKey: key, issuers: v, set: defaultSet(t), epochs: map[string]string{"v1.4": e.snapshotEpoch(t)},
+	s := &succEnv{admitEnv: e, issuerKey: key, issuers: v, decider: decider, epochs: map[string]string{"v1.4": e.snapshotEpoch(t)},
 		registry: authz.NewRegistry(e.store, nil, quiet).WithCertificateIssuers(v).WithClock(e.clock.Now)}
 	s.forms = s.formations(v)
 	s.register(t, "v1.3", nil)
@@ -57,7 +63,7 @@ func newSuccEnv(t *testing.T) *succEnv {
 // formations returns a replica of the formations use case trusting the
 // given issuer keys.
 func (s *succEnv) formations(issuers *manifest.Verifier) *authz.Formations {
-	return authz.NewFormations(s.store, s.set, authz.FormationConfig{
+	return authz.NewFormations(s.store, s.decider, authz.FormationConfig{
 		Now: s.clock.Now, Issuer: s.iss, Logger: quiet, Certificates: issuers,
 	})
 }
@@ -272,6 +278,91 @@ func TestSuccessorCapture(t *testing.T) {
 				t.Fatalf("approval bound to %s, record %s", f.Approvals[0].Digest, f.Digest)
 			}
 		})
+	}
+}
+
+// TestPolicyRefusesSuccessor: the default policies refuse a successor
+// whose modeled effect is a public repository. The call keeps its own
+// decision and has no successor; the refusal is recorded; once the source
+// is STALE the call cannot run anywhere.
+func TestPolicyRefusesSuccessor(t *testing.T) {
+	s := newSuccEnv(t)
+	id := s.certify(t, cert{effects: map[string]any{"visibility": "public"}})
+	f := s.create(t, "public-successor", yes)
+	checkRecord(t, f)
+	if f.Successor != nil {
+		t.Fatalf("captured %+v, want the successor refused", f.Successor)
+	}
+	if d := f.Decision.Successor; d == nil || d.Verdict != lease.VerdictDeny || d.Certificate != id || d.Epoch != s.epochs["v1.3"] {
+		t.Fatalf("decision on the successor: %+v", d)
+	}
+	for _, e := range f.Decision.Engines {
+		if e.Successor == nil || e.Successor.Verdict != lease.VerdictDeny || !slices.Contains(e.Successor.Rules, "deny-successor-public") {
+			t.Fatalf("%s on the successor: %+v", e.Engine, e.Successor)
+		}
+	}
+	if !f.Decision.Allowed() || f.ApprovalsRequired != 1 {
+		t.Fatalf("the call's own decision changed: %+v", f.Decision)
+	}
+	s.retire(t, "v1.4")
+	if _, err := s.forms.Admit(context.Background(), f.ID); !errors.Is(err, authz.ErrSourceStale) {
+		t.Fatalf("admission: %v, want ErrSourceStale", err)
+	}
+}
+
+// TestPolicyChangeRefusesSuccessorAtAdmission: a policy set that changed
+// since formation and now refuses the successor takes it away at
+// admission (410); it never adds one.
+func TestPolicyChangeRefusesSuccessorAtAdmission(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rego, cedar string) {
+		t.Helper()
+		for name, body := range map[string]string{"p.rego": rego, "p.cedar": cedar} {
+			if err := writeFileAtomic(dir, name, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	allowRego := "package fcd.authz\n\nallow contains {\"rule\": \"all\", \"reason\": \"all\"}\n"
+	allowCedar := "@id(\"all\")\npermit (principal, action, resource);\n"
+	refuseRego := allowRego + "\ndeny_successor contains {\"rule\": \"no-successors\", \"reason\": \"off\"}\n"
+	refuseCedar := allowCedar + "\n@id(\"no-successors\")\nforbid (principal, action == Action::\"substitute\", resource);\n"
+	write(allowRego, allowCedar)
+	pm, err := policy.NewManager(context.Background(), policy.Source{Dir: dir}, policy.ManagerOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSuccEnvWith(t, pm)
+	ctx := context.Background()
+	s.certify(t, cert{})
+	f := s.create(t, "r", yes)
+	if f.Successor == nil {
+		t.Fatal("no successor captured")
+	}
+	// A call formed under the refusing policy gets none.
+	write(refuseRego, refuseCedar)
+	if err := pm.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g := s.create(t, "g", yes); g.Successor != nil || g.Decision.Successor == nil || g.Decision.Successor.Verdict != lease.VerdictDeny {
+		t.Fatalf("formed under the refusing policy: successor %+v, decision %+v", g.Successor, g.Decision.Successor)
+	}
+	s.retire(t, "v1.4")
+	if _, err := s.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSourceStale) {
+		t.Fatalf("admission under a policy that now refuses the successor: %v, want ErrSourceStale", err)
+	}
+	// The policy allows successors again: the one captured at formation
+	// is used.
+	write(allowRego, allowCedar)
+	if err := pm.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.forms.Admit(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.claims(t, a.Token); c.Epoch != s.epochs["v1.3"] {
+		t.Fatalf("admitted to %s, want the successor", c.Epoch)
 	}
 }
 
