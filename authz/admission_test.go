@@ -26,12 +26,12 @@ type admitEnv struct {
 	iss *authz.TokenIssuer
 }
 
-func newAdmitEnv(t *testing.T, decider authz.Decider) *admitEnv {
+func newAdmitEnv(t testing.TB, decider authz.Decider) *admitEnv {
 	t.Helper()
 	return newAdmitEnvAlg(t, decider, jwa.EdDSA)
 }
 
-func newAdmitEnvAlg(t *testing.T, decider authz.Decider, alg jwa.SignatureAlgorithm) *admitEnv {
+func newAdmitEnvAlg(t testing.TB, decider authz.Decider, alg jwa.SignatureAlgorithm) *admitEnv {
 	t.Helper()
 	e := newEnv(t, nil, nil)
 	key, err := manifest.GenerateKey(alg)
@@ -415,7 +415,7 @@ func TestAdmissionRacesDrain(t *testing.T) {
 	}
 }
 
-func (e *env) snapshotEpoch(t *testing.T) string {
+func (e *env) snapshotEpoch(t testing.TB) string {
 	t.Helper()
 	s, err := e.store.GetSnapshot(context.Background(), e.snapshot)
 	if err != nil {

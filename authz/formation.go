@@ -98,6 +98,7 @@ type Formations struct {
 	log       *slog.Logger
 	issuer    *TokenIssuer
 	issuers   *manifest.Verifier
+	verified  verifiedCache
 	schemas   schemaCache
 	// generations caches pool generations (pool → int64); see generation.
 	generations sync.Map

@@ -53,7 +53,7 @@ type env struct {
 // newEnv registers the example github v1.4 (optionally edited), freezes a
 // snapshot and returns formations decided by the given policy set (the
 // embedded defaults when nil).
-func newEnv(t *testing.T, set *policy.Set, edit func(m *manifest.Manifest)) *env {
+func newEnv(t testing.TB, set *policy.Set, edit func(m *manifest.Manifest)) *env {
 	t.Helper()
 	ctx := context.Background()
 	member := etcdtest.Start(t)
@@ -90,7 +90,7 @@ func newEnv(t *testing.T, set *policy.Set, edit func(m *manifest.Manifest)) *env
 		forms: authz.NewFormations(store, set, authz.FormationConfig{TTL: 15 * time.Minute, Now: c.Now, Logger: quiet})}
 }
 
-func defaultSet(t *testing.T) *policy.Set {
+func defaultSet(t testing.TB) *policy.Set {
 	t.Helper()
 	set, err := policy.Load(context.Background(), policies.FS)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
@@ -73,16 +74,23 @@ func (f *Formations) successorCandidate(ctx context.Context, source *lease.Epoch
 // eligible checks one certificate record for a formation; nil means it
 // does not apply, an error that the store could not answer.
 func (f *Formations) eligible(ctx context.Context, rec *lease.CertificateRecord, source *lease.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
-	sc, why := f.usable(rec, now)
-	if why != "" || sc.Certificate.Source != source.ID || sc.Certificate.Tool != tool {
+	if rec.Revoked || rec.Certificate == nil {
 		return nil, nil
 	}
-	env, err := f.schemas.get("certificate:"+rec.ID, sc.Certificate.Envelope)
+	// The envelope first: most certificates of a tool do not cover most of
+	// its calls, and a compiled envelope is cheap next to verifying a
+	// signature. The stored copy is only a filter here; usable verifies
+	// the signed one and that it is the same certificate (same id).
+	env, err := f.schemas.get("certificate:"+rec.ID, rec.Certificate.Envelope)
 	if err != nil {
 		f.log.Warn("certificate envelope does not compile", "certificate", rec.ID, "err", err)
 		return nil, nil
 	}
 	if manifest.ValidateArguments(env, args) != nil {
+		return nil, nil
+	}
+	sc, why := f.usable(rec, now)
+	if why != "" || sc.Certificate.Source != source.ID || sc.Certificate.Tool != tool {
 		return nil, nil
 	}
 	target, err := f.store.GetEpoch(ctx, sc.Certificate.Target)
@@ -96,14 +104,11 @@ func (f *Formations) eligible(ctx context.Context, rec *lease.CertificateRecord,
 		return nil, nil
 	}
 	td := target.Manifest.Tool(tool)
-	if td == nil {
+	i := slices.IndexFunc(target.Tools, func(t lease.EpochTool) bool { return t.Name == tool })
+	if td == nil || i < 0 {
 		return nil, nil
 	}
-	tdDigest, err := td.Digest()
-	if err != nil {
-		return nil, err
-	}
-	schema, err := f.schemas.get(tdDigest, td.InputSchema)
+	schema, err := f.schemas.get(target.Tools[i].Digest, td.InputSchema)
 	if err != nil || manifest.ValidateArguments(schema, args) != nil {
 		return nil, nil
 	}
@@ -121,9 +126,14 @@ func (f *Formations) usable(rec *lease.CertificateRecord, now time.Time) (*manif
 	if rec.Revoked {
 		return nil, "certificate " + rec.ID + " was revoked"
 	}
-	sc, err := f.issuers.VerifyCertificate([]byte(rec.JWS))
-	if err != nil || sc.ID != rec.ID {
-		return nil, "certificate " + rec.ID + " no longer verifies against the issuer keys"
+	sc, ok := f.verified.get(rec)
+	if !ok {
+		var err error
+		sc, err = f.issuers.VerifyCertificate([]byte(rec.JWS))
+		if err != nil || sc.ID != rec.ID {
+			return nil, "certificate " + rec.ID + " no longer verifies against the issuer keys"
+		}
+		f.verified.put(sc)
 	}
 	c := sc.Certificate
 	switch {
@@ -241,4 +251,37 @@ func (f *Formations) successorPolicyInput(ctx context.Context, s *lease.Successo
 		Epoch:       policy.NewEpochInput(target),
 		Certificate: policy.CertificateInput{ID: cert.ID, Issuer: cert.KeyID, Certificate: *cert.Certificate},
 	}, nil
+}
+
+// verifiedCache remembers certificates verified against this replica's
+// issuer keys. The keys are fixed for the life of a Formations (a new
+// trust set means a restart, hence an empty cache), so a JWS that
+// verified once verifies again; what can change — revocation, expiry,
+// the target's state — is checked on every use, never cached. Entries
+// are keyed by id and kept only for the very same JWS. Bounded: when
+// full it starts over.
+type verifiedCache struct {
+	mu sync.Mutex
+	m  map[string]*manifest.SignedCertificate
+}
+
+const maxVerifiedCache = 4096
+
+func (c *verifiedCache) get(rec *lease.CertificateRecord) (*manifest.SignedCertificate, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc, ok := c.m[rec.ID]
+	if !ok || sc.JWS != rec.JWS {
+		return nil, false
+	}
+	return sc, true
+}
+
+func (c *verifiedCache) put(sc *manifest.SignedCertificate) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxVerifiedCache {
+		c.m = make(map[string]*manifest.SignedCertificate)
+	}
+	c.m[sc.ID] = sc
 }

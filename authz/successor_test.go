@@ -33,12 +33,12 @@ type succEnv struct {
 	epochs map[string]string
 }
 
-func newSuccEnv(t *testing.T) *succEnv {
+func newSuccEnv(t testing.TB) *succEnv {
 	t.Helper()
 	return newSuccEnvWith(t, defaultSet(t))
 }
 
-func newSuccEnvWith(t *testing.T, decider authz.Decider) *succEnv {
+func newSuccEnvWith(t testing.TB, decider authz.Decider) *succEnv {
 	t.Helper()
 	e := newAdmitEnv(t, decider)
 	key, err := manifest.GenerateKey(jwa.EdDSA)
@@ -69,7 +69,7 @@ func (s *succEnv) formations(issuers *manifest.Verifier) *authz.Formations {
 }
 
 // register registers the example v1.3 manifest, edited, as release.
-func (s *succEnv) register(t *testing.T, release string, edit func(m *manifest.Manifest)) string {
+func (s *succEnv) register(t testing.TB, release string, edit func(m *manifest.Manifest)) string {
 	t.Helper()
 	data, err := os.ReadFile("../examples/github/manifest-v1.3.json")
 	if err != nil {
@@ -108,7 +108,7 @@ type cert struct {
 const privateOnly = `{"type":"object","required":["private"],"properties":{"private":{"const":true}}}`
 
 // certify signs and registers c, and returns its id.
-func (s *succEnv) certify(t *testing.T, c cert) string {
+func (s *succEnv) certify(t testing.TB, c cert) string {
 	t.Helper()
 	now := s.clock.Now()
 	if c.target == "" {
