@@ -350,6 +350,12 @@ func (s *stack) certify() string {
 func (s *stack) retire(pool string) {
 	s.t.Helper()
 	s.drain(pool)
+	s.retireDrained(pool)
+}
+
+// retireDrained retires a drained pool's epoch as the operator.
+func (s *stack) retireDrained(pool string) {
+	s.t.Helper()
 	r := s.do("POST", "/v1/epochs/"+s.Epoch[pool]+"/retire", api.RoleOperator, nil)
 	s.expect(r, http.StatusOK)
 	if r.body["state"] != "STALE" {

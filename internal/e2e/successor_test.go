@@ -62,7 +62,8 @@ func noPublic(t *testing.T, rec *fixtures.Recorder) {
 // Caddy: six pending create_repository calls formed on v1.4, three with an
 // explicit private: true and three with private omitted; a certificate
 // v1.4 → v1.3 whose envelope requires private to be present; v1.4 drains
-// and retires. The three explicit calls run on v1.3, private; the three
+// (a call with a successor is refused then, never substituted) and
+// retires. The three explicit calls run on v1.3, private; the three
 // omitted ones are refused before any effect (410 source-stale, folded
 // into 403 by the gateway) and must be formed — and approved — again. Zero
 // public effects.
@@ -81,8 +82,16 @@ func TestCertifiedSuccessor(t *testing.T) {
 					t.Fatalf("omitted call %+v captured a successor", f)
 				}
 			}
-			s.retire(poolV14)
+			// While v1.4 drains, a call with a successor is not substituted:
+			// 409 source-draining (403 at the gateway), nothing runs.
+			s.drain(poolV14)
 			h := afterRetire(t, s, kind)
+			_, err := h.call(explicit[0], "create_repository", args("cert", "explicit", 0))
+			refusedBy(t, h, explicit[0], err, "source-draining")
+			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
+				t.Fatalf("effects while draining: %+v", es)
+			}
+			s.retireDrained(poolV14)
 
 			for i, f := range explicit {
 				res, err := h.call(f, "create_repository", args("cert", "explicit", i))
