@@ -92,6 +92,27 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	}
 	f.expect(f.do("POST", "/v1/epochs/"+epoch+"/retire", api.RoleOperator, nil), http.StatusOK, "")
 	f.expect(f.do("POST", "/v1/formations/"+r2.body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusGone, "source-stale")
+
+	// The use cases' metrics tell the answers apart where HTTP codes
+	// cannot.
+	m := f.do("GET", "/metrics", "", nil)
+	f.expect(m, http.StatusOK, "")
+	for _, want := range []string{
+		`fcd_formations_total{status="ready",successor="false"} 2`,
+		`fcd_formations_total{status="pending_approval",successor="false"} 1`,
+		`fcd_admissions_total{result="source"} 1`,
+		`fcd_admissions_total{result="reissued"} 1`,
+		`fcd_admissions_total{result="lease_closed_or_uncertain"} 1`,
+		`fcd_admissions_total{result="not_approved"} 1`,
+		`fcd_admissions_total{result="source_draining"} 1`,
+		`fcd_admissions_total{result="source_stale"} 1`,
+		`fcd_lease_outcomes_total{by="backend",outcome="uncertain"} 1`,
+		`fcd_lease_outcomes_total{by="operator",outcome="effect"} 1`,
+	} {
+		if !strings.Contains(string(m.raw), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 func TestMetrics(t *testing.T) {

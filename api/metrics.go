@@ -19,7 +19,9 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 }
 
-func newMetrics() *metrics {
+// newMetrics returns the server's metrics; extra are the use cases'
+// collectors (formations, admissions, lease outcomes), registered beside.
+func newMetrics(extra ...prometheus.Collector) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -34,6 +36,7 @@ func newMetrics() *metrics {
 	}
 	m.registry.MustRegister(m.requests, m.duration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(extra...)
 	return m
 }
 

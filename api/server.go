@@ -65,7 +65,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry == nil || cfg.Formations == nil || cfg.Auth == nil {
 		return nil, errors.New("api: Registry, Formations and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, formations: cfg.Formations, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics()}
+	s := &server{reg: cfg.Registry, formations: cfg.Formations, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics(cfg.Formations.Collectors()...)}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}

@@ -61,6 +61,8 @@ type Admission struct {
 	Lease     string    `json:"lease"`
 	Target    Where     `json:"target"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// successor and reissued say how it was granted, for metrics.
+	successor, reissued bool
 }
 
 // Where names an admitted target.
@@ -78,6 +80,12 @@ type Where struct {
 // resolved by reading the formation back; the call is never admitted
 // twice.
 func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
+	a, err := f.admit(ctx, id)
+	f.metrics.admissions.WithLabelValues(admissionResult(a, err)).Inc()
+	return a, err
+}
+
+func (f *Formations) admit(ctx context.Context, id string) (*Admission, error) {
 	if f.issuer == nil {
 		return nil, ErrAdmissionDisabled
 	}
@@ -318,7 +326,11 @@ func (f *Formations) reissue(ctx context.Context, rec *Formation, now time.Time)
 	if l.State == lease.LeaseUncertain {
 		return nil, ErrLeaseUncertain
 	}
-	return f.token(l, now)
+	a, err := f.token(l, now)
+	if a != nil {
+		a.reissued = true
+	}
+	return a, err
 }
 
 // readBack resolves an ambiguous admission: admitted with our lease id
@@ -354,7 +366,8 @@ func (f *Formations) token(l *lease.Lease, now time.Time) (*Admission, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Admission{Token: tok, Lease: l.ID, Target: Where{Epoch: l.Target.Epoch, Pool: l.Target.Pool}, ExpiresAt: exp}, nil
+	return &Admission{Token: tok, Lease: l.ID, Target: Where{Epoch: l.Target.Epoch, Pool: l.Target.Pool}, ExpiresAt: exp,
+		successor: l.Certificate != ""}, nil
 }
 
 // Complete applies a backend's or gateway's outcome to a lease: effect and
@@ -370,6 +383,7 @@ func (f *Formations) Complete(ctx context.Context, leaseID string, outcome Outco
 	if err != nil {
 		return l, fmt.Errorf("authz: complete %s: %w", leaseID, err)
 	}
+	f.metrics.outcomes.WithLabelValues(string(outcome), "backend").Inc()
 	f.log.Info("lease outcome", "lease", leaseID, "outcome", outcome, "detail", detail)
 	return l, nil
 }
@@ -384,6 +398,7 @@ func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome Outcom
 	if err != nil {
 		return l, fmt.Errorf("authz: resolve %s: %w", leaseID, err)
 	}
+	f.metrics.outcomes.WithLabelValues(string(outcome), "operator").Inc()
 	f.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason)
 	return l, nil
 }
@@ -401,6 +416,7 @@ func (f *Formations) SetGeneration(ctx context.Context, pool string, gen int64) 
 	}
 	released, err := f.store.SetGeneration(ctx, pool, gen, f.retention)
 	f.generations.Delete(pool)
+	f.metrics.outcomes.WithLabelValues(string(lease.OutcomeReleased), "generation").Add(float64(len(released)))
 	if err != nil {
 		return released, fmt.Errorf("authz: generation of %s: %w", pool, err)
 	}

@@ -100,6 +100,7 @@ type Formations struct {
 	issuers   *manifest.Verifier
 	verified  verifiedCache
 	schemas   schemaCache
+	metrics   *metrics
 	// generations caches pool generations (pool → int64); see generation.
 	generations sync.Map
 	// ready caches formations this replica saw become ready; see
@@ -109,7 +110,7 @@ type Formations struct {
 
 // NewFormations returns the formation use case.
 func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Formations {
-	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer, issuers: cfg.Certificates}
+	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer, issuers: cfg.Certificates, metrics: newMetrics()}
 	if f.ttl <= 0 {
 		f.ttl = 15 * time.Minute
 	}
@@ -266,6 +267,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 	if rec.Successor != nil {
 		successor = rec.Successor.Epoch
 	}
+	f.metrics.formations.WithLabelValues(string(rec.Status), fmt.Sprint(rec.Successor != nil)).Inc()
 	f.log.Info("formation", "id", rec.ID, "tool", rec.Tool, "session", rec.Session, "status", rec.Status,
 		"approvals", rec.ApprovalsRequired, "policy", rec.Decision.PolicyDigest, "successor", successor)
 	return rec, nil
@@ -402,6 +404,7 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 		return rec, fmt.Errorf("authz: approve %s: %w", id, ErrExpired)
 	}
 	f.ready.put(rec, rev)
+	f.metrics.approvals.WithLabelValues(string(req.Decision)).Inc()
 	f.log.Info("approval", "formation", id, "approver", req.Approver, "decision", req.Decision, "status", rec.Status)
 	return rec, nil
 }

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/fcd-authz/fcd/api"
@@ -118,6 +119,20 @@ func TestCertifiedSuccessor(t *testing.T) {
 			noPublic(t, s.Rec)
 			if n := s.hits[poolV14].Load(); n != 0 {
 				t.Fatalf("%d calls reached v1.4 with a token", n)
+			}
+
+			// authzd's metrics count the same story.
+			m := s.do("GET", "/metrics", "", nil)
+			for _, want := range []string{
+				`fcd_formations_total{status="pending_approval",successor="true"} 3`,
+				`fcd_formations_total{status="pending_approval",successor="false"} 3`,
+				`fcd_admissions_total{result="successor"} 3`,
+				`fcd_admissions_total{result="source_stale"} 3`,
+				`fcd_admissions_total{result="source_draining"} 1`,
+			} {
+				if !strings.Contains(string(m.raw), want+"\n") {
+					t.Errorf("/metrics lacks %s", want)
+				}
 			}
 
 			// An omitted call needs a new formation: it is formed on v1.3
