@@ -30,7 +30,8 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	l, err := s.formations.Complete(r.Context(), chi.URLParam(r, "lease"), req.Outcome, req.Detail)
+	caller, _ := CallerFrom(r.Context())
+	l, err := s.formations.CompleteIn(r.Context(), caller.Pools, chi.URLParam(r, "lease"), req.Outcome, req.Detail)
 	if err != nil {
 		s.problem(w, r, err)
 		return

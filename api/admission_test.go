@@ -61,8 +61,13 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	// Lifecycle over HTTP.
 	complete := "/v1/leases/" + leaseID + "/complete"
 	f.expect(f.do("POST", complete, api.RoleHost, []byte(`{"outcome":"effect"}`)), http.StatusForbidden, "forbidden-role")
+	// A backend limited to another pool cannot close (nor hold) the lease.
+	for _, outcome := range []string{"effect", "rejected", "uncertain"} {
+		f.expect(f.doAs("POST", complete, f.byID["backend-v1-3"], []byte(`{"outcome":"`+outcome+`"}`)), http.StatusForbidden, "lease-out-of-scope")
+	}
 	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"done"}`)), http.StatusBadRequest, "invalid-request")
-	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"uncertain","detail":"timeout"}`)), http.StatusOK, "")
+	// The lease's own pool's backend can (the refusals above changed nothing).
+	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"uncertain","detail":"timeout"}`)), http.StatusOK, "")
 	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusConflict, "lease-uncertain")
 	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil), http.StatusConflict, "lease-uncertain")
 	resolve := "/v1/leases/" + leaseID + "/resolve"

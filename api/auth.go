@@ -45,6 +45,12 @@ type Credential struct {
 	Role Role   `json:"role"`
 	// Hash is "sha256:<hex>" of the secret.
 	Hash string `json:"hash"`
+	// Pools, for a backend or gateway credential, limits the leases whose
+	// outcome it may report to those of these pools; empty means any.
+	// Give each backend pool its own credential: a backend that could
+	// close another pool's leases could let that pool's epoch retire
+	// while an effect still runs there.
+	Pools []string `json:"pools,omitempty"`
 }
 
 // Secret is a bearer credential in clear, as handed to a caller once.
@@ -83,6 +89,14 @@ func NewAuthenticator(creds []Credential) (*Authenticator, error) {
 	for i, c := range creds {
 		if !c.Role.Valid() {
 			return nil, fmt.Errorf("api: credential %d (%s): unknown role %q", i, c.ID, c.Role)
+		}
+		if len(c.Pools) > 0 && c.Role != RoleBackend && c.Role != RoleGateway {
+			return nil, fmt.Errorf("api: credential %d (%s): pools limit only backend and gateway credentials", i, c.ID)
+		}
+		for _, p := range c.Pools {
+			if p == "" || len(p) > 256 {
+				return nil, fmt.Errorf("api: credential %d (%s): pool names must be 1-256 characters", i, c.ID)
+			}
 		}
 		h, ok := strings.CutPrefix(c.Hash, "sha256:")
 		raw, err := hex.DecodeString(h)

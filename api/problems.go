@@ -143,6 +143,7 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrSourceStale), status: 410, slug: "source-stale", title: "Source epoch is stale and no successor is eligible"},
 		{match: is(authz.ErrLeaseNotFound), status: 404, slug: "lease-not-found", title: "Lease not found"},
 		{match: is(authz.ErrLeaseClosed), status: 409, slug: "lease-closed", title: "Lease already closed"},
+		{match: is(authz.ErrLeaseOutOfScope), status: 403, slug: "lease-out-of-scope", title: "Lease is of a pool this credential may not report for"},
 		{match: is(authz.ErrLeaseUncertain), status: 409, slug: "lease-uncertain", title: "Lease outcome is uncertain"},
 		{match: is(authz.ErrLeaseNotUncertain), status: 409, slug: "lease-not-uncertain", title: "Lease is not uncertain"},
 		{match: is(authz.ErrStaleGeneration), status: 409, slug: "stale-generation", title: "Generation is not newer"},

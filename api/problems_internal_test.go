@@ -139,6 +139,7 @@ func TestToProblem(t *testing.T) {
 		{"admission disabled", authz.ErrAdmissionDisabled, 503, "admission-disabled", nil},
 		{"certificate mismatch", fmt.Errorf("x: %w", authz.ErrCertificateMismatch), 422, "certificate-mismatch", nil},
 		{"certificate expired", fmt.Errorf("x: %w", authz.ErrCertificateExpired), 422, "certificate-expired", nil},
+		{"lease out of scope", fmt.Errorf("x: %w", authz.ErrLeaseOutOfScope), 403, "lease-out-of-scope", nil},
 		{"certificate not found", fmt.Errorf("x: %w", authz.ErrCertificateNotFound), 404, "certificate-not-found", nil},
 		{"certificate revoked", fmt.Errorf("x: %w", authz.ErrCertificateRevoked), 409, "certificate-revoked", nil},
 		{"certificates disabled", fmt.Errorf("x: %w", authz.ErrCertificatesDisabled), 503, "certificates-disabled", nil},
@@ -352,5 +353,34 @@ func TestForwardAuthProblems(t *testing.T) {
 		if rec.Header().Get("Fcd-Problem") != tc.slug || rec.Header().Get("Retry-After") != tc.retryAfter {
 			t.Errorf("%v: Fcd-Problem %q, Retry-After %q", tc.err, rec.Header().Get("Fcd-Problem"), rec.Header().Get("Retry-After"))
 		}
+	}
+}
+
+func TestAuthenticatorRefusesBadPools(t *testing.T) {
+	_, cred, err := NewCredential("x", RoleBackend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		role  Role
+		pools []string
+		ok    bool
+	}{
+		{"backend, one pool", RoleBackend, []string{"github-v1-4"}, true},
+		{"gateway, two pools", RoleGateway, []string{"a", "b"}, true},
+		{"backend, any pool", RoleBackend, nil, true},
+		{"approver with pools", RoleApprover, []string{"a"}, false},
+		{"operator with pools", RoleOperator, []string{"a"}, false},
+		{"empty pool name", RoleBackend, []string{""}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cred
+			c.Role, c.Pools = tc.role, tc.pools
+			if _, err := NewAuthenticator([]Credential{c}); (err == nil) != tc.ok {
+				t.Fatalf("NewAuthenticator: %v, want ok=%v", err, tc.ok)
+			}
+		})
 	}
 }

@@ -64,11 +64,12 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 	}
 	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}}
 	var stored []api.Credential
-	add := func(id string, role api.Role) api.Secret {
+	add := func(id string, role api.Role, pools ...string) api.Secret {
 		secret, cred, err := api.NewCredential(id, role)
 		if err != nil {
 			t.Fatal(err)
 		}
+		cred.Pools = pools
 		f.byID[id] = secret
 		stored = append(stored, cred)
 		return secret
@@ -79,6 +80,9 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 	// More approvers, one of them also a principal ("alice") forming calls.
 	add("approver-2", api.RoleApprover)
 	add("alice", api.RoleApprover)
+	// Backends limited to one pool each.
+	add("backend-v1-3", api.RoleBackend, "github-v1-3")
+	add("backend-v1-4", api.RoleBackend, "github-v1-4")
 	auth, err := api.NewAuthenticator(stored)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
@@ -33,6 +34,9 @@ var (
 	// ErrSourceStale: the source epoch is STALE and no eligible successor
 	// was captured at formation.
 	ErrSourceStale = errors.New("authz: source epoch is stale and no successor is eligible")
+	// ErrLeaseOutOfScope: the reporter's credential is limited to other
+	// pools than the lease's.
+	ErrLeaseOutOfScope = errors.New("authz: the reporter may not report outcomes for this lease's pool")
 	// ErrAdmissionDisabled: this server has no signing key.
 	ErrAdmissionDisabled = errors.New("authz: admission is not configured (no signing key)")
 )
@@ -374,13 +378,34 @@ func (f *Formations) token(l *lease.Lease, now time.Time) (*Admission, error) {
 // rejected release it (effect also records the tool as completed in the
 // session), uncertain keeps it and blocks retirement until resolved.
 func (f *Formations) Complete(ctx context.Context, leaseID string, outcome Outcome, detail string) (*Lease, error) {
+	return f.CompleteIn(ctx, nil, leaseID, outcome, detail)
+}
+
+// CompleteIn is Complete for a reporter limited to pools: a lease of
+// another pool is refused with ErrLeaseOutOfScope and left as it is, so a
+// backend of one pool cannot release (or hold) the leases of another —
+// releasing a marker early would let an epoch retire while its effect
+// still runs. No pools means any pool.
+func (f *Formations) CompleteIn(ctx context.Context, pools []string, leaseID string, outcome Outcome, detail string) (*Lease, error) {
 	switch outcome {
 	case OutcomeEffect, OutcomeRejected, OutcomeUncertain:
 	default:
 		return nil, fmt.Errorf("%w: outcome must be effect, rejected or uncertain", ErrBadRequest)
 	}
-	l, err := f.store.CloseLease(ctx, leaseID, outcome, false, f.retention)
+	var allow func(*lease.Lease) error
+	if len(pools) > 0 {
+		allow = func(l *lease.Lease) error {
+			if !slices.Contains(pools, l.Target.Pool) {
+				return fmt.Errorf("%w: lease %s is of pool %s", ErrLeaseOutOfScope, l.ID, l.Target.Pool)
+			}
+			return nil
+		}
+	}
+	l, err := f.store.CloseLease(ctx, leaseID, outcome, false, f.retention, allow)
 	if err != nil {
+		if errors.Is(err, ErrLeaseOutOfScope) {
+			l = nil // tell the caller nothing about another pool's lease
+		}
 		return l, fmt.Errorf("authz: complete %s: %w", leaseID, err)
 	}
 	f.metrics.outcomes.WithLabelValues(string(outcome), "backend").Inc()
@@ -394,7 +419,7 @@ func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome Outcom
 	if outcome != OutcomeEffect && outcome != OutcomeNoEffect {
 		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}
-	l, err := f.store.CloseLease(ctx, leaseID, outcome, true, f.retention)
+	l, err := f.store.CloseLease(ctx, leaseID, outcome, true, f.retention, nil)
 	if err != nil {
 		return l, fmt.Errorf("authz: resolve %s: %w", leaseID, err)
 	}

@@ -336,8 +336,17 @@ const (
 // resolution, the only way to close an uncertain lease (besides a newer
 // generation). The formation's status follows. Every write is one
 // transaction, compare-and-swap on the marker and the formation.
-func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, resolve bool, keep time.Duration) (*Lease, error) {
+//
+// allow, when not nil, is asked first with the open lease and may refuse
+// (a reporter limited to some pools, say); its error is returned as is
+// and nothing changes.
+func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, resolve bool, keep time.Duration, allow func(*Lease) error) (*Lease, error) {
 	return s.closeLease(ctx, id, outcome, keep, func(l *Lease) error {
+		if allow != nil {
+			if err := allow(l); err != nil {
+				return err
+			}
+		}
 		switch {
 		case resolve && l.State != LeaseUncertain:
 			return fmt.Errorf("%w: %s", ErrLeaseNotUncertain, id)

@@ -331,4 +331,11 @@ func TestManifestCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(cred, `"role": "operator"`) || !strings.Contains(cred, `"hash": "sha256:`) {
 		t.Fatalf("credential new: %d %s", code, cred)
 	}
+	code, cred, _ = cli(nil, "credential", "new", "--role", "backend", "--pool", "github-v1-4", "--pool", "github-v1-3")
+	if code != 0 || !strings.Contains(cred, `"pools": [`) || !strings.Contains(cred, `"github-v1-3"`) {
+		t.Fatalf("credential new with pools: %d %s", code, cred)
+	}
+	if code, _, stderr := cli(nil, "credential", "new", "--role", "approver", "--pool", "x"); code != 2 || !strings.Contains(stderr, "pools") {
+		t.Fatalf("approver with pools: exit %d %s", code, stderr)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/manifest"
@@ -155,6 +156,8 @@ func credentialNew(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("credential new", flag.ContinueOnError)
 	role := fs.String("role", "", "role of the credential: registrar, host, gateway, approver, operator, backend")
 	id := fs.String("id", "", "id of the credential, safe to log (default: the role)")
+	var pools stringList
+	fs.Var(&pools, "pool", "backend or gateway only: the pool whose lease outcomes it may report (repeat for several; default: any)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -168,6 +171,20 @@ func credentialNew(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cred.Pools = pools
+	if _, err := api.NewAuthenticator([]api.Credential{cred}); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	// The secret is printed once, for the caller; only the hash is stored.
 	return printJSON(stdout, map[string]any{"secret": string(secret), "credential": cred})
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }
