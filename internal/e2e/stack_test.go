@@ -43,8 +43,8 @@ const (
 // github v1.4 and v1.3 manifests registered and signed, and the github
 // v1.4 and v1.3 fixtures (official MCP Go SDK) each served over real HTTP
 // behind the real fencecheck middleware (keys from authzd's JWKS, outcomes
-// reported to authzd with a backend credential), all recording into one
-// effect recorder. Nothing is a stand-in.
+// reported to authzd with a backend credential limited to the fixture's
+// pool), all recording into one effect recorder. Nothing is a stand-in.
 type stack struct {
 	t     testing.TB
 	URL   string // authzd
@@ -104,6 +104,17 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 			t.Fatal(err)
 		}
 		s.creds[role] = secret
+		stored = append(stored, cred)
+	}
+	// Each pool's backend reports with a credential limited to its pool.
+	poolCreds := map[string]api.Secret{}
+	for _, pool := range []string{poolV13, poolV14} {
+		secret, cred, err := api.NewCredential("backend-"+pool, api.RoleBackend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cred.Pools = []string{pool}
+		poolCreds[pool] = secret
 		stored = append(stored, cred)
 	}
 	auth, err := api.NewAuthenticator(stored)
@@ -170,7 +181,7 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 		s.expect(r, http.StatusCreated)
 		s.Epoch[rel.Pool] = r.body["epoch"].(string)
 
-		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.URL, Credential: string(s.creds[api.RoleBackend]), Logger: log})
+		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool]), Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
