@@ -321,11 +321,19 @@ func reasons(d lease.Decision) string {
 }
 
 // reissue answers a repeated admission of an admitted formation: the same
-// lease and jti while the lease is open.
+// lease and jti while the lease is open, within the report grace after
+// the admission. Past it the lease is taken for unreported: marked
+// uncertain (see SweepUnreported), and no token is issued.
 func (f *Formations) reissue(ctx context.Context, rec *Formation, now time.Time) (*Admission, error) {
 	l, err := f.store.OpenLease(ctx, rec.Lease)
 	if err != nil {
 		return nil, err
+	}
+	if l.State == lease.LeaseAdmitted && !now.Before(l.AdmittedAt.Add(f.grace)) {
+		if _, err := f.store.MarkLeaseUnreported(ctx, l.ID, now.Add(-f.grace)); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: admitted %s ago and never reported", ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
 	}
 	if l.State == lease.LeaseUncertain {
 		return nil, ErrLeaseUncertain
@@ -411,6 +419,44 @@ func (f *Formations) CompleteIn(ctx context.Context, pools []string, leaseID str
 	f.metrics.outcomes.WithLabelValues(string(outcome), "backend").Inc()
 	f.log.Info("lease outcome", "lease", leaseID, "outcome", outcome, "detail", detail)
 	return l, nil
+}
+
+// SweepUnreported marks uncertain the admitted leases whose outcome was
+// never reported although their last possible token expired a report
+// grace ago (admitted more than 2×ReportGrace + the token lifetime ago):
+// a backend that crashed, or a report that was lost. Until then such a
+// lease held its epoch back with nothing to show for it; marked uncertain
+// it is counted in the epoch's uncertainLeases and an operator can
+// resolve it. Safe to run on every replica at once.
+func (f *Formations) SweepUnreported(ctx context.Context) ([]string, error) {
+	wait := 2 * f.grace
+	if f.issuer != nil {
+		wait += f.issuer.Lifetime()
+	}
+	marked, err := f.store.MarkUnreported(ctx, f.now().UTC().Add(-wait))
+	f.metrics.outcomes.WithLabelValues(string(OutcomeUncertain), "sweeper").Add(float64(len(marked)))
+	if err != nil {
+		return marked, fmt.Errorf("authz: sweep unreported leases: %w", err)
+	}
+	return marked, nil
+}
+
+// RunSweeper calls SweepUnreported every interval until ctx ends.
+func (f *Formations) RunSweeper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if marked, err := f.SweepUnreported(ctx); err != nil {
+				f.log.Warn("sweep of unreported leases", "err", err)
+			} else if len(marked) > 0 {
+				f.log.Warn("leases never reported, marked uncertain", "leases", marked)
+			}
+		}
+	}
 }
 
 // Resolve is an operator's resolution of an uncertain lease: effect or

@@ -688,3 +688,89 @@ func TestAdmissionNeedsAPublishedKey(t *testing.T) {
 		t.Fatal("a token lifetime of an hour was accepted")
 	}
 }
+
+// TestUnreportedLeasesBecomeUncertain: a token is issued again only within
+// the report grace after admission; a lease whose outcome is never
+// reported is marked uncertain — on a late re-admission, or by the sweep
+// once 2×grace + the token lifetime have passed — and then holds its epoch
+// like any uncertain lease until an operator resolves it.
+func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	retried := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"retried"}`, nil)
+	lost := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"lost"}`, nil)
+	reported := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"reported"}`, nil)
+	var leases []string
+	for _, f := range []*authz.Formation{retried, lost, reported} {
+		a, err := e.forms.Admit(ctx, f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, a.Lease)
+	}
+	state := func(id string) lease.LeaseState {
+		t.Helper()
+		l, err := e.store.OpenLease(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.State
+	}
+
+	e.clock.Advance(4 * time.Minute)
+	if a, err := e.forms.Admit(ctx, retried.ID); err != nil || a.Lease != leases[0] {
+		t.Fatalf("re-admission within the grace: %v", err)
+	}
+	if marked, err := e.forms.SweepUnreported(ctx); err != nil || len(marked) != 0 {
+		t.Fatalf("sweep within the grace marked %v (%v)", marked, err)
+	}
+	if _, err := e.forms.Complete(ctx, leases[2], authz.OutcomeEffect, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	e.clock.Advance(time.Minute + time.Second) // past the grace
+	if _, err := e.forms.Admit(ctx, retried.ID); !errors.Is(err, authz.ErrLeaseUncertain) {
+		t.Fatalf("re-admission past the grace: %v, want ErrLeaseUncertain", err)
+	}
+	if st := state(leases[0]); st != lease.LeaseUncertain {
+		t.Fatalf("the late-retried lease is %s, want uncertain", st)
+	}
+	if st := state(leases[1]); st != lease.LeaseAdmitted {
+		t.Fatalf("the lost lease is %s before the sweep deadline", st)
+	}
+
+	e.clock.Advance(5*time.Minute + 30*time.Second) // 2×grace + lifetime since admission
+	marked, err := e.forms.SweepUnreported(ctx)
+	if err != nil || len(marked) != 1 || marked[0] != leases[1] {
+		t.Fatalf("sweep marked %v (%v), want only %s", marked, err, leases[1])
+	}
+	if st := state(leases[1]); st != lease.LeaseUncertain {
+		t.Fatalf("the lost lease is %s after the sweep", st)
+	}
+	if f, _ := e.forms.Get(ctx, lost.ID); f.Status != lease.StatusUncertain {
+		t.Fatalf("the lost call is %s", f.Status)
+	}
+	// A report that comes after the mark does not close it: only an
+	// operator's resolution (or a newer generation) does.
+	if _, err := e.forms.Complete(ctx, leases[1], authz.OutcomeEffect, "late"); !errors.Is(err, authz.ErrLeaseUncertain) {
+		t.Fatalf("late report: %v", err)
+	}
+	epoch := lost.Source.Epoch
+	if _, err := e.store.Drain(ctx, epoch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 0, 2) {
+		t.Fatalf("retire with two unreported leases: %v", err)
+	}
+	for _, id := range leases[:2] {
+		if _, err := e.forms.Resolve(ctx, id, authz.OutcomeNoEffect, "checked the backend"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != lease.StateStale {
+		t.Fatalf("retire after resolution: %s %v", st, err)
+	}
+	if marked, err := e.forms.SweepUnreported(ctx); err != nil || len(marked) != 0 {
+		t.Fatalf("a second sweep marked %v (%v)", marked, err)
+	}
+}

@@ -79,6 +79,12 @@ type FormationConfig struct {
 	Logger *slog.Logger
 	// Issuer signs dispatch tokens; nil disables admission.
 	Issuer *TokenIssuer
+	// ReportGrace is how long after an admission its dispatch token may be
+	// issued again (a retried admission) and an outcome report is awaited
+	// beyond the last token's expiry; an admitted lease still unreported
+	// after 2×ReportGrace + the token lifetime is marked uncertain by
+	// SweepUnreported. Zero means 5 minutes.
+	ReportGrace time.Duration
 	// Certificates verifies compatibility certificates (the issuer keys).
 	// A formation captures a successor only through a certificate that
 	// verifies against it at formation, and is admitted to it only if it
@@ -97,6 +103,7 @@ type Formations struct {
 	now       func() time.Time
 	log       *slog.Logger
 	issuer    *TokenIssuer
+	grace     time.Duration
 	issuers   *manifest.Verifier
 	verified  verifiedCache
 	schemas   schemaCache
@@ -116,6 +123,9 @@ func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Fo
 	}
 	if f.retention <= 0 {
 		f.retention = 24 * time.Hour
+	}
+	if f.grace = cfg.ReportGrace; f.grace <= 0 {
+		f.grace = 5 * time.Minute
 	}
 	if f.now == nil {
 		f.now = time.Now

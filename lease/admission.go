@@ -492,6 +492,64 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	return released, nil
 }
 
+// MarkUnreported marks uncertain every admitted lease admitted before
+// cutoff: its backend never reported an outcome (it crashed, or the report
+// was lost), so whether the effect happened is unknown. The marker stays
+// (the epoch does not retire, the call is not replayed or substituted)
+// until an operator resolves the lease or a newer pool generation releases
+// it, as for a reported "uncertain". Each change is the compare-and-swap
+// of CloseLease: a report that lands first wins, and replicas sweeping at
+// once mark a lease once. It returns the ids it marked.
+func (s *Store) MarkUnreported(ctx context.Context, cutoff time.Time) ([]string, error) {
+	octx, cancel := s.op(ctx)
+	all, err := s.cli.Get(octx, s.k.allMarkers(), clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return nil, s.wrap(ctx, "scan markers", err)
+	}
+	marked := []string{}
+	for _, kv := range all.Kvs {
+		var l Lease
+		if json.Unmarshal(kv.Value, &l) != nil || !unreported(&l, cutoff) {
+			continue
+		}
+		ok, err := s.MarkLeaseUnreported(ctx, l.ID, cutoff)
+		if err != nil {
+			return marked, err
+		}
+		if ok {
+			marked = append(marked, l.ID)
+		}
+	}
+	return marked, nil
+}
+
+// MarkLeaseUnreported marks one lease uncertain if it is still an
+// admission made before cutoff with no outcome reported, and says whether
+// it did. A lease closed or marked meanwhile is left as it is.
+func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.Time) (bool, error) {
+	_, err := s.closeLease(ctx, id, OutcomeUncertain, 0, func(cur *Lease) error {
+		if !unreported(cur, cutoff) {
+			return errReported
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, ErrLeaseClosed), errors.Is(err, errReported):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	s.log.Warn("lease outcome never reported; marked uncertain", "lease", id)
+	return true, nil
+}
+
+func unreported(l *Lease, cutoff time.Time) bool {
+	return l.State == LeaseAdmitted && l.AdmittedAt.Before(cutoff)
+}
+
+var errReported = errors.New("lease: lease is no longer an unreported admission")
+
 func clusterID(id uint64) string { return strconv.FormatUint(id, 16) }
 
 func (k keys) lease(id string) string { return k.p + "leases/" + id }

@@ -66,6 +66,10 @@ type Config struct {
 	Issuer string `json:"issuer"`
 	// TokenLifetime is how long a dispatch token is valid.
 	TokenLifetime Duration `json:"tokenLifetime"`
+	// ReportGrace is how long after an admission its token may be issued
+	// again and its outcome report is awaited; a lease still unreported
+	// 2×ReportGrace + TokenLifetime after admission is marked uncertain.
+	ReportGrace Duration `json:"reportGrace"`
 	// Dev creates the data directory, a registrar key pair and one
 	// credential per role, and writes DataDir/dev-credentials.json.
 	Dev bool `json:"dev"`
@@ -86,6 +90,7 @@ func defaultConfig() Config {
 		SigningAlg:            "EdDSA",
 		Issuer:                "fcd",
 		TokenLifetime:         Duration(30 * time.Second),
+		ReportGrace:           Duration(5 * time.Minute),
 	}
 }
 
@@ -101,8 +106,8 @@ func (c *Config) Validate() error {
 	if c.BodyLimit <= 0 {
 		errs = append(errs, errors.New("bodyLimit must be positive"))
 	}
-	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 {
-		errs = append(errs, errors.New("policyPoll and formationTTL must be positive"))
+	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 || c.ReportGrace <= 0 {
+		errs = append(errs, errors.New("policyPoll, formationTTL and reportGrace must be positive"))
 	}
 	if c.SigningAlg != "EdDSA" && c.SigningAlg != "ES256" {
 		errs = append(errs, errors.New("signingAlg must be EdDSA or ES256"))
@@ -139,6 +144,7 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.StringVar(&fl.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
 	fs.TextVar(&fl.PolicyPoll, "policy-poll", def.PolicyPoll, "how often to check the policy directory for changes")
 	fs.TextVar(&fl.FormationTTL, "formation-ttl", def.FormationTTL, "how long a formation may wait for approval and admission")
+	fs.TextVar(&fl.ReportGrace, "report-grace", def.ReportGrace, "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
 	fs.StringVar(&fl.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
 	fs.StringVar(&fl.SigningAlg, "signing-alg", def.SigningAlg, "algorithm of the key --dev generates: EdDSA or ES256")
 	fs.StringVar(&fl.Issuer, "issuer", def.Issuer, "iss claim of dispatch tokens")
@@ -190,6 +196,7 @@ func parseServeFlags(args []string) (Config, error) {
 		"policy-dir":               func() { cfg.PolicyDir = fl.PolicyDir },
 		"policy-poll":              func() { cfg.PolicyPoll = fl.PolicyPoll },
 		"formation-ttl":            func() { cfg.FormationTTL = fl.FormationTTL },
+		"report-grace":             func() { cfg.ReportGrace = fl.ReportGrace },
 		"signing-key":              func() { cfg.SigningKey = fl.SigningKey },
 		"signing-alg":              func() { cfg.SigningAlg = fl.SigningAlg },
 		"issuer":                   func() { cfg.Issuer = fl.Issuer },

@@ -124,11 +124,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Warn("no --signing-key: admission is disabled")
 	}
 
+	formations := authz.NewFormations(store, pm, authz.FormationConfig{
+		TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer, Certificates: certificates,
+		ReportGrace: time.Duration(cfg.ReportGrace),
+	})
+	// Leases whose backend never reported become uncertain, visible to
+	// operators, instead of holding their epoch back silently.
+	go formations.RunSweeper(ctx, time.Minute)
+
 	apiCfg := api.Config{
-		Registry: registry,
-		Formations: authz.NewFormations(store, pm, authz.FormationConfig{
-			TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer, Certificates: certificates,
-		}),
+		Registry:     registry,
+		Formations:   formations,
 		PolicyStatus: pm.Status,
 		Auth:         auth,
 		BodyLimit:    cfg.BodyLimit,
