@@ -96,6 +96,8 @@ func New(cfg Config) (http.Handler, error) {
 	r.Get("/openapi.yaml", s.openapi)
 	r.Method(http.MethodGet, "/metrics", s.metrics.handler())
 	r.Get("/.well-known/jwks.json", s.jwks)
+	r.With(uiHeaders).Get("/ui", s.uiRedirect)
+	r.With(uiHeaders).Get("/ui/*", s.uiAsset)
 
 	r.Route("/v1", func(r chi.Router) {
 		r.With(s.require(RoleRegistrar)).Post("/manifests", s.registerManifest)
@@ -110,6 +112,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleHost, RoleApprover)).Get("/formations", s.listFormations)
 		r.With(s.require(RoleHost, RoleApprover)).Get("/formations/{formation}", s.showFormation)
 		r.With(s.require(RoleApprover)).Post("/formations/{formation}/approvals", s.approveFormation)
+		r.With(s.require(RoleApprover)).Get("/approvers/me", s.showApprover)
 		r.With(s.require(RoleGateway, RoleHost)).Post("/formations/{formation}/admit", s.admitFormation)
 		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/{lease}/complete", s.completeLease)
 		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)

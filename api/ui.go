@@ -1,0 +1,80 @@
+package api
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// uiFiles is the approval UI: a static page, its script and its style,
+// served under /ui/ with no build step.
+//
+//go:embed ui
+var uiFiles embed.FS
+
+// uiContentSecurityPolicy lets the page load only its own script, style and
+// images and talk only to this server; no inline script or style, no
+// framing, no form submission (the script sends every request itself).
+const uiContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// uiTypes are the media types of the UI's files, by extension.
+var uiTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+}
+
+// uiHeaders sets the security headers of every /ui answer, errors and
+// redirects included.
+func uiHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", uiContentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// uiRedirect sends /ui to /ui/, where the page's relative references
+// resolve.
+func (s *server) uiRedirect(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, "/ui/", http.StatusFound)
+}
+
+// uiAsset serves one file of the UI: /ui/ is the page, /ui/app.js its
+// script. Anything else is route-not-found; directories are never listed.
+func (s *server) uiAsset(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "*")
+	if name == "" {
+		name = "index.html"
+	}
+	ctype, known := uiTypes[path.Ext(name)]
+	if !known || !fs.ValidPath(name) || strings.Contains(name, "/") {
+		s.problem(w, r, errRouteNotFound)
+		return
+	}
+	data, err := uiFiles.ReadFile("ui/" + name)
+	if err != nil {
+		s.problem(w, r, errRouteNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", ctype)
+	_, _ = w.Write(data)
+}
+
+// showApprover answers the id of the approver credential the request
+// carries. The approval UI calls it at sign-in: hosts may list formations
+// too, so only this answer (403 forbidden-role for another role) tells an
+// approver's credential from theirs before the queue is shown.
+func (s *server) showApprover(w http.ResponseWriter, r *http.Request) {
+	caller, _ := CallerFrom(r.Context())
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]string{"id": caller.ID, "role": string(caller.Role)})
+}

@@ -1,0 +1,431 @@
+// fcd approval UI: lists the formations waiting for approval and posts an
+// approver's decision, bound to the digest shown on the card, to the REST API.
+//
+// Safety: every value from the server reaches the page through text nodes
+// and DOM properties (el() below), never through HTML parsing. Arguments and
+// principal attributes come from an agent and may hold markup. Invisible and
+// bidirectional control characters are shown escaped, so text cannot pose
+// as something else. The credential lives in sessionStorage only (this tab).
+
+const CREDENTIAL_KEY = "fcd.approver.credential";
+const REFRESH_MS = 5000;
+// Relative to /ui/, so the UI also works behind a path prefix.
+const API = "../v1";
+
+const $ = (id) => document.getElementById(id);
+
+// cards holds the card of each formation on screen, by formation id.
+const cards = new Map();
+// parts holds, per card, the nodes a refresh updates in place.
+const parts = new WeakMap();
+let me = null;
+let timer = null;
+let ticker = null;
+let refreshing = false;
+let refreshes = 0;
+let uid = 0;
+
+// el creates an element with properties and children (strings become
+// text nodes); nothing is ever parsed as HTML.
+function el(tag, props, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props ?? {})) {
+    if (k === "dataset") Object.assign(e.dataset, v);
+    else if (k.startsWith("aria-") || k === "role") e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) e.append(c);
+  return e;
+}
+
+// Characters that render invisibly or reorder text; shown as \uXXXX.
+const HIDDEN_CHARS = "[\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u115f\\u1160\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\u3164\\ufe00-\\ufe0f\\ufeff\\ufff9-\\ufffb]";
+const hiddenAll = new RegExp(HIDDEN_CHARS, "gu");
+const hiddenAny = new RegExp(HIDDEN_CHARS, "u");
+const escapeHidden = (s) => s.replace(hiddenAll, (c) => "\\u" + c.codePointAt(0).toString(16).padStart(4, "0"));
+
+// text shows any value as plain, visible text.
+function text(v) {
+  if (v === null || v === undefined || v === "") return "—";
+  return escapeHidden(typeof v === "string" ? v : JSON.stringify(v));
+}
+
+// pretty pretty-prints JSON with hidden characters escaped.
+const pretty = (v) => escapeHidden(JSON.stringify(v ?? null, null, 2));
+const hasHidden = (v) => hiddenAny.test(JSON.stringify(v ?? null));
+
+function rows(pairs) {
+  return el("dl", null, pairs.filter(Boolean).map(([k, v]) => [el("dt", null, k), el("dd", null, v)]));
+}
+const mono = (v) => el("span", { className: "mono" }, text(v));
+const list = (xs) => (Array.isArray(xs) && xs.length ? el("ul", { className: "plain" }, xs.map((x) => el("li", null, text(x)))) : "none");
+const yesNo = (b) => (b === true ? "yes" : b === false ? "no" : "—");
+const verdict = (v) => el("span", { className: v === "allow" ? "verdict-allow" : "verdict-deny" }, text(v));
+
+function ago(iso) {
+  const ms = Date.parse(iso) - Date.now();
+  if (Number.isNaN(ms)) return "";
+  const s = Math.round(Math.abs(ms) / 1000);
+  const span = s >= 3600 ? `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min` : s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s} s`;
+  return ms >= 0 ? `in ${span}` : `${span} ago`;
+}
+const when = (iso) => `${text(iso)} (${ago(iso)})`;
+
+// ---- API ------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem.title || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+  get slug() {
+    return String(this.problem.type ?? "").split("#").pop();
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${sessionStorage.getItem(CREDENTIAL_KEY) ?? ""}`, Accept: "application/json, application/problem+json" };
+  const init = { method, headers, cache: "no-store", credentials: "omit", redirect: "error" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let resp;
+  try {
+    resp = await fetch(`${API}${path}`, init);
+  } catch (err) {
+    throw new ApiError(0, { title: "The server did not answer", detail: String(err?.message ?? err) });
+  }
+  const raw = await resp.text();
+  let data = null;
+  try {
+    data = raw ? JSON.parse(raw) : null;
+  } catch {
+    data = null;
+  }
+  if (!resp.ok) {
+    const problem = data && typeof data === "object" ? data : { title: `HTTP ${resp.status}`, detail: raw.slice(0, 300) };
+    throw new ApiError(resp.status, problem);
+  }
+  return data;
+}
+
+// problemNode shows an API error: the problem's title, status, detail and slug.
+function problemNode(err, hint) {
+  const p = err.problem ?? {};
+  return el("div", { className: "problem" },
+    el("span", { className: "problem-title" }, text(p.title ?? err.message)),
+    err.status ? ` (${err.status}${err.slug ? ", " + text(err.slug) : ""})` : "",
+    p.detail ? [": ", text(p.detail)] : "",
+    hint ? el("div", null, hint) : null);
+}
+
+// A credential problem ends the session: back to the sign-in.
+const credentialProblem = (err) => err.status === 401 || (err.status === 403 && err.slug === "forbidden-role");
+
+// ---- sign-in ----------------------------------------------------------------
+
+function showSignin(err) {
+  $("signin").hidden = false;
+  $("queue").hidden = true;
+  $("account").hidden = true;
+  const box = $("signin-error");
+  if (err) {
+    const hint = err.status === 401 ? "Check that you pasted the whole credential."
+      : err.status === 403 ? "The approval UI needs a credential of the approver role." : null;
+    box.replaceChildren(problemNode(err, hint));
+    box.hidden = false;
+  } else {
+    box.replaceChildren();
+    box.hidden = true;
+  }
+  $("credential").focus();
+}
+
+async function signIn(secret) {
+  sessionStorage.setItem(CREDENTIAL_KEY, secret);
+  $("signin-button").disabled = true;
+  try {
+    me = await api("GET", "/approvers/me");
+  } catch (err) {
+    $("credential").value = "";
+    signOut(err);
+    return;
+  } finally {
+    $("signin-button").disabled = false;
+  }
+  $("credential").value = "";
+  $("account-id").textContent = text(me.id);
+  $("account").hidden = false;
+  $("signin").hidden = true;
+  $("signin-error").hidden = true;
+  $("queue").hidden = false;
+  await refresh();
+  timer = setInterval(refresh, REFRESH_MS);
+  ticker = setInterval(tick, 1000);
+}
+
+function signOut(err) {
+  sessionStorage.removeItem(CREDENTIAL_KEY);
+  clearInterval(timer);
+  clearInterval(ticker);
+  timer = ticker = me = null;
+  for (const card of cards.values()) card.remove();
+  cards.clear();
+  $("decision-log").replaceChildren();
+  $("decisions").hidden = true;
+  $("queue-error").hidden = true;
+  showSignin(err);
+}
+
+// ---- the queue ----------------------------------------------------------------
+
+async function refresh() {
+  if (refreshing || !me) return;
+  refreshing = true;
+  try {
+    const data = await api("GET", "/formations?status=pending_approval");
+    if (!me) return;
+    render(Array.isArray(data?.formations) ? data.formations : []);
+    $("queue-error").hidden = true;
+    $("queue-status").textContent = `Updated ${new Date().toLocaleTimeString()}: ${cards.size} waiting.`;
+  } catch (err) {
+    if (credentialProblem(err)) return signOut(err);
+    $("queue-error").replaceChildren(problemNode(err, "The list below may be out of date."));
+    $("queue-error").hidden = false;
+  } finally {
+    refreshing = false;
+    $("queue").dataset.refreshes = String(++refreshes);
+  }
+}
+
+// render adds new cards, updates the others in place and removes those no
+// longer pending, so focus and a half-typed reason survive a refresh.
+function render(formations) {
+  const seen = new Set();
+  for (const f of formations) {
+    if (typeof f?.id !== "string") continue;
+    seen.add(f.id);
+    let card = cards.get(f.id);
+    if (card && card.dataset.digest !== f.digest) {
+      // Never the case for an immutable record; if it were, the approver
+      // must see the new record, not approve the old one.
+      card.remove();
+      card = null;
+    }
+    if (card) {
+      update(card, f);
+    } else {
+      card = buildCard(f);
+      cards.set(f.id, card);
+      $("cards").append(card);
+    }
+  }
+  for (const [id, card] of cards) {
+    if (!seen.has(id)) {
+      card.remove();
+      cards.delete(id);
+    }
+  }
+  $("queue-empty").hidden = cards.size > 0;
+}
+
+function tick() {
+  for (const card of cards.values()) {
+    const p = parts.get(card);
+    p.expires.textContent = when(p.formation.expiresAt);
+  }
+}
+
+const approved = (f) => (f.approvals ?? []).filter((a) => a.decision === "approve").length;
+const tally = (f) => `${approved(f)} of ${f.approvalsRequired} approval${f.approvalsRequired === 1 ? "" : "s"}`;
+
+// update shows the mutable part of a formation: status, approvals, time left.
+function update(card, f) {
+  const p = parts.get(card);
+  p.formation = f;
+  p.status.textContent = text(f.status);
+  for (const t of p.tallies) t.textContent = tally(f);
+  p.approvals.replaceChildren(...(f.approvals ?? []).map((a) =>
+    el("li", null, `${text(a.decision)} by `, el("strong", null, text(a.approver)), ` at ${text(a.at)}`,
+      a.reason ? [": ", el("q", null, text(a.reason))] : "", ` (digest ${text(a.digest)})`)));
+  p.expires.textContent = when(f.expiresAt);
+}
+
+function section(title, ...body) {
+  return el("section", null, el("h4", null, title), ...body);
+}
+
+function target(t) {
+  return [
+    ["Release", text(t.release)],
+    ["Server", text(t.server)],
+    ["Pool", text(t.pool)],
+    ["Epoch", mono(t.epoch)],
+    ["Artifact image", text(t.artifact?.image)],
+    ["Artifact digest", mono(t.artifact?.digest)],
+    ["Config digest", mono(t.configDigest)],
+  ];
+}
+
+function successorSection(f) {
+  const s = f.successor;
+  if (!s) return section("Successor", el("p", null, "none — runs only on the source"));
+  return section("Successor (may run here once the source is retired)",
+    rows([...target(s),
+      ["Certificate", mono(s.certificate)],
+      ["Issuer", mono(s.issuer)],
+      ["Profile", s.profile ? [text(s.profile.id), " ", mono(s.profile.digest)] : "—"],
+      ["Certificate expires", when(s.expiresAt)],
+    ]),
+    el("p", null, "Modeled effects:"), el("pre", null, pretty(s.effects)));
+}
+
+function metadataSection(m = {}) {
+  const deps = m.dependencies ?? {};
+  const modes = Array.isArray(m.failureModes) && m.failureModes.length
+    ? el("table", null,
+      el("thead", null, el("tr", null, ["Error", "Recovery", "Max attempts", "Fallback", "Description"].map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", null, m.failureModes.map((fm) => el("tr", null,
+        [fm.error, fm.recovery, fm.maxAttempts, fm.fallback, fm.description].map((v) => el("td", null, text(v)))))))
+    : "none";
+  return section("MCP+ metadata", rows([
+    ["Summary", text(m.summary)],
+    ["Side effects", text(m.sideEffects)],
+    ["Requires approval", yesNo(m.requiresApproval)],
+    ["Requires", list(deps.requires)],
+    ["Produces input for", list(deps.producesInputFor)],
+    ["Exclusive with", list(deps.exclusiveWith)],
+  ]), el("p", null, "Failure modes:"), modes);
+}
+
+function decisionSection(d = {}) {
+  const engines = el("table", null,
+    el("thead", null, el("tr", null, ["Engine", "Verdict", "Approvals", "Rules", "Reasons", "Successor"].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", null, (d.engines ?? []).map((e) => el("tr", null,
+      el("td", null, text(e.engine)),
+      el("td", null, verdict(e.verdict), e.error ? [" — error: ", text(e.error)] : ""),
+      el("td", null, text(e.approvals)),
+      el("td", null, list(e.rules)),
+      el("td", null, list(e.reasons)),
+      el("td", null, e.successor ? [verdict(e.successor.verdict), list(e.successor.rules), list(e.successor.reasons),
+        e.successor.error ? ["error: ", text(e.successor.error)] : ""] : "—")))));
+  const s = d.successor;
+  return section("Policy decision", rows([
+    ["Verdict", verdict(d.verdict)],
+    ["Approvals asked by policy", text(d.approvals)],
+    ["Policy digest", mono(d.policyDigest)],
+    ["Decided at", text(d.decidedAt)],
+    ["On the successor", s ? [verdict(s.verdict), " for certificate ", mono(s.certificate), " → epoch ", mono(s.epoch)] : "no candidate"],
+  ]), engines);
+}
+
+function buildCard(f) {
+  const n = ++uid;
+  const p = {
+    formation: f,
+    status: el("span", { className: "badge" }),
+    tallies: [el("strong"), el("strong")],
+    approvals: el("ul", { className: "plain" }),
+    expires: el("span"),
+  };
+  const m = f.metadata ?? {};
+  const principal = f.principal ?? {};
+  const reasonID = `reason-${n}`;
+  const reason = el("textarea", { id: reasonID, rows: 2, maxLength: 2000 });
+  const result = el("div", { className: "result", role: "status" });
+  const approve = el("button", { type: "button", className: "approve" }, "Approve");
+  const deny = el("button", { type: "button", className: "deny" }, "Deny");
+
+  const warnings = [];
+  if (hasHidden(f.arguments) || hasHidden(principal)) {
+    warnings.push(el("p", { className: "warning" }, "Contains invisible or direction-changing characters, shown as \\uXXXX escapes."));
+  }
+  if (me && principal.id === me.id) {
+    warnings.push(el("p", { className: "warning" }, "You are this call's principal: the server refuses your approval."));
+  }
+
+  const card = el("article", { className: "card", dataset: { formation: f.id, digest: f.digest }, "aria-labelledby": `title-${n}` },
+    el("div", { className: "card-head" },
+      el("h3", { id: `title-${n}` }, text(f.tool)),
+      el("span", { className: `badge ${m.sideEffects === "delete" ? "delete" : m.sideEffects === "write" ? "write" : ""}` }, text(m.sideEffects)),
+      p.status,
+      el("span", null, p.tallies[0])),
+    warnings,
+    el("div", { className: "grid" },
+      section("Call", rows([
+        ["Formation", mono(f.id)],
+        ["Tool", el("span", { className: "mono tool" }, text(f.tool))],
+        ["Principal", el("span", { className: "principal" }, text(principal.id))],
+        ["Principal attributes", principal.attributes ? el("pre", { className: "attributes" }, pretty(principal.attributes)) : "none"],
+        ["Host", text(principal.host)],
+        ["Session", text(f.session)],
+        ["Snapshot", mono(f.snapshot)],
+        ["Created", when(f.createdAt)],
+        ["Expires", p.expires],
+      ])),
+      section("Arguments", el("pre", { className: "arguments" }, pretty(f.arguments)),
+        rows([["Argument digest", mono(f.argumentDigest)], ["Descriptor digest", mono(f.descriptorDigest)]])),
+      section("Source (runs here)", el("div", { className: "source" }, rows(target(f.source ?? {})))),
+      successorSection(f),
+      metadataSection(m),
+      decisionSection(f.decision)),
+    section("Approvals", el("p", null, p.tallies[1], " so far"), p.approvals),
+    el("p", null, "Your decision is bound to this record's digest: ", el("strong", { className: "mono digest" }, text(f.digest))),
+    el("div", { className: "decide" },
+      el("label", { htmlFor: reasonID }, "Reason (recorded with your decision)"),
+      reason,
+      el("div", { className: "buttons" }, approve, deny),
+      result));
+  parts.set(card, p);
+  update(card, f);
+
+  const decide = async (decision) => {
+    approve.disabled = deny.disabled = true;
+    result.replaceChildren(el("p", null, "Sending…"));
+    try {
+      const out = await api("POST", `/formations/${encodeURIComponent(f.id)}/approvals`, { decision, digest: f.digest, reason: reason.value.trim() });
+      update(card, out);
+      const verb = decision === "approve" ? "Approved" : "Denied";
+      const msg = out.status === "pending_approval" ? `${verb}: ${tally(out)}; still waiting for approval.`
+        : out.status === "ready" ? `${verb}: ${tally(out)}; the formation is now ready.`
+        : `${verb}: the formation is now ${text(out.status)}.`;
+      result.replaceChildren(el("p", { className: "ok" }, msg));
+      reason.value = "";
+      log(f, msg);
+      if (out.status === "pending_approval") approve.disabled = deny.disabled = false;
+    } catch (err) {
+      if (credentialProblem(err)) return signOut(err);
+      result.replaceChildren(problemNode(err));
+      approve.disabled = deny.disabled = false;
+    }
+  };
+  approve.addEventListener("click", () => decide("approve"));
+  deny.addEventListener("click", () => decide("deny"));
+  return card;
+}
+
+function log(f, msg) {
+  $("decisions").hidden = false;
+  $("decision-log").append(el("li", { dataset: { formation: f.id } },
+    `${new Date().toLocaleTimeString()} `, el("span", { className: "mono" }, text(f.tool)), ` ${text(f.id)}: ${msg}`));
+}
+
+// ---- start ----------------------------------------------------------------------
+
+$("signin-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const secret = $("credential").value.trim();
+  if (!secret) {
+    showSignin(new ApiError(0, { title: "Paste your approver credential first" }));
+    return;
+  }
+  signIn(secret);
+});
+$("signout").addEventListener("click", () => signOut());
+$("refresh").addEventListener("click", () => refresh());
+
+const stored = sessionStorage.getItem(CREDENTIAL_KEY);
+if (stored) signIn(stored);
+else showSignin();
