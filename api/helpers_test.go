@@ -37,7 +37,7 @@ func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.Format
 	f.t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	f.issuer = iss
-	return authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss})
+	return authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss, Certificates: f.certificates})
 }
 
 // waitPublished waits until the signing key is published in etcd.

@@ -34,7 +34,10 @@ type fixture struct {
 	key    jwk.Key // trusted registrar key
 	// issuerKey is a trusted compatibility-certificate issuer key.
 	issuerKey jwk.Key
-	creds     map[api.Role]api.Secret
+	// certificates verifies certificates signed with issuerKey; formations
+	// capture successors through them.
+	certificates *manifest.Verifier
+	creds        map[api.Role]api.Secret
 	// byID holds every credential by its id, extra approvers included.
 	byID map[string]api.Secret
 	// policies decide formations (the embedded defaults).
@@ -98,6 +101,7 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 		t.Fatal(err)
 	}
 	f.issuerKey = issuerKey
+	f.certificates = issuers
 	f.cfg = api.Config{Registry: authz.NewRegistry(store, verifier, log).WithCertificateIssuers(issuers), Formations: f.formations(store, log),
 		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log}
 	h, err := api.New(f.cfg)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/manifest"
 )
 
 // uiCSP is the Content-Security-Policy every /ui answer carries.
@@ -446,6 +447,42 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		}
 		if !uiEval[bool](u, noQueue) {
 			t.Error("a host credential showed the queue or was kept")
+		}
+	})
+
+	// Last: from here on, private create_repository calls capture a successor.
+	t.Run("successor is shown", func(t *testing.T) {
+		f.t = t
+		defer func() { f.t = parent }()
+		f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil)), http.StatusCreated, "")
+		doc, err := os.ReadFile("../examples/github/certificate-v1.4-to-v1.3.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jws, err := manifest.Sign(doc, f.issuerKey, manifest.TypCertificate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert := f.do("POST", "/v1/certificates", api.RoleRegistrar, jws)
+		f.expect(cert, http.StatusCreated, "")
+		r := f.do("POST", "/v1/formations", api.RoleHost, formBody(snap, "ui-s", "github/create_repository", `{"name":"ui-successor","private":true}`, "alice", dev))
+		f.expect(r, http.StatusCreated, "")
+		succ, _ := r.body["successor"].(map[string]any)
+		if succ == nil {
+			t.Fatalf("no successor captured: %s", r.raw)
+		}
+		u := f.openTab(t, browser)
+		u.signIn(f.creds[api.RoleApprover])
+		card := cardOf(r.body["id"].(string))
+		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+		got := u.text(card + " .successor")
+		for _, want := range []string{"v1.3.0", succ["pool"].(string), succ["epoch"].(string), cert.body["id"].(string), succ["issuer"].(string), `"visibility": "private"`, "github-create-repository/1", "Certificate expires"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("successor does not show %q: %q", want, got)
+			}
+		}
+		if got := u.text(card + " .decision-successor"); !strings.Contains(got, "allow") || !strings.Contains(got, cert.body["id"].(string)) {
+			t.Errorf("decision on the successor: %q", got)
 		}
 	})
 

@@ -271,15 +271,15 @@ function target(t) {
 
 function successorSection(f) {
   const s = f.successor;
-  if (!s) return section("Successor", el("p", null, "none — runs only on the source"));
-  return section("Successor (may run here once the source is retired)",
+  if (!s) return section("Successor", el("p", { className: "successor" }, "none — runs only on the source"));
+  return section("Successor (may run here once the source is retired)", el("div", { className: "successor" },
     rows([...target(s),
       ["Certificate", mono(s.certificate)],
       ["Issuer", mono(s.issuer)],
       ["Profile", s.profile ? [text(s.profile.id), " ", mono(s.profile.digest)] : "—"],
       ["Certificate expires", when(s.expiresAt)],
     ]),
-    el("p", null, "Modeled effects:"), el("pre", null, pretty(s.effects)));
+    el("p", null, "Modeled effects:"), el("pre", null, pretty(s.effects))));
 }
 
 function metadataSection(m = {}) {
@@ -317,7 +317,8 @@ function decisionSection(d = {}) {
     ["Approvals asked by policy", text(d.approvals)],
     ["Policy digest", mono(d.policyDigest)],
     ["Decided at", text(d.decidedAt)],
-    ["On the successor", s ? [verdict(s.verdict), " for certificate ", mono(s.certificate), " → epoch ", mono(s.epoch)] : "no candidate"],
+    ["On the successor", el("span", { className: "decision-successor" },
+      s ? [verdict(s.verdict), " for certificate ", mono(s.certificate), " → epoch ", mono(s.epoch)] : "no candidate")],
   ]), engines);
 }
 
