@@ -162,6 +162,7 @@ async function signIn(secret) {
   $("signin-error").hidden = true;
   $("queue").hidden = false;
   await refresh();
+  if (!me) return; // the first refresh found the credential refused
   timer = setInterval(refresh, REFRESH_MS);
   ticker = setInterval(tick, 1000);
 }
