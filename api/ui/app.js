@@ -258,6 +258,14 @@ function section(title, ...body) {
   return el("section", null, el("h4", null, title), ...body);
 }
 
+// wideSection spans the card's whole width: its tables need the room.
+function wideSection(title, ...body) {
+  return el("section", { className: "wide" }, el("h4", null, title), ...body);
+}
+
+// scroll lets a table scroll sideways instead of overflowing the card.
+const scroll = (table) => el("div", { className: "table-scroll" }, table);
+
 function target(t) {
   return [
     ["Release", text(t.release)],
@@ -291,14 +299,14 @@ function metadataSection(m = {}) {
       el("tbody", null, m.failureModes.map((fm) => el("tr", null,
         [fm.error, fm.recovery, fm.maxAttempts, fm.fallback, fm.description].map((v) => el("td", null, text(v)))))))
     : "none";
-  return section("MCP+ metadata", rows([
+  return wideSection("MCP+ metadata", rows([
     ["Summary", text(m.summary)],
     ["Side effects", text(m.sideEffects)],
     ["Requires approval", yesNo(m.requiresApproval)],
     ["Requires", list(deps.requires)],
     ["Produces input for", list(deps.producesInputFor)],
     ["Exclusive with", list(deps.exclusiveWith)],
-  ]), el("p", null, "Failure modes:"), modes);
+  ]), el("p", null, "Failure modes:"), typeof modes === "string" ? modes : scroll(modes));
 }
 
 function decisionSection(d = {}) {
@@ -310,17 +318,20 @@ function decisionSection(d = {}) {
       el("td", null, text(e.approvals)),
       el("td", null, list(e.rules)),
       el("td", null, list(e.reasons)),
-      el("td", null, e.successor ? [verdict(e.successor.verdict), list(e.successor.rules), list(e.successor.reasons),
-        e.successor.error ? ["error: ", text(e.successor.error)] : ""] : "—")))));
+      el("td", null, e.successor ? [
+        el("div", null, verdict(e.successor.verdict)),
+        e.successor.rules?.length ? el("div", null, "refused by ", list(e.successor.rules)) : "",
+        e.successor.reasons?.length ? el("div", null, list(e.successor.reasons)) : "",
+        e.successor.error ? el("div", null, "error: ", text(e.successor.error)) : ""] : "—")))));
   const s = d.successor;
-  return section("Policy decision", rows([
+  return wideSection("Policy decision", rows([
     ["Verdict", verdict(d.verdict)],
     ["Approvals asked by policy", text(d.approvals)],
     ["Policy digest", mono(d.policyDigest)],
     ["Decided at", text(d.decidedAt)],
     ["On the successor", el("span", { className: "decision-successor" },
       s ? [verdict(s.verdict), " for certificate ", mono(s.certificate), " → epoch ", mono(s.epoch)] : "no candidate")],
-  ]), engines);
+  ]), scroll(engines));
 }
 
 function buildCard(f) {
