@@ -66,13 +66,36 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		f.expect(f.doAs("POST", complete, f.byID["backend-v1-3"], []byte(`{"outcome":"`+outcome+`"}`)), http.StatusForbidden, "lease-out-of-scope")
 	}
 	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"done"}`)), http.StatusBadRequest, "invalid-request")
+	// The operator sees the open lease under its epoch.
+	srcEpoch := read.body["source"].(map[string]any)["epoch"].(string)
+	leasesPath := "/v1/epochs/" + srcEpoch + "/leases"
+	f.expect(f.do("GET", leasesPath, api.RoleHost, nil), http.StatusForbidden, "forbidden-role")
+	f.expect(f.do("GET", "/v1/epochs/sha256:nope/leases", api.RoleOperator, nil), http.StatusNotFound, "epoch-not-found")
+	openLeases := func() []any {
+		t.Helper()
+		r := f.do("GET", leasesPath, api.RoleOperator, nil)
+		f.expect(r, http.StatusOK, "")
+		ls, _ := r.body["leases"].([]any)
+		return ls
+	}
+	if ls := openLeases(); len(ls) != 1 || ls[0].(map[string]any)["id"] != leaseID || ls[0].(map[string]any)["state"] != "admitted" ||
+		ls[0].(map[string]any)["formation"] != id || ls[0].(map[string]any)["revision"] != claims["fcd_revision"] {
+		t.Fatalf("open leases: %v (token revision %v)", ls, claims["fcd_revision"])
+	}
+
 	// The lease's own pool's backend can (the refusals above changed nothing).
 	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"uncertain","detail":"timeout"}`)), http.StatusOK, "")
+	if ls := openLeases(); len(ls) != 1 || ls[0].(map[string]any)["state"] != "uncertain" {
+		t.Fatalf("open leases after uncertain: %v", ls)
+	}
 	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusConflict, "lease-uncertain")
 	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil), http.StatusConflict, "lease-uncertain")
 	resolve := "/v1/leases/" + leaseID + "/resolve"
 	f.expect(f.do("POST", resolve, api.RoleOperator, []byte(`{"outcome":"uncertain"}`)), http.StatusBadRequest, "invalid-request")
 	f.expect(f.do("POST", resolve, api.RoleOperator, []byte(`{"outcome":"effect","reason":"checked"}`)), http.StatusOK, "")
+	if ls := openLeases(); len(ls) != 0 {
+		t.Fatalf("open leases after resolution: %v", ls)
+	}
 	f.expect(f.do("POST", resolve, api.RoleOperator, []byte(`{"outcome":"effect","reason":"checked"}`)), http.StatusConflict, "lease-closed")
 	f.expect(f.do("POST", "/v1/leases/ls_nope/complete", api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusNotFound, "lease-not-found")
 

@@ -74,6 +74,27 @@ func (s *server) showEpoch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ep)
 }
 
+// leaseView is an open lease as operators see it: the stored lease and
+// the etcd revision of its admission (the token's fcd_revision claim).
+type leaseView struct {
+	*authz.Lease
+	Revision int64 `json:"revision"`
+}
+
+func (s *server) epochLeases(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "epoch")
+	ls, err := s.reg.Leases(r.Context(), id)
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	out := make([]leaseView, len(ls))
+	for i, l := range ls {
+		out[i] = leaseView{Lease: l, Revision: l.Revision}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "leases": out})
+}
+
 func (s *server) drainEpoch(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "epoch")
 	st, err := s.reg.Drain(r.Context(), id)

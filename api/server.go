@@ -103,6 +103,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleRegistrar)).Post("/manifests", s.registerManifest)
 		r.With(s.require(RoleOperator, RoleHost)).Get("/epochs", s.listEpochs)
 		r.With(s.require(RoleOperator, RoleHost)).Get("/epochs/{epoch}", s.showEpoch)
+		r.With(s.require(RoleOperator)).Get("/epochs/{epoch}/leases", s.epochLeases)
 		r.With(s.require(RoleOperator)).Post("/epochs/{epoch}/drain", s.drainEpoch)
 		r.With(s.require(RoleOperator)).Post("/epochs/{epoch}/retire", s.retireEpoch)
 		r.With(s.require(RoleHost)).Post("/snapshots", s.createSnapshot)

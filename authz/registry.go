@@ -89,6 +89,12 @@ func (r *Registry) Epoch(ctx context.Context, id string) (*Epoch, error) {
 	return r.store.GetEpoch(ctx, id)
 }
 
+// Leases returns the open leases of an epoch (admitted or uncertain):
+// what holds its retirement back.
+func (r *Registry) Leases(ctx context.Context, epoch string) ([]*lease.Lease, error) {
+	return r.store.EpochLeases(ctx, epoch)
+}
+
 // Drain moves an ACTIVE epoch to DRAINING.
 func (r *Registry) Drain(ctx context.Context, id string) (State, error) {
 	return r.store.Drain(ctx, id)

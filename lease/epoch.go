@@ -205,6 +205,36 @@ func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
 	return ep, nil
 }
 
+// EpochLeases returns the open leases of an epoch — the lease markers that
+// hold its retirement back, admitted or uncertain — oldest first, read at
+// one store revision. An operator finds here the uncertain leases to
+// resolve.
+func (s *Store) EpochLeases(ctx context.Context, id string) ([]*Lease, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.k.state(id), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.k.markers(id), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+	).Commit()
+	if err != nil {
+		return nil, s.wrap(ctx, "epoch leases", err)
+	}
+	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	out := make([]*Lease, 0, len(kvs))
+	for _, kv := range kvs {
+		var l Lease
+		if err := json.Unmarshal(kv.Value, &l); err != nil {
+			return nil, fmt.Errorf("%w: lease marker %s", ErrCorrupt, kv.Key)
+		}
+		l.Revision, l.Cluster = kv.CreateRevision, clusterID(resp.Header.ClusterId)
+		out = append(out, &l)
+	}
+	return out, nil
+}
+
 // ResolveTool resolves a tool through a snapshot only (never "latest") and
 // returns it with its source epoch's record and current state, without
 // lease counts: what a formation needs, in as few reads as the caches
