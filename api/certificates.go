@@ -37,3 +37,25 @@ func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, rec)
 }
+
+// showCertificate shows one registered certificate.
+func (s *server) showCertificate(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.reg.Certificate(r.Context(), chi.URLParam(r, "certificate"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}
+
+// listCertificates lists registered certificates, optionally of one
+// source epoch (?source=) and tool (&tool=).
+func (s *server) listCertificates(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	recs, err := s.reg.Certificates(r.Context(), q.Get("source"), q.Get("tool"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"certificates": recs})
+}

@@ -55,11 +55,42 @@ func TestCertificatesOverHTTP(t *testing.T) {
 	}
 	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, false)), http.StatusOK, "")
 
+	// Where Location points; listed by source and tool; not for hosts.
+	if loc := reg.header.Get("Location"); loc != "/v1/certificates/"+id {
+		t.Fatalf("Location %q", loc)
+	}
+	shown := f.do("GET", "/v1/certificates/"+id, api.RoleOperator, nil)
+	f.expect(shown, http.StatusOK, "")
+	if shown.body["id"] != id || shown.body["revoked"] != false {
+		t.Fatalf("shown: %s", shown.raw)
+	}
+	f.expect(f.do("GET", "/v1/certificates/"+id, api.RoleHost, nil), http.StatusForbidden, "forbidden-role")
+	listed := func(query string) []any {
+		t.Helper()
+		r := f.do("GET", "/v1/certificates"+query, api.RoleRegistrar, nil)
+		f.expect(r, http.StatusOK, "")
+		cs, _ := r.body["certificates"].([]any)
+		return cs
+	}
+	for query, n := range map[string]int{
+		"": 1, "?source=" + c.Source: 1, "?source=" + c.Source + "&tool=create_repository": 1,
+		"?source=" + c.Source + "&tool=delete_repository": 0, "?source=" + c.Target: 0,
+	} {
+		if cs := listed(query); len(cs) != n {
+			t.Fatalf("list %q: %d certificates, want %d", query, len(cs), n)
+		}
+	}
+	f.expect(f.do("GET", "/v1/certificates?tool=create_repository", api.RoleOperator, nil), http.StatusBadRequest, "invalid-request")
+
 	rev := f.do("DELETE", "/v1/certificates/"+id, api.RoleRegistrar, nil)
 	f.expect(rev, http.StatusOK, "")
 	if rev.body["revoked"] != true {
 		t.Fatalf("revoke: %s", rev.raw)
 	}
 	f.expect(f.do("DELETE", "/v1/certificates/"+id, api.RoleRegistrar, nil), http.StatusConflict, "certificate-revoked")
+	if r := f.do("GET", "/v1/certificates/"+id, api.RoleOperator, nil); r.body["revoked"] != true {
+		t.Fatalf("after revocation: %s", r.raw)
+	}
+	f.expect(f.do("GET", "/v1/certificates/sha256:nope", api.RoleOperator, nil), http.StatusNotFound, "certificate-not-found")
 	f.expect(f.do("DELETE", "/v1/certificates/sha256:nope", api.RoleRegistrar, nil), http.StatusNotFound, "certificate-not-found")
 }

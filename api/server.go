@@ -119,6 +119,8 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)
 		r.With(s.require(RoleOperator)).Post("/pools/{pool}/generation", s.setGeneration)
 		r.With(s.require(RoleRegistrar)).Post("/certificates", s.registerCertificate)
+		r.With(s.require(RoleRegistrar, RoleOperator)).Get("/certificates", s.listCertificates)
+		r.With(s.require(RoleRegistrar, RoleOperator)).Get("/certificates/{certificate}", s.showCertificate)
 		r.With(s.require(RoleRegistrar)).Delete("/certificates/{certificate}", s.revokeCertificate)
 		r.With(s.require(RoleGateway)).Get(strings.TrimPrefix(forwardAuthPath, "/v1"), s.forwardAuth)
 		for _, m := range extAuthzMethods {

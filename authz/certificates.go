@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fcd-authz/fcd/lease"
@@ -97,4 +98,24 @@ func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*Certif
 // successor through it loses that successor: admission checks it again.
 func (r *Registry) RevokeCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
 	return r.store.RevokeCertificate(ctx, id)
+}
+
+// Certificate returns a registered certificate, revoked or not.
+func (r *Registry) Certificate(ctx context.Context, id string) (*CertificateRecord, error) {
+	return r.store.GetCertificate(ctx, id)
+}
+
+// Certificates lists registered certificates, revoked ones included,
+// ordered by id: those for calls formed on source (every source when
+// empty) of tool (every tool when empty; a tool needs a source).
+func (r *Registry) Certificates(ctx context.Context, source, tool string) ([]*CertificateRecord, error) {
+	if source == "" && tool != "" {
+		return nil, fmt.Errorf("%w: tool needs source", ErrBadRequest)
+	}
+	for _, v := range []string{source, tool} {
+		if len(v) > maxIDLength || strings.ContainsAny(v, "/\x00") {
+			return nil, fmt.Errorf("%w: source and tool must be ids without '/'", ErrBadRequest)
+		}
+	}
+	return r.store.CertificatesFor(ctx, source, tool)
 }

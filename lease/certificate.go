@@ -145,11 +145,19 @@ func (s *Store) RevokeCertificate(ctx context.Context, id string) (*CertificateR
 
 // CertificatesFor returns the certificates registered for calls of tool
 // (its name within the server) formed on the source epoch, revoked ones
-// included, ordered by id.
+// included, ordered by id. An empty tool means every tool of the source;
+// an empty source too means every certificate.
 func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*CertificateRecord, error) {
+	prefix := s.k.certificates(source, tool)
+	switch {
+	case source == "":
+		prefix = s.k.p + "certificates/"
+	case tool == "":
+		prefix = s.k.p + "certificates/" + source + "/"
+	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.certificates(source, tool), clientv3.WithPrefix())
+	resp, err := s.cli.Get(octx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(ctx, "certificates", err)
 	}
