@@ -35,6 +35,12 @@ type EmbedConfig struct {
 	// StartTimeout bounds the wait for the member to be ready; zero means
 	// one minute.
 	StartTimeout time.Duration
+	// Name and InitialCluster ("name=peerURL,...") make the member one of
+	// a cluster of embedded members, for tests of quorum loss; empty means
+	// a single-member cluster named "fcd". The members of a new cluster
+	// must be started together: each is ready only once a quorum is.
+	Name           string
+	InitialCluster string
 }
 
 // Embedded is a running embedded etcd member.
@@ -61,13 +67,13 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 		return nil, fmt.Errorf("lease: embedded etcd dir: %w", err)
 	}
 	ec := embed.NewConfig()
-	ec.Name = "fcd"
+	ec.Name = orDefault(cfg.Name, "fcd")
 	ec.Dir = cfg.Dir
 	ec.ListenClientUrls = []url.URL{*client}
 	ec.AdvertiseClientUrls = []url.URL{*client}
 	ec.ListenPeerUrls = []url.URL{*peer}
 	ec.AdvertisePeerUrls = []url.URL{*peer}
-	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.InitialCluster = orDefault(cfg.InitialCluster, ec.InitialClusterFromName(ec.Name))
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = orDefault(cfg.CompactionRetention, "1h")
 	ec.LogLevel = orDefault(cfg.LogLevel, "warn")

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -51,6 +52,61 @@ func Start(t testing.TB) *Member {
 		}
 	}
 	t.Fatalf("etcdtest: start member: %v", err)
+	return nil
+}
+
+// Cluster is a cluster of embedded members on loopback, to test what fcd
+// does when a quorum is lost and comes back.
+type Cluster struct {
+	Members []*Member
+}
+
+// StartCluster starts n members of one new cluster on free loopback ports,
+// together (each is ready only once a quorum is); they are stopped when
+// the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	dir := t.TempDir()
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		c := &Cluster{}
+		var initial []string
+		for i := range n {
+			m := &Member{t: t, cfg: lease.EmbedConfig{
+				Name:      fmt.Sprintf("m%d", i),
+				Dir:       filepath.Join(dir, fmt.Sprintf("try%d-m%d", attempt, i)),
+				LogFile:   filepath.Join(dir, fmt.Sprintf("etcd-m%d.log", i)),
+				ClientURL: "http://" + FreeAddr(t),
+				PeerURL:   "http://" + FreeAddr(t),
+			}}
+			initial = append(initial, m.cfg.Name+"="+m.cfg.PeerURL)
+			c.Members = append(c.Members, m)
+		}
+		errs := make(chan error, n)
+		for _, m := range c.Members {
+			m.cfg.InitialCluster = strings.Join(initial, ",")
+			go func() { errs <- m.start() }()
+		}
+		err = nil
+		for range n {
+			if e := <-errs; e != nil && err == nil {
+				err = e
+			}
+		}
+		if err == nil {
+			for _, m := range c.Members {
+				t.Cleanup(m.Stop)
+			}
+			return c
+		}
+		for _, m := range c.Members {
+			m.Stop()
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	t.Fatalf("etcdtest: start cluster: %v", err)
 	return nil
 }
 

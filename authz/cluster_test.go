@@ -1,0 +1,138 @@
+package authz_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+)
+
+// TestAdmissionOnAClusterFailsClosedWithoutQuorum runs two authzd
+// replicas on a real three-member etcd cluster, each talking to a
+// different member only. Replica A admits; when two members stop, the
+// member A talks to is up but has no quorum, and A admits nothing (and
+// forms nothing) — fail closed, never open; when one member comes back the
+// pending call is admitted exactly once. A drain committed through replica
+// B's member then refuses A's next admission: the order is the cluster's,
+// not a member's.
+func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
+	c := etcdtest.StartCluster(t, 3)
+	ctx := context.Background()
+	storeA := c.Members[0].Store(t, prefix)
+	storeB := c.Members[2].Store(t, prefix)
+
+	data, err := os.ReadFile("../examples/github/manifest-v1.4.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := m.EpochID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := storeB.RegisterEpoch(ctx, &manifest.Signed{Manifest: m, Epoch: epoch, KeyID: "test", JWS: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := storeA.CreateSnapshot(ctx, nil) // sees B's registration
+	if err != nil || len(snap.Tools) == 0 {
+		t.Fatalf("snapshot through another member: %+v %v", snap, err)
+	}
+
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go iss.Publish(pctx, storeA)
+	forms := authz.NewFormations(storeA, defaultSet(t), authz.FormationConfig{Issuer: iss, Logger: quiet})
+	form := func(repo string) (*authz.Formation, error) {
+		return forms.Form(ctx, authz.FormRequest{Snapshot: snap.ID, Session: "s-" + repo, Tool: "github/get_repository",
+			Arguments: json.RawMessage(`{"owner":"o","repo":"` + repo + `"}`), Host: "host-1"})
+	}
+	// admit retries while the cluster settles (a leader election, the
+	// signing key published again after the outage).
+	admit := func(id string) (*authz.Admission, error) {
+		var a *authz.Admission
+		var err error
+		for range 300 {
+			if a, err = forms.Admit(ctx, id); err == nil || errors.Is(err, authz.ErrSourceDraining) {
+				return a, err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return a, err
+	}
+
+	first, err := form("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := form("pending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := form("late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admit(first.ID); err != nil {
+		t.Fatalf("admission with the whole cluster: %v", err)
+	}
+
+	c.Members[1].Stop()
+	c.Members[2].Stop()
+	if _, err := forms.Admit(ctx, pending.ID); !errors.Is(err, authz.ErrUnavailable) {
+		t.Fatalf("admission without quorum: %v, want ErrUnavailable", err)
+	}
+	if _, err := form("no-quorum"); !errors.Is(err, authz.ErrUnavailable) {
+		t.Fatalf("formation without quorum: %v, want ErrUnavailable", err)
+	}
+	if err := authz.NewRegistry(storeA, nil, quiet).Ready(ctx); err == nil {
+		t.Fatal("ready (/readyz) without quorum")
+	}
+
+	c.Members[1].Restart()
+	a, err := admit(pending.ID)
+	if err != nil {
+		t.Fatalf("admission after quorum came back: %v", err)
+	}
+	again, err := forms.Admit(ctx, pending.ID)
+	if err != nil || again.Lease != a.Lease {
+		t.Fatalf("the pending call was admitted twice: %v / %v (%v)", a.Lease, again, err)
+	}
+	ep, err := storeA.GetEpoch(ctx, epoch)
+	if err != nil || ep.ActiveLeases != 2 {
+		t.Fatalf("markers after the outage: %+v %v, want 2", ep, err)
+	}
+
+	c.Members[2].Restart()
+	var drained lease.State
+	for range 300 {
+		if drained, err = storeB.Drain(ctx, epoch); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || drained != lease.StateDraining {
+		t.Fatalf("drain through member 2: %s %v", drained, err)
+	}
+	if _, err := admit(late.ID); !errors.Is(err, authz.ErrSourceDraining) {
+		t.Fatalf("admission through member 0 after a drain through member 2: %v, want ErrSourceDraining", err)
+	}
+}
