@@ -34,6 +34,18 @@ func newAdmitEnv(t testing.TB, decider authz.Decider) *admitEnv {
 func newAdmitEnvAlg(t testing.TB, decider authz.Decider, alg jwa.SignatureAlgorithm) *admitEnv {
 	t.Helper()
 	e := newEnv(t, nil, nil)
+	key, iss := newIssuer(t, e.store, alg)
+	if decider == nil {
+		decider = defaultSet(t)
+	}
+	e.forms = authz.NewFormations(e.store, decider, authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
+	return &admitEnv{env: e, key: key, iss: iss}
+}
+
+// newIssuer returns a token issuer with a fresh key of alg, publishing it
+// in store until the test ends, once it is published.
+func newIssuer(t testing.TB, store *lease.Store, alg jwa.SignatureAlgorithm) (jwk.Key, *authz.TokenIssuer) {
+	t.Helper()
 	key, err := manifest.GenerateKey(alg)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +56,7 @@ func newAdmitEnvAlg(t testing.TB, decider authz.Decider, alg jwa.SignatureAlgori
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go iss.Publish(ctx, e.store)
+	go iss.Publish(ctx, store)
 	deadline := time.Now().Add(30 * time.Second)
 	for !iss.Published() {
 		if time.Now().After(deadline) {
@@ -52,11 +64,7 @@ func newAdmitEnvAlg(t testing.TB, decider authz.Decider, alg jwa.SignatureAlgori
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if decider == nil {
-		decider = defaultSet(t)
-	}
-	e.forms = authz.NewFormations(e.store, decider, authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
-	return &admitEnv{env: e, key: key, iss: iss}
+	return key, iss
 }
 
 // claims verifies a token's signature with the published key and returns
@@ -427,18 +435,9 @@ func (e *env) snapshotEpoch(t testing.TB) string {
 // TestAdmissionRecheckNarrowsOnly: a policy change after formation is
 // applied at admission; it may deny, never allow what was denied.
 func TestAdmissionRecheckNarrowsOnly(t *testing.T) {
-	dir := t.TempDir()
-	write := func(rego, cedar string) {
-		t.Helper()
-		for name, body := range map[string]string{"p.rego": rego, "p.cedar": cedar} {
-			if err := writeFileAtomic(dir, name, body); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	allowRego := "package fcd.authz\n\nallow contains {\"rule\": \"all\", \"reason\": \"all\"}\n"
-	allowCedar := "@id(\"all\")\npermit (principal, action, resource);\n"
-	denyReads := "package fcd.authz\n\nallow contains {\"rule\": \"all\", \"reason\": \"all\"}\n\ndeny contains {\"rule\": \"no-reads\", \"reason\": \"reads are off\"} if input.tool.sideEffects == \"read\"\n"
+	dir, write := policyDir(t)
+	allowRego, allowCedar := allowAllRego, allowAllCedar
+	denyReads := allowAllRego + "\ndeny contains {\"rule\": \"no-reads\", \"reason\": \"reads are off\"} if input.tool.sideEffects == \"read\"\n"
 	write(allowRego, allowCedar)
 	pm, err := policy.NewManager(context.Background(), policy.Source{Dir: dir}, policy.ManagerOptions{Logger: quiet})
 	if err != nil {
@@ -609,20 +608,7 @@ func TestCrossReplicaAdmission(t *testing.T) {
 	ctx := context.Background()
 	// A second replica: its own use case, policies and signing key, the
 	// same etcd.
-	key, err := manifest.GenerateKey(jwa.ES256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go iss.Publish(pctx, e.store)
-	for !iss.Published() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	_, iss := newIssuer(t, e.store, jwa.ES256)
 	other := authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
 
 	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)

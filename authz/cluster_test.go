@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
-	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -29,37 +27,13 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 	storeA := c.Members[0].Store(t, prefix)
 	storeB := c.Members[2].Store(t, prefix)
 
-	data, err := os.ReadFile("../examples/github/manifest-v1.4.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := manifest.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	epoch, err := m.EpochID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := storeB.RegisterEpoch(ctx, &manifest.Signed{Manifest: m, Epoch: epoch, KeyID: "test", JWS: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	epoch := registerExample(t, storeB, "v1.4", nil)
 	snap, _, err := storeA.CreateSnapshot(ctx, nil) // sees B's registration
 	if err != nil || len(snap.Tools) == 0 {
 		t.Fatalf("snapshot through another member: %+v %v", snap, err)
 	}
 
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	go iss.Publish(pctx, storeA)
+	_, iss := newIssuer(t, storeA, jwa.EdDSA)
 	forms := authz.NewFormations(storeA, defaultSet(t), authz.FormationConfig{Issuer: iss, Logger: quiet})
 	form := func(repo string) (*authz.Formation, error) {
 		return forms.Form(ctx, authz.FormRequest{Snapshot: snap.ID, Session: "s-" + repo, Tool: "github/get_repository",

@@ -58,7 +58,26 @@ func newEnv(t testing.TB, set *policy.Set, edit func(m *manifest.Manifest)) *env
 	ctx := context.Background()
 	member := etcdtest.Start(t)
 	store := member.Store(t, prefix)
-	data, err := os.ReadFile("../examples/github/manifest-v1.4.json")
+	registerExample(t, store, "v1.4", edit)
+	snap, _, err := store.CreateSnapshot(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set == nil {
+		set = defaultSet(t)
+	}
+	c := newClock()
+	return &env{member: member, store: store, clock: c, snapshot: snap.ID,
+		forms: authz.NewFormations(store, set, authz.FormationConfig{TTL: 15 * time.Minute, Now: c.Now, Logger: quiet})}
+}
+
+// registerExample registers examples/github/manifest-<release>.json,
+// edited, and returns its epoch id. It goes straight to the store: some
+// tests register descriptors that lint would refuse, to prove the
+// code-level invariants do not rely on lint.
+func registerExample(t testing.TB, store *lease.Store, release string, edit func(m *manifest.Manifest)) string {
+	t.Helper()
+	data, err := os.ReadFile("../examples/github/manifest-" + release + ".json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,22 +92,32 @@ func newEnv(t testing.TB, set *policy.Set, edit func(m *manifest.Manifest)) *env
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Straight to the store: some tests register descriptors that lint
-	// would refuse, to prove the code-level invariants do not rely on lint.
-	if _, _, err := store.RegisterEpoch(ctx, &manifest.Signed{Manifest: m, Epoch: id, KeyID: "test", JWS: "test"}); err != nil {
+	if _, _, err := store.RegisterEpoch(context.Background(), &manifest.Signed{Manifest: m, Epoch: id, KeyID: "test", JWS: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	snap, _, err := store.CreateSnapshot(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if set == nil {
-		set = defaultSet(t)
-	}
-	c := newClock()
-	return &env{member: member, store: store, clock: c, snapshot: snap.ID,
-		forms: authz.NewFormations(store, set, authz.FormationConfig{TTL: 15 * time.Minute, Now: c.Now, Logger: quiet})}
+	return id
 }
+
+// policyDir returns a policy directory and a function that writes one
+// Rego and one Cedar file into it (atomically, as an editor would), for
+// tests of reloads.
+func policyDir(t testing.TB) (dir string, write func(rego, cedar string)) {
+	dir = t.TempDir()
+	return dir, func(rego, cedar string) {
+		t.Helper()
+		for name, body := range map[string]string{"p.rego": rego, "p.cedar": cedar} {
+			if err := writeFileAtomic(dir, name, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Minimal policy sets for reload tests.
+const (
+	allowAllRego  = "package fcd.authz\n\nallow contains {\"rule\": \"all\", \"reason\": \"all\"}\n"
+	allowAllCedar = "@id(\"all\")\npermit (principal, action, resource);\n"
+)
 
 func defaultSet(t testing.TB) *policy.Set {
 	t.Helper()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -71,24 +70,7 @@ func (s *succEnv) formations(issuers *manifest.Verifier) *authz.Formations {
 // register registers the example v1.3 manifest, edited, as release.
 func (s *succEnv) register(t testing.TB, release string, edit func(m *manifest.Manifest)) string {
 	t.Helper()
-	data, err := os.ReadFile("../examples/github/manifest-v1.3.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := manifest.Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		edit(m)
-	}
-	id, err := m.EpochID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.store.RegisterEpoch(context.Background(), &manifest.Signed{Manifest: m, Epoch: id, KeyID: "test", JWS: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	id := registerExample(t, s.store, "v1.3", edit)
 	s.epochs[release] = id
 	return id
 }
@@ -314,17 +296,8 @@ func TestPolicyRefusesSuccessor(t *testing.T) {
 // since formation and now refuses the successor takes it away at
 // admission (410); it never adds one.
 func TestPolicyChangeRefusesSuccessorAtAdmission(t *testing.T) {
-	dir := t.TempDir()
-	write := func(rego, cedar string) {
-		t.Helper()
-		for name, body := range map[string]string{"p.rego": rego, "p.cedar": cedar} {
-			if err := writeFileAtomic(dir, name, body); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	allowRego := "package fcd.authz\n\nallow contains {\"rule\": \"all\", \"reason\": \"all\"}\n"
-	allowCedar := "@id(\"all\")\npermit (principal, action, resource);\n"
+	dir, write := policyDir(t)
+	allowRego, allowCedar := allowAllRego, allowAllCedar
 	refuseRego := allowRego + "\ndeny_successor contains {\"rule\": \"no-successors\", \"reason\": \"off\"}\n"
 	refuseCedar := allowCedar + "\n@id(\"no-successors\")\nforbid (principal, action == Action::\"substitute\", resource);\n"
 	write(allowRego, allowCedar)
