@@ -21,11 +21,18 @@ var uiFiles embed.FS
 // framing, no form submission (the script sends every request itself).
 const uiContentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// uiTypes are the media types of the UI's files, by extension.
-var uiTypes = map[string]string{
-	".html": "text/html; charset=utf-8",
-	".js":   "text/javascript; charset=utf-8",
-	".css":  "text/css; charset=utf-8",
+// uiType is the media type of a UI file, by its extension; false for any
+// other kind of file.
+func uiType(name string) (string, bool) {
+	switch path.Ext(name) {
+	case ".html":
+		return "text/html; charset=utf-8", true
+	case ".js":
+		return "text/javascript; charset=utf-8", true
+	case ".css":
+		return "text/css; charset=utf-8", true
+	}
+	return "", false
 }
 
 // uiHeaders sets the security headers of every /ui answer, errors and
@@ -55,7 +62,7 @@ func (s *server) uiAsset(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = "index.html"
 	}
-	ctype, known := uiTypes[path.Ext(name)]
+	ctype, known := uiType(name)
 	if !known || !fs.ValidPath(name) || strings.Contains(name, "/") {
 		s.problem(w, r, errRouteNotFound)
 		return
