@@ -38,7 +38,7 @@ const (
 // Defaults of [ReporterOptions].
 const (
 	DefaultReportQueue       = 1024
-	DefaultReportWorkers     = 2
+	DefaultReportWorkers     = 8
 	DefaultReportAttempts    = 8
 	DefaultReportBackoff     = 200 * time.Millisecond
 	DefaultReportMaxBackoff  = 10 * time.Second

@@ -86,6 +86,9 @@ type options struct {
 	// Dir is the parent of the temporary directory (etcd data, nginx
 	// prefixes); empty means the system's.
 	Dir string
+	// ReportWorkers is fencecheck's outcome-reporter concurrency; zero
+	// means its default.
+	ReportWorkers int
 }
 
 func parseFlags(args []string) (options, error) {
@@ -97,6 +100,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.Rounds, "rounds", 4, "rounds per level, alternating the order of the designs")
 	fs.IntVar(&o.Warmup, "warmup", 0, "untimed calls per design before each level (0: max(50, 4c))")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary directory for etcd's data and nginx (default: the system's)")
+	fs.IntVar(&o.ReportWorkers, "report-workers", 0, "fencecheck outcome-reporter workers (0: fencecheck's default)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -149,6 +153,9 @@ func (o *options) command() string {
 	}
 	if o.Dir != "" {
 		cmd += " -dir " + o.Dir
+	}
+	if o.ReportWorkers > 0 {
+		cmd += fmt.Sprintf(" -report-workers %d", o.ReportWorkers)
 	}
 	return cmd
 }
@@ -207,7 +214,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	b := &bench{opts: opts, out: out, gw: map[string]*nginx{},
 		client: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true}}
 	defer b.client.CloseIdleConnections()
-	b.s, err = startStack(ctx, dir)
+	b.s, err = startStack(ctx, dir, opts.ReportWorkers)
 	if err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}

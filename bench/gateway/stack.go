@@ -64,7 +64,7 @@ func (s *stack) close() {
 	}
 }
 
-func startStack(ctx context.Context, dir string) (_ *stack, err error) {
+func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, err error) {
 	s := &stack{creds: map[api.Role]api.Secret{}, rec: fixtures.NewRecorder(),
 		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	defer func() {
@@ -172,7 +172,7 @@ func startStack(ctx context.Context, dir string) (_ *stack, err error) {
 	}
 	s.snapshot, _ = snap["id"].(string)
 
-	s.rep, err = fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend]), Logger: quiet})
+	s.rep, err = fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend]), Logger: quiet, Workers: reportWorkers})
 	if err != nil {
 		return nil, err
 	}
