@@ -192,7 +192,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 		}
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
-	args := bytes.TrimSpace(req.Arguments)
+	args := bytes.Trim(req.Arguments, " \t\n\r") // JSON whitespace only
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = []byte("{}")
 	}

@@ -20,6 +20,9 @@ import (
 // that the digest cannot represent faithfully.
 var ErrArguments = errors.New("fencecheck: arguments must be a JSON object")
 
+// jsonSpace is the whitespace RFC 8259 allows around JSON values.
+const jsonSpace = " \t\n\r"
+
 // ArgumentDigest returns "sha256:<hex>" over the RFC 8785 canonical JSON of
 // {"arguments": arguments, "tool": tool}, where tool is "server/tool" and
 // arguments is the call's JSON object (empty or null means {}). Key order
@@ -34,7 +37,10 @@ var ErrArguments = errors.New("fencecheck: arguments must be a JSON object")
 // value of its canonical form; such values must travel as strings.
 // Spelling alone (1.0, 1e2, 0.10) is fine: it does not change the value.
 func ArgumentDigest(tool string, arguments json.RawMessage) (string, error) {
-	args := bytes.TrimSpace(arguments)
+	// Only JSON's own whitespace (RFC 8259: space, tab, LF, CR) may
+	// surround the object; bytes.TrimSpace would also drop \v, \f and
+	// Unicode spaces, and so accept bytes that are not JSON.
+	args := bytes.Trim(arguments, jsonSpace)
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = []byte("{}")
 	}

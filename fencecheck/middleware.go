@@ -429,7 +429,7 @@ type classifyError struct {
 // error. So no parser can find a tools/call, or a tool name, that
 // classify did not.
 func classify(body []byte) (rpcMessage, *classifyError) {
-	trimmed := bytes.TrimSpace(body)
+	trimmed := bytes.Trim(body, jsonSpace)
 	switch {
 	case len(trimmed) == 0:
 		return rpcMessage{}, nil // nothing to run
@@ -475,7 +475,7 @@ func classifyObject(raw []byte) (rpcMessage, *classifyError) {
 		return msg, nil
 	}
 	msg.id = members[foldedID]
-	if p, ok := members[foldedParams]; ok && bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
+	if p, ok := members[foldedParams]; ok && bytes.HasPrefix(bytes.Trim(p, jsonSpace), []byte("{")) {
 		params, ok := foldedMembers(p)
 		if !ok {
 			return rpcMessage{}, invalid
