@@ -1,7 +1,6 @@
 package fencecheck
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -54,50 +53,4 @@ func TestDecodeFlat(t *testing.T) {
 			t.Errorf("decodeFlat(%q) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
-}
-
-// FuzzDecodeFlat: whatever decodeFlat accepts, encoding/json reads alike
-// (for inputs without duplicate names).
-func FuzzDecodeFlat(f *testing.F) {
-	for _, s := range []string{`{"a":"x","b":-12}`, `{"\u0061":"\ud83d\ude00"}`, `{}`, `{"a":1.5}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		got := map[string]any{}
-		dup := false
-		err := decodeFlat(data, func(name []byte, v flatValue) error {
-			if _, ok := got[string(name)]; ok {
-				dup = true
-			}
-			if v.isString {
-				got[string(name)] = string(v.str)
-			} else {
-				got[string(name)] = json.Number(fmt.Sprint(v.num))
-			}
-			return nil
-		})
-		if err != nil || dup {
-			return
-		}
-		var want map[string]any
-		if err := json.Unmarshal(data, &want); err != nil {
-			t.Fatalf("decodeFlat accepted %q, encoding/json: %v", data, err)
-		}
-		if len(want) != len(got) {
-			t.Fatalf("%q: %v vs %v", data, got, want)
-		}
-		for k, v := range want {
-			g := got[k]
-			if n, ok := g.(json.Number); ok {
-				f, _ := n.Float64()
-				if v != f {
-					t.Fatalf("%q: %s = %v, encoding/json %v", data, k, g, v)
-				}
-				continue
-			}
-			if g != v {
-				t.Fatalf("%q: %s = %v, encoding/json %v", data, k, g, v)
-			}
-		}
-	})
 }
