@@ -3,7 +3,6 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
-	"os"
 	"testing"
 
 	"github.com/fcd-authz/fcd/api"
@@ -12,10 +11,7 @@ import (
 
 func TestCertificatesOverHTTP(t *testing.T) {
 	f := newFixture(t, 0)
-	example, err := os.ReadFile("../examples/github/certificate-v1.4-to-v1.3.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	example := exampleCertificate(t)
 	signCert := func(doc []byte, useRegistrar bool) []byte {
 		t.Helper()
 		key := f.issuerKey

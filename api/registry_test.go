@@ -186,6 +186,21 @@ func (f *fixture) sign(payload []byte, key jwk.Key) []byte {
 }
 
 // mutate decodes a manifest as generic JSON, applies fn and re-encodes it.
+// exampleCertificate is examples/github/certificate-v1.4-to-v1.3.json
+// valid from an hour ago for a day, so that tests do not depend on the
+// example's own dates.
+func exampleCertificate(t *testing.T) []byte {
+	t.Helper()
+	doc, err := os.ReadFile("../examples/github/certificate-v1.4-to-v1.3.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	return mutate(t, doc, func(m map[string]any) {
+		m["issuedAt"], m["expiresAt"] = now.Add(-time.Hour).Format(time.RFC3339), now.Add(24*time.Hour).Format(time.RFC3339)
+	})
+}
+
 func mutate(t *testing.T, data []byte, fn func(m map[string]any)) []byte {
 	t.Helper()
 	var m map[string]any

@@ -455,11 +455,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		f.t = t
 		defer func() { f.t = parent }()
 		f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil)), http.StatusCreated, "")
-		doc, err := os.ReadFile("../examples/github/certificate-v1.4-to-v1.3.json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		jws, err := manifest.Sign(doc, f.issuerKey, manifest.TypCertificate)
+		jws, err := manifest.Sign(exampleCertificate(t), f.issuerKey, manifest.TypCertificate)
 		if err != nil {
 			t.Fatal(err)
 		}

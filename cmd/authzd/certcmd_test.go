@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 
@@ -82,6 +83,27 @@ func TestCertCommands(t *testing.T) {
 		if got[name] != w {
 			t.Errorf("verify %s = %q, want %q", name, got[name], w)
 		}
+	}
+
+	// --valid-for sets the validity at signing time, keeping everything
+	// else; a negative one is a usage error.
+	before := time.Now().UTC().Truncate(time.Second)
+	code, vjws, stderr := cli(nil, "cert", "sign", "--key", issuerKey, "--valid-for", "720h", example)
+	if code != 0 {
+		t.Fatalf("sign --valid-for: %d %s", code, stderr)
+	}
+	code, out, _ = cli([]byte(vjws), "cert", "verify", "--keys", issuerKeys)
+	var valid map[string]string
+	if code != 0 || json.Unmarshal([]byte(out), &valid) != nil {
+		t.Fatalf("verify --valid-for: %d %s", code, out)
+	}
+	exp, err := time.Parse(time.RFC3339, valid["expiresAt"])
+	if err != nil || exp.Before(before.Add(720*time.Hour)) || exp.After(time.Now().Add(721*time.Hour)) ||
+		valid["source"] != c.Source || valid["target"] != c.Target || valid["id"] == id {
+		t.Fatalf("--valid-for 720h: %v (%v)", valid, err)
+	}
+	if code, _, _ := cli(nil, "cert", "sign", "--key", issuerKey, "--valid-for", "-1h", example); code != 2 {
+		t.Fatalf("negative --valid-for: exit %d, want 2", code)
 	}
 
 	// The example's epochs are those of the example manifests.

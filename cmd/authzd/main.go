@@ -5,11 +5,11 @@
 //	authzd manifest verify --keys JWKS [FILE|-]
 //	authzd manifest lint [--json] [FILE|-]
 //	authzd manifest digest [--tools] [FILE|-]
-//	authzd cert sign --key FILE [FILE|-]
+//	authzd cert sign --key FILE [--valid-for D] [FILE|-]
 //	authzd cert verify --keys JWKS [FILE|-]
 //	authzd policy test [-v] [DIR]
 //	authzd policy eval --input FILE [--policy-dir DIR]
-//	authzd credential new --role ROLE [--id ID]
+//	authzd credential new --role ROLE [--id ID] [--pool POOL ...]
 //
 // Every command reads a file or stdin and writes stdout; errors go to
 // stderr with a non-zero exit status.
@@ -32,15 +32,18 @@ const usage = `usage:
                                             verify a signed manifest; print its epoch
   authzd manifest lint [--json] [FILE|-]    MCP+ lint of a manifest (exit 1 on errors)
   authzd manifest digest [--tools] [FILE|-] print the epoch id (and tool digests)
-  authzd cert sign --key FILE [FILE|-]      sign a compatibility certificate with an issuer key
+  authzd cert sign --key FILE [--valid-for D] [FILE|-]
+                                            sign a compatibility certificate with an issuer key
+                                            (--valid-for: valid from now for D, e.g. 720h)
   authzd cert verify --keys JWKS [FILE|-]   verify a signed certificate against issuer keys;
                                             print its id, epochs, tool, expiry and signer
   authzd policy test [-v] [DIR]             run the Rego tests and Cedar cases of a policy set
                                             (default: the embedded defaults); exit 1 on failure
   authzd policy eval --input FILE [--policy-dir DIR]
                                             print the combined decision for a policy input
-  authzd credential new --role ROLE [--id ID]
+  authzd credential new --role ROLE [--id ID] [--pool POOL ...]
                                             create a bearer credential and its stored hash
+                                            (--pool: a backend or gateway limited to POOL)
 `
 
 // errUsage reports a command line that could not be understood.
