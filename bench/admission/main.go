@@ -77,19 +77,10 @@ func main() {
 	}
 }
 
-// options are the command-line settings.
+// options are the command-line settings: the plan (-c, -n, -n1, -warmup,
+// -rounds; warm-up at least 100) and this program's own.
 type options struct {
-	// N is the number of timed operations per design at each level ≥ 2;
-	// N1 at level 1 (0 means N).
-	N, N1 int
-	// Levels are the concurrency levels.
-	Levels []int
-	// Warmup is the number of untimed operations per design before each
-	// level; 0 means max(100, 4c).
-	Warmup int
-	// Rounds splits the timed operations of a level into rounds run in
-	// alternating order (a b c, c b a, ...).
-	Rounds int
+	loadgen.Plan
 	// Dir is the parent of the temporary etcd data directory.
 	Dir string
 	// Designs selects which of a, b, c run (for profiling one alone).
@@ -103,7 +94,7 @@ type options struct {
 
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("admission", flag.ContinueOnError)
-	var o options
+	o := options{Plan: loadgen.Plan{MinWarmup: 100}}
 	levels := fs.String("c", "1,16,64", "concurrency levels, comma-separated")
 	fs.IntVar(&o.N, "n", 2000, "timed operations per design at each concurrency level ≥ 2")
 	fs.IntVar(&o.N1, "n1", 0, "timed operations per design at concurrency 1 (0: same as -n; lower it on a slow disk)")
@@ -119,12 +110,8 @@ func parseFlags(args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for _, s := range strings.Split(*levels, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || c < 1 {
-			return o, fmt.Errorf("-c: %q is not a positive integer", s)
-		}
-		o.Levels = append(o.Levels, c)
+	if err := o.SetLevels(*levels); err != nil {
+		return o, err
 	}
 	return o, o.check()
 }
@@ -133,38 +120,19 @@ func (o *options) check() error {
 	if o.N1 == 0 {
 		o.N1 = o.N
 	}
+	if err := o.Plan.Check("-n, -n1"); err != nil {
+		return err
+	}
 	switch {
-	case len(o.Levels) == 0:
-		return errors.New("no concurrency level")
-	case o.N < 1 || o.N1 < 1 || o.Warmup < 0 || o.Rounds < 1:
-		return errors.New("-n, -n1 and -rounds must be positive, -warmup not negative")
 	case o.Designs == "" || strings.Trim(o.Designs, "abcde") != "":
 		return fmt.Errorf("-designs %q: letters among a, b, c, d, e", o.Designs)
 	}
 	return nil
 }
 
-func (o *options) ops(c int) int {
-	if c == 1 {
-		return o.N1
-	}
-	return o.N
-}
-
-func (o *options) warmup(c int) int {
-	if o.Warmup > 0 {
-		return o.Warmup
-	}
-	return max(100, 4*c)
-}
-
 // command is the exact command line that reproduces this run.
 func (o *options) command() string {
-	var cs []string
-	for _, c := range o.Levels {
-		cs = append(cs, strconv.Itoa(c))
-	}
-	cmd := fmt.Sprintf("go run ./bench/admission -n %d -n1 %d -c %s -rounds %d", o.N, o.N1, strings.Join(cs, ","), o.Rounds)
+	cmd := fmt.Sprintf("go run ./bench/admission -n %d -n1 %d -c %s -rounds %d", o.N, o.N1, o.LevelList(), o.Rounds)
 	if o.Warmup > 0 {
 		cmd += fmt.Sprintf(" -warmup %d", o.Warmup)
 	}
@@ -290,7 +258,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	if strings.Contains(opts.Designs, authzd) {
 		t0, count := time.Now(), 0
 		for _, c := range opts.Levels {
-			ids, err := b.formMany(ctx, c, opts.warmup(c)+opts.ops(c))
+			ids, err := b.formMany(ctx, c, opts.WarmupOps(c)+opts.Ops(c))
 			if err != nil {
 				return fmt.Errorf("forming: %w", err)
 			}
@@ -858,7 +826,7 @@ type levelResult struct {
 
 // level prepares, warms up and measures every design at concurrency c.
 func (b *bench) level(ctx context.Context, c int, formed []string) (*levelResult, error) {
-	n, w := b.opts.ops(c), b.opts.warmup(c)
+	n, w := b.opts.Ops(c), b.opts.WarmupOps(c)
 	total := w + n
 	res := &levelResult{c: c, n: n, phases: map[string]*phase{}}
 	ops := map[string]opFunc{}

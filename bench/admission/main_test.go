@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	opts := options{N: 20, N1: 20, Levels: []int{2}, Warmup: 4, Rounds: 2, Designs: "abcde", Dir: t.TempDir()}
+	opts := options{Plan: loadgen.Plan{N: 20, N1: 20, Levels: []int{2}, Warmup: 4, Rounds: 2}, Designs: "abcde", Dir: t.TempDir()}
 	if err := run(ctx, opts, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
@@ -45,7 +46,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.N != 10 || o.ops(1) != 10 || !slices.Equal(o.Levels, []int{1, 4}) || o.warmup(64) != 256 {
+	if o.N != 10 || o.Ops(1) != 10 || !slices.Equal(o.Levels, []int{1, 4}) || o.WarmupOps(64) != 256 {
 		t.Fatalf("options %+v", o)
 	}
 	for _, bad := range [][]string{{"-c", "0"}, {"-c", "x"}, {"-designs", "az"}, {"-n", "0"}, {"extra"}} {

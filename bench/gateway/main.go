@@ -36,7 +36,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,7 +43,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,19 +68,10 @@ func main() {
 	}
 }
 
-// options are the command-line settings.
+// options are the command-line settings: the plan (-c, -n1, -n32,
+// -warmup, -rounds; warm-up at least 50) and this program's own.
 type options struct {
-	// N1 is the number of timed calls per design at concurrency 1, N at
-	// every other level.
-	N1, N int
-	// Levels are the concurrency levels.
-	Levels []int
-	// Rounds splits each level's timed calls into rounds of alternating
-	// design order.
-	Rounds int
-	// Warmup is the number of untimed calls per design before each level;
-	// 0 means max(50, 4c).
-	Warmup int
+	loadgen.Plan
 	// Dir is the parent of the temporary directory (etcd data, nginx
 	// prefixes); empty means the system's.
 	Dir string
@@ -93,7 +82,7 @@ type options struct {
 
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	var o options
+	o := options{Plan: loadgen.Plan{MinWarmup: 50}}
 	levels := fs.String("c", "1,32", "concurrency levels, comma-separated")
 	fs.IntVar(&o.N1, "n1", 300, "timed calls per design at concurrency 1")
 	fs.IntVar(&o.N, "n32", 2000, "timed calls per design at every other concurrency level")
@@ -107,47 +96,15 @@ func parseFlags(args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for s := range strings.SplitSeq(*levels, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || c < 1 {
-			return o, fmt.Errorf("-c: %q is not a positive integer", s)
-		}
-		o.Levels = append(o.Levels, c)
+	if err := o.SetLevels(*levels); err != nil {
+		return o, err
 	}
-	return o, o.check()
-}
-
-func (o *options) check() error {
-	switch {
-	case len(o.Levels) == 0:
-		return errors.New("no concurrency level")
-	case o.N < 1 || o.N1 < 1 || o.Rounds < 1 || o.Warmup < 0:
-		return errors.New("-n1, -n32 and -rounds must be positive, -warmup not negative")
-	}
-	return nil
-}
-
-func (o *options) ops(c int) int {
-	if c == 1 {
-		return o.N1
-	}
-	return o.N
-}
-
-func (o *options) warmup(c int) int {
-	if o.Warmup > 0 {
-		return o.Warmup
-	}
-	return max(50, 4*c)
+	return o, o.Check("-n1, -n32")
 }
 
 // command is the command line that reproduces this run.
 func (o *options) command() string {
-	var cs []string
-	for _, c := range o.Levels {
-		cs = append(cs, strconv.Itoa(c))
-	}
-	cmd := fmt.Sprintf("go run ./bench/gateway -n1 %d -n32 %d -c %s -rounds %d", o.N1, o.N, strings.Join(cs, ","), o.Rounds)
+	cmd := fmt.Sprintf("go run ./bench/gateway -n1 %d -n32 %d -c %s -rounds %d", o.N1, o.N, o.LevelList(), o.Rounds)
 	if o.Warmup > 0 {
 		cmd += fmt.Sprintf(" -warmup %d", o.Warmup)
 	}
@@ -191,7 +148,7 @@ type phase struct {
 }
 
 func run(ctx context.Context, opts options, out io.Writer) error {
-	if err := opts.check(); err != nil {
+	if err := opts.Check("-n1, -n32"); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -241,7 +198,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	t0, total := time.Now(), 0
 	formed := map[int][]string{}
 	for _, c := range opts.Levels {
-		n := opts.warmup(c) + opts.ops(c)
+		n := opts.WarmupOps(c) + opts.Ops(c)
 		if formed[c], err = b.s.formMany(ctx, fmt.Sprintf("bench-c%d", c), n); err != nil {
 			return fmt.Errorf("forming: %w", err)
 		}
@@ -301,8 +258,8 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	var wantA, wantB int
 	for _, r := range results {
-		wantA += len(r.phases[designA].lat) + opts.warmup(r.c)
-		wantB += len(r.phases[designB].lat) + opts.warmup(r.c)
+		wantA += len(r.phases[designA].lat) + opts.WarmupOps(r.c)
+		wantB += len(r.phases[designB].lat) + opts.WarmupOps(r.c)
 	}
 	sent, rerr := b.s.reported()
 	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A, want %d), %d without (B, want %d); outcome reports sent to authzd: %d\n",
@@ -345,7 +302,7 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 			sessions[d] = append(sessions[d], s)
 		}
 	}
-	warm := b.opts.warmup(c)
+	warm := b.opts.WarmupOps(c)
 	next := func(n int) []string { out := ids[:n]; ids = ids[n:]; return out }
 	for _, d := range []string{designA, designB} {
 		p := b.phase(ctx, d, sessions[d], warm, next)
@@ -354,7 +311,7 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 		}
 	}
 	res := map[string]*phase{designA: {}, designB: {}}
-	n := b.opts.ops(c)
+	n := b.opts.Ops(c)
 	for r := range b.opts.Rounds {
 		k := n / b.opts.Rounds
 		if r == b.opts.Rounds-1 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	opts := options{N1: 6, N: 12, Levels: []int{1, 4}, Rounds: 2, Warmup: 2, Dir: t.TempDir()}
+	opts := options{Plan: loadgen.Plan{N1: 6, N: 12, Levels: []int{1, 4}, Rounds: 2, Warmup: 2}, Dir: t.TempDir()}
 	if err := run(ctx, opts, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
@@ -44,7 +45,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.ops(1) != 300 || o.ops(32) != 2000 || !slices.Equal(o.Levels, []int{1, 32}) || o.warmup(32) != 128 || o.warmup(1) != 50 {
+	if o.Ops(1) != 300 || o.Ops(32) != 2000 || !slices.Equal(o.Levels, []int{1, 32}) || o.WarmupOps(32) != 128 || o.WarmupOps(1) != 50 {
 		t.Fatalf("defaults %+v", o)
 	}
 	if got := o.command(); got != "go run ./bench/gateway -n1 300 -n32 2000 -c 1,32 -rounds 4" {

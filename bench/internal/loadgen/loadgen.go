@@ -1,14 +1,18 @@
 // Package loadgen holds the few helpers that the benchmark programs under
 // bench/ (admission and gateway) share word for word: nearest-rank
 // percentiles, throughput, millisecond conversion, the CPU model for the
-// machine line, and a free loopback address. It exists so that both
+// machine line, a free loopback address, and the plan of levels and
+// operation counts their flags describe. It exists so that both
 // programs compute and print these the same way; each program keeps its
 // own phase runner, since how they drive and account for operations differs.
 package loadgen
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -56,4 +60,69 @@ func FreeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// Plan is what a benchmark program times, from the flags both programs
+// share: at each concurrency level, how many operations per design (N1 at
+// concurrency 1, where a disk-bound run is slow, N elsewhere), split into
+// rounds of alternating design order, after how many untimed ones.
+type Plan struct {
+	Levels []int
+	N1, N  int
+	Rounds int
+	// Warmup is the number of untimed operations per design before each
+	// level; 0 means max(MinWarmup, 4c).
+	Warmup    int
+	MinWarmup int
+}
+
+// Ops is the number of timed operations per design at concurrency c.
+func (p *Plan) Ops(c int) int {
+	if c == 1 {
+		return p.N1
+	}
+	return p.N
+}
+
+// WarmupOps is the number of untimed operations per design before the
+// level of concurrency c.
+func (p *Plan) WarmupOps(c int) int {
+	if p.Warmup > 0 {
+		return p.Warmup
+	}
+	return max(p.MinWarmup, 4*c)
+}
+
+// LevelList is the levels as the -c flag takes them ("1,16,64").
+func (p *Plan) LevelList() string {
+	cs := make([]string, len(p.Levels))
+	for i, c := range p.Levels {
+		cs[i] = strconv.Itoa(c)
+	}
+	return strings.Join(cs, ",")
+}
+
+// SetLevels parses a -c value: positive integers, comma-separated.
+func (p *Plan) SetLevels(s string) error {
+	p.Levels = nil
+	for f := range strings.SplitSeq(s, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			return fmt.Errorf("-c: %q is not a positive integer", f)
+		}
+		p.Levels = append(p.Levels, c)
+	}
+	return nil
+}
+
+// Check reports a plan that cannot run; nFlags names the flags of N1 and
+// N for the message (e.g. "-n1 and -n").
+func (p *Plan) Check(nFlags string) error {
+	switch {
+	case len(p.Levels) == 0:
+		return errors.New("no concurrency level")
+	case p.N < 1 || p.N1 < 1 || p.Rounds < 1 || p.Warmup < 0:
+		return fmt.Errorf("%s and -rounds must be positive, -warmup not negative", nFlags)
+	}
+	return nil
 }

@@ -50,3 +50,30 @@ func TestRateAndMS(t *testing.T) {
 		t.Errorf("MS = %v", got)
 	}
 }
+
+func TestPlan(t *testing.T) {
+	p := Plan{N1: 10, N: 100, Rounds: 2, MinWarmup: 50}
+	if err := p.SetLevels("1, 16,64"); err != nil {
+		t.Fatal(err)
+	}
+	if p.LevelList() != "1,16,64" || p.Ops(1) != 10 || p.Ops(16) != 100 || p.WarmupOps(1) != 50 || p.WarmupOps(64) != 256 {
+		t.Fatalf("plan %+v: list %q ops %d/%d warm-up %d/%d", p, p.LevelList(), p.Ops(1), p.Ops(16), p.WarmupOps(1), p.WarmupOps(64))
+	}
+	if err := p.Check("-n1, -n"); err != nil {
+		t.Fatal(err)
+	}
+	p.Warmup = 7
+	if p.WarmupOps(64) != 7 {
+		t.Fatalf("explicit warm-up: %d", p.WarmupOps(64))
+	}
+	for _, bad := range []string{"", "0", "1,x", "-4"} {
+		if err := (&Plan{}).SetLevels(bad); err == nil {
+			t.Errorf("SetLevels(%q) accepted", bad)
+		}
+	}
+	for _, bad := range []Plan{{N1: 1, N: 1, Rounds: 1}, {Levels: []int{1}, N: 1, Rounds: 1}, {Levels: []int{1}, N1: 1, N: 1}, {Levels: []int{1}, N1: 1, N: 1, Rounds: 1, Warmup: -1}} {
+		if err := bad.Check("-n1, -n"); err == nil {
+			t.Errorf("Check(%+v) accepted", bad)
+		}
+	}
+}
