@@ -88,6 +88,13 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	if ls := openLeases(); len(ls) != 1 || ls[0].(map[string]any)["state"] != "uncertain" {
 		t.Fatalf("open leases after uncertain: %v", ls)
 	}
+	// The operator finds the call behind it, and the uncertain calls.
+	if r := f.do("GET", "/v1/formations/"+id, api.RoleOperator, nil); r.status != http.StatusOK || r.body["status"] != "uncertain" || r.body["lease"] != leaseID {
+		t.Fatalf("operator reads the formation: %d %s", r.status, r.raw)
+	}
+	if r := f.do("GET", "/v1/formations?status=uncertain", api.RoleOperator, nil); r.status != http.StatusOK || len(r.body["formations"].([]any)) != 1 {
+		t.Fatalf("operator lists uncertain formations: %d %s", r.status, r.raw)
+	}
 	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusConflict, "lease-uncertain")
 	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil), http.StatusConflict, "lease-uncertain")
 	resolve := "/v1/leases/" + leaseID + "/resolve"
