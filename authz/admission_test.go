@@ -760,3 +760,39 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 		t.Fatalf("a second sweep marked %v (%v)", marked, err)
 	}
 }
+
+// TestRunSweeperMarksOnItsOwn: the loop serve starts does sweep, and stops
+// with its context.
+func TestRunSweeperMarksOnItsOwn(t *testing.T) {
+	e := newAdmitEnv(t, nil)
+	ctx := context.Background()
+	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
+	a, err := e.forms.Admit(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(11 * time.Minute) // past 2×grace + lifetime
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { e.forms.RunSweeper(sctx, 10*time.Millisecond); close(done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := e.store.OpenLease(ctx, a.Lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.State == lease.LeaseUncertain {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper never marked the unreported lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunSweeper did not stop with its context")
+	}
+}
