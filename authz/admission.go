@@ -77,12 +77,15 @@ type Where struct {
 
 // Admit performs the etcd-ordered admission of a ready formation and
 // returns a dispatch token. Admitting the same formation again while its
-// lease is open returns the same lease and a token with the same jti. A
-// DRAINING source answers ErrSourceDraining (never a substitution); a
-// STALE one ErrSourceStale. If the policy set changed since formation it
-// is evaluated again and may deny, never widen. An ambiguous etcd error is
-// resolved by reading the formation back; the call is never admitted
-// twice.
+// lease is open (within the report grace) returns the same lease and a
+// token with the same jti. An ACTIVE source always takes the call; a
+// DRAINING one answers ErrSourceDraining (never a substitution); a STALE
+// one sends it to the successor captured at formation if that is still
+// eligible (certificate unrevoked, unexpired and trusted, policy not
+// refusing it, successor ACTIVE), else answers ErrSourceStale. If the
+// policy set changed since formation it is evaluated again and may deny,
+// never widen. An ambiguous etcd error is resolved by reading the
+// formation back; the call is never admitted twice.
 func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
 	a, err := f.admit(ctx, id)
 	f.metrics.admissions.WithLabelValues(admissionResult(a, err)).Inc()
@@ -329,8 +332,8 @@ func (f *Formations) reissue(ctx context.Context, rec *Formation, now time.Time)
 	if err != nil {
 		return nil, err
 	}
-	if l.State == lease.LeaseAdmitted && !now.Before(l.AdmittedAt.Add(f.grace)) {
-		if _, err := f.store.MarkLeaseUnreported(ctx, l.ID, now.Add(-f.grace)); err != nil {
+	if cutoff := now.Add(-f.grace); l.State == lease.LeaseAdmitted && l.AdmittedAt.Before(cutoff) {
+		if _, err := f.store.MarkLeaseUnreported(ctx, l.ID, cutoff); err != nil {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: admitted %s ago and never reported", ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
