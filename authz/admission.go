@@ -31,8 +31,9 @@ var (
 	// ErrSourceDraining: the source epoch is DRAINING; a draining source
 	// never substitutes, retry later or form the call again.
 	ErrSourceDraining = errors.New("authz: source epoch is draining")
-	// ErrSourceStale: the source epoch is STALE and no eligible successor
-	// was captured at formation.
+	// ErrSourceStale: the source epoch is STALE and the call cannot run on
+	// a successor: none was captured at formation, or the captured one is
+	// no longer eligible (the error's text says why).
 	ErrSourceStale = errors.New("authz: source epoch is stale and no successor is eligible")
 	// ErrLeaseOutOfScope: the reporter's credential is limited to other
 	// pools than the lease's.
