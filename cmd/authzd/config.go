@@ -19,6 +19,12 @@ import (
 type Config struct {
 	// Listen is the HTTP listen address.
 	Listen string `json:"listen"`
+	// TLSCert and TLSKey are PEM files of the certificate (chain) and key
+	// authzd serves HTTPS (and the gRPC service TLS) with; both or
+	// neither. Bearer credentials cross this listener: terminate TLS here
+	// or in front of authzd, never leave it plain beyond loopback.
+	TLSCert string `json:"tlsCert"`
+	TLSKey  string `json:"tlsKey"`
 	// GRPCListen is the listen address of the Envoy ext_authz gRPC service
 	// (envoy.service.auth.v3.Authorization/Check); empty serves none.
 	GRPCListen string `json:"grpcListen"`
@@ -109,6 +115,9 @@ func (c *Config) Validate() error {
 	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 || c.ReportGrace <= 0 {
 		errs = append(errs, errors.New("policyPoll, formationTTL and reportGrace must be positive"))
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("tlsCert and tlsKey go together"))
+	}
 	if c.SigningAlg != "EdDSA" && c.SigningAlg != "ES256" {
 		errs = append(errs, errors.New("signingAlg must be EdDSA or ES256"))
 	}
@@ -131,6 +140,8 @@ func parseServeFlags(args []string) (Config, error) {
 	configFile := fs.String("config", "", "YAML or JSON configuration file; flags override it")
 	fs.StringVar(&fl.Listen, "listen", def.Listen, "HTTP listen address")
 	fs.StringVar(&fl.GRPCListen, "grpc-listen", "", "listen address of the Envoy ext_authz gRPC service (empty: off)")
+	fs.StringVar(&fl.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS and gRPC over TLS with (with --tls-key)")
+	fs.StringVar(&fl.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&fl.DataDir, "data-dir", def.DataDir, "data directory (embedded etcd, dev keys and credentials)")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
 	fs.StringVar(&fl.EtcdPrefix, "etcd-prefix", def.EtcdPrefix, "key prefix in etcd")
@@ -182,6 +193,8 @@ func parseServeFlags(args []string) (Config, error) {
 	override := map[string]func(){
 		"listen":                   func() { cfg.Listen = fl.Listen },
 		"grpc-listen":              func() { cfg.GRPCListen = fl.GRPCListen },
+		"tls-cert":                 func() { cfg.TLSCert = fl.TLSCert },
+		"tls-key":                  func() { cfg.TLSKey = fl.TLSKey },
 		"data-dir":                 func() { cfg.DataDir = fl.DataDir },
 		"etcd-endpoints":           func() { cfg.EtcdEndpoints = fl.EtcdEndpoints },
 		"etcd-prefix":              func() { cfg.EtcdPrefix = fl.EtcdPrefix },

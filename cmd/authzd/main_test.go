@@ -36,7 +36,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-var listeningLine = regexp.MustCompile(`authzd: listening on (http://\S+)`)
+var listeningLine = regexp.MustCompile(`authzd: listening on (https?://\S+)`)
 
 // startServer runs `authzd serve` in-process with the given extra flags
 // and a fresh embedded etcd on free ports; it returns the server URL and a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // serve runs the server until ctx ends (SIGINT or SIGTERM), then shuts
@@ -146,10 +148,22 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	// The gRPC service shares the HTTP handler's use cases (and their
 	// caches): a call formed through one is admitted through the other.
+	var tlsCfg *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	var grpcSrv *grpc.Server
 	var grpcLn net.Listener
 	if cfg.GRPCListen != "" {
-		if grpcSrv, err = api.NewCheckServer(apiCfg); err != nil {
+		var opts []grpc.ServerOption
+		if tlsCfg != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		}
+		if grpcSrv, err = api.NewCheckServer(apiCfg, opts...); err != nil {
 			return err
 		}
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
@@ -172,6 +186,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	url := "http://" + ln.Addr().String()
+	if tlsCfg != nil {
+		srv.TLSConfig = tlsCfg.Clone()
+		url = "https://" + ln.Addr().String()
+	}
 	if dev != nil {
 		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), dev, url); err != nil {
 			ln.Close()
@@ -192,7 +210,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "authzd: listening on %s\n", url)
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if tlsCfg != nil {
+			errc <- srv.ServeTLS(ln, "", "") // HTTP/2 and HTTP/1.1 over TLS
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		if grpcSrv != nil {

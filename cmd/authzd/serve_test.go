@@ -1,17 +1,30 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 )
@@ -92,5 +105,115 @@ func TestGRPCListenConfig(t *testing.T) {
 		if c.GRPCListen != tc.want {
 			t.Errorf("%v: grpcListen %q, want %q", tc.args, c.GRPCListen, tc.want)
 		}
+	}
+}
+
+// writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its
+// key as PEM files into dir, and returns their paths and a pool trusting
+// the certificate.
+func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "authzd test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestServeTLS: with --tls-cert and --tls-key authzd serves HTTPS (HTTP/2
+// negotiated) and the gRPC service over TLS; a plain-HTTP request, a
+// client that does not trust the certificate and a plaintext gRPC client
+// get nothing; --dev writes the https URL.
+func TestServeTLS(t *testing.T) {
+	tmp := t.TempDir()
+	certFile, keyFile, pool := writeSelfSigned(t, tmp)
+	dir := filepath.Join(tmp, "data")
+	url, log, stop := startServerLog(t, dir, "--dev", "--tls-cert", certFile, "--tls-key", keyFile, "--grpc-listen", "127.0.0.1:0")
+	defer stop()
+	if !strings.HasPrefix(url, "https://") {
+		t.Fatalf("listening on %s, want https", url)
+	}
+
+	trusting := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true,
+	}}
+	resp, err := trusting.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.TLS == nil || resp.ProtoMajor != 2 {
+		t.Fatalf("healthz over TLS: %d, TLS %v, HTTP/%d", resp.StatusCode, resp.TLS != nil, resp.ProtoMajor)
+	}
+	if _, err := (&http.Client{Timeout: 30 * time.Second}).Get(url + "/healthz"); err == nil {
+		t.Fatal("a client that does not trust the certificate got an answer")
+	}
+	plain, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + strings.TrimPrefix(url, "https://") + "/healthz")
+	if err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP was answered 200 on the TLS listener")
+		}
+	}
+	env, err := os.ReadFile(filepath.Join(dir, devEnvFile))
+	if err != nil || !strings.Contains(string(env), "export FCD_URL="+url+"\n") {
+		t.Fatalf("dev env file: %v\n%s", err, env)
+	}
+
+	m := regexp.MustCompile(`authzd: ext_authz gRPC on (\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no gRPC address printed:\n%s", log)
+	}
+	ask := func(creds credentials.TransportCredentials) error {
+		conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{})
+		return err
+	}
+	if err := ask(credentials.NewTLS(&tls.Config{RootCAs: pool})); err != nil {
+		t.Fatalf("gRPC over TLS: %v", err)
+	}
+	if err := ask(insecure.NewCredentials()); err == nil {
+		t.Fatal("a plaintext gRPC client was answered")
+	}
+}
+
+func TestServeTLSNeedsBoth(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--dev", "--data-dir", t.TempDir(), "--tls-cert", "x.crt"}, nil, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "tlsCert and tlsKey go together") {
+		t.Fatalf("--tls-cert without --tls-key: exit %d %s", code, errb.String())
 	}
 }
