@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -41,6 +42,10 @@ type EmbedConfig struct {
 	// must be started together: each is ready only once a quorum is.
 	Name           string
 	InitialCluster string
+	// ClientTLS, when set, makes the member serve its clients over TLS
+	// (an https ClientURL), e.g. with client certificate authentication:
+	// for tests of an external cluster that requires TLS.
+	ClientTLS *transport.TLSInfo
 }
 
 // Embedded is a running embedded etcd member.
@@ -55,11 +60,11 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("lease: embedded etcd needs a data directory")
 	}
-	client, err := loopbackURL(cfg.ClientURL, "http://127.0.0.1:2379")
+	client, err := loopbackURL(cfg.ClientURL, "http://127.0.0.1:2379", cfg.ClientTLS != nil)
 	if err != nil {
 		return nil, fmt.Errorf("lease: embedded etcd client URL: %w", err)
 	}
-	peer, err := loopbackURL(cfg.PeerURL, "http://127.0.0.1:2380")
+	peer, err := loopbackURL(cfg.PeerURL, "http://127.0.0.1:2380", false)
 	if err != nil {
 		return nil, fmt.Errorf("lease: embedded etcd peer URL: %w", err)
 	}
@@ -72,6 +77,9 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	ec.ListenClientUrls = []url.URL{*client}
 	ec.AdvertiseClientUrls = []url.URL{*client}
 	ec.ListenPeerUrls = []url.URL{*peer}
+	if cfg.ClientTLS != nil {
+		ec.ClientTLSInfo = *cfg.ClientTLS
+	}
 	ec.AdvertisePeerUrls = []url.URL{*peer}
 	ec.InitialCluster = orDefault(cfg.InitialCluster, ec.InitialClusterFromName(ec.Name))
 	ec.AutoCompactionMode = "periodic"
@@ -110,7 +118,7 @@ func (e *Embedded) Endpoints() []string { return e.endpoints }
 // Close stops the member; its data stays in the directory.
 func (e *Embedded) Close() { e.etcd.Close() }
 
-func loopbackURL(s, def string) (*url.URL, error) {
+func loopbackURL(s, def string, secure bool) (*url.URL, error) {
 	u, err := url.Parse(orDefault(s, def))
 	if err != nil {
 		return nil, err
@@ -120,7 +128,10 @@ func loopbackURL(s, def string) (*url.URL, error) {
 	default:
 		return nil, fmt.Errorf("%s is not a loopback address", u.Host)
 	}
-	if u.Scheme != "http" {
+	switch {
+	case secure && u.Scheme != "https":
+		return nil, fmt.Errorf("scheme %q: a member serving TLS needs an https URL", u.Scheme)
+	case !secure && u.Scheme != "http":
 		return nil, fmt.Errorf("scheme %q: the embedded member speaks plain http on loopback", u.Scheme)
 	}
 	return u, nil

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,10 @@ type Config struct {
 	OpTimeout time.Duration
 	// Logger receives store events; nil means slog.Default().
 	Logger *slog.Logger
+	// TLS, when set, is the client TLS configuration for https endpoints:
+	// the CA that signed the members' certificates and, for a cluster that
+	// authenticates clients, this client's certificate.
+	TLS *tls.Config
 }
 
 // Store is the etcd-backed store. It is safe for concurrent use; replicas
@@ -68,6 +73,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
+		TLS:         cfg.TLS,
 		DialTimeout: dial,
 		Context:     ctx,
 		Logger:      zap.NewNop(),

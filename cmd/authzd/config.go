@@ -36,6 +36,13 @@ type Config struct {
 	EtcdEndpoints []string `json:"etcdEndpoints"`
 	// EtcdPrefix is prepended to every key fcd writes.
 	EtcdPrefix string `json:"etcdPrefix"`
+	// EtcdCA, EtcdCert and EtcdKey are PEM files for an external cluster
+	// served over TLS (https endpoints): the CA that signed the members'
+	// certificates, and this client's certificate and key where the
+	// cluster authenticates clients (cert and key go together).
+	EtcdCA   string `json:"etcdCA"`
+	EtcdCert string `json:"etcdCert"`
+	EtcdKey  string `json:"etcdKey"`
 	// EmbeddedEtcdClientURL and EmbeddedEtcdPeerURL place the embedded
 	// member; loopback only.
 	EmbeddedEtcdClientURL string `json:"embeddedEtcdClientURL"`
@@ -115,6 +122,12 @@ func (c *Config) Validate() error {
 	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 || c.ReportGrace <= 0 {
 		errs = append(errs, errors.New("policyPoll, formationTTL and reportGrace must be positive"))
 	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		errs = append(errs, errors.New("etcdCert and etcdKey go together"))
+	}
+	if (c.EtcdCA != "" || c.EtcdCert != "") && len(c.EtcdEndpoints) == 0 {
+		errs = append(errs, errors.New("etcdCA, etcdCert and etcdKey are for an external cluster (etcdEndpoints)"))
+	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("tlsCert and tlsKey go together"))
 	}
@@ -145,6 +158,9 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.StringVar(&fl.DataDir, "data-dir", def.DataDir, "data directory (embedded etcd, dev keys and credentials)")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
 	fs.StringVar(&fl.EtcdPrefix, "etcd-prefix", def.EtcdPrefix, "key prefix in etcd")
+	fs.StringVar(&fl.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
+	fs.StringVar(&fl.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
+	fs.StringVar(&fl.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
 	fs.StringVar(&fl.EmbeddedEtcdClientURL, "embedded-etcd-client-url", def.EmbeddedEtcdClientURL, "client URL of the embedded etcd (loopback)")
 	fs.StringVar(&fl.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", def.EmbeddedEtcdPeerURL, "peer URL of the embedded etcd (loopback)")
 	fs.StringVar(&fl.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
@@ -198,6 +214,9 @@ func parseServeFlags(args []string) (Config, error) {
 		"data-dir":                 func() { cfg.DataDir = fl.DataDir },
 		"etcd-endpoints":           func() { cfg.EtcdEndpoints = fl.EtcdEndpoints },
 		"etcd-prefix":              func() { cfg.EtcdPrefix = fl.EtcdPrefix },
+		"etcd-ca":                  func() { cfg.EtcdCA = fl.EtcdCA },
+		"etcd-cert":                func() { cfg.EtcdCert = fl.EtcdCert },
+		"etcd-key":                 func() { cfg.EtcdKey = fl.EtcdKey },
 		"embedded-etcd-client-url": func() { cfg.EmbeddedEtcdClientURL = fl.EmbeddedEtcdClientURL },
 		"embedded-etcd-peer-url":   func() { cfg.EmbeddedEtcdPeerURL = fl.EmbeddedEtcdPeerURL },
 		"registrar-keys":           func() { cfg.RegistrarKeys = fl.RegistrarKeys },

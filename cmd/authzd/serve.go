@@ -21,6 +21,7 @@ import (
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -72,7 +73,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("embedded etcd started", "dir", filepath.Join(cfg.DataDir, "etcd"), "endpoints", endpoints,
 			"log", filepath.Join(cfg.DataDir, "etcd.log"))
 	}
-	store, err := lease.Open(ctx, lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: log})
+	var etcdTLS *tls.Config
+	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
+		info := transport.TLSInfo{TrustedCAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey}
+		if etcdTLS, err = info.ClientConfig(); err != nil {
+			return fmt.Errorf("etcd TLS: %w", err)
+		}
+	}
+	store, err := lease.Open(ctx, lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: log, TLS: etcdTLS})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -215,5 +217,40 @@ func TestServeTLSNeedsBoth(t *testing.T) {
 	code := run(context.Background(), []string{"serve", "--dev", "--data-dir", t.TempDir(), "--tls-cert", "x.crt"}, nil, &out, &errb)
 	if code == 0 || !strings.Contains(errb.String(), "tlsCert and tlsKey go together") {
 		t.Fatalf("--tls-cert without --tls-key: exit %d %s", code, errb.String())
+	}
+}
+
+// TestServeExternalEtcdOverTLS: authzd on an external etcd member that
+// serves TLS and requires client certificates: with --etcd-ca,
+// --etcd-cert and --etcd-key it is ready; with the CA alone the member
+// refuses it and /readyz answers 503 (fail closed).
+func TestServeExternalEtcdOverTLS(t *testing.T) {
+	m, files := etcdtest.StartTLS(t)
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		status int
+	}{
+		{"client certificate", []string{"--etcd-ca", files.CA, "--etcd-cert", files.ClientCert, "--etcd-key", files.ClientKey}, http.StatusOK},
+		{"CA only", []string{"--etcd-ca", files.CA}, http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--dev", "--etcd-endpoints", m.Endpoints()[0]}, tc.flags...)
+			url, stop := startServer(t, filepath.Join(t.TempDir(), "data"), args...)
+			defer stop()
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(url + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("/readyz %d, want %d", resp.StatusCode, tc.status)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--dev", "--data-dir", t.TempDir(), "--etcd-ca", files.CA}, nil, &out, &errb); code == 0 ||
+		!strings.Contains(errb.String(), "external cluster") {
+		t.Fatalf("--etcd-ca without --etcd-endpoints: exit %d %s", code, errb.String())
 	}
 }

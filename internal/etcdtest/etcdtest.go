@@ -6,6 +6,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,8 @@ type Member struct {
 	t      testing.TB
 	cfg    lease.EmbedConfig
 	member *lease.Embedded
+	// tls is the client TLS configuration of a member started by StartTLS.
+	tls *tls.Config
 }
 
 // Start starts a single-node member in a temporary directory on free
@@ -157,7 +160,7 @@ func (m *Member) Store(t testing.TB, prefix string) *lease.Store {
 	t.Helper()
 	s, err := lease.Open(context.Background(), lease.Config{
 		Endpoints: m.Endpoints(), Prefix: prefix, OpTimeout: 2 * time.Second, DialTimeout: 2 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), TLS: m.tls,
 	})
 	if err != nil {
 		t.Fatalf("etcdtest: open store: %v", err)
@@ -201,7 +204,7 @@ func (m *Member) DeleteRaw(t testing.TB, key string) {
 
 func (m *Member) client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), TLS: m.tls, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
 	}

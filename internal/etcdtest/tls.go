@@ -1,0 +1,136 @@
+package etcdtest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/lease"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+)
+
+// TLSFiles are the PEM files of a TLS member: the CA that signed both
+// certificates, and a client certificate and key the member accepts.
+type TLSFiles struct {
+	CA, ClientCert, ClientKey string
+}
+
+// ClientConfig is the client TLS configuration of the files, as an
+// operator's flags would build it.
+func (f TLSFiles) ClientConfig(t testing.TB) *tls.Config {
+	t.Helper()
+	c, err := transport.TLSInfo{TrustedCAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}.ClientConfig()
+	if err != nil {
+		t.Fatalf("etcdtest: client TLS: %v", err)
+	}
+	return c
+}
+
+// StartTLS starts a single-node member that serves its clients over TLS
+// on loopback and requires a client certificate signed by its CA, like a
+// production cluster; it is stopped when the test ends.
+func StartTLS(t testing.TB) (*Member, TLSFiles) {
+	t.Helper()
+	dir := t.TempDir()
+	files, server := writeCerts(t, dir)
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		m := &Member{t: t, cfg: lease.EmbedConfig{
+			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
+			LogFile:   filepath.Join(dir, "etcd.log"),
+			ClientURL: "https://" + FreeAddr(t),
+			PeerURL:   "http://" + FreeAddr(t),
+			ClientTLS: &transport.TLSInfo{CertFile: server[0], KeyFile: server[1], TrustedCAFile: files.CA, ClientCertAuth: true},
+		}}
+		m.tls = files.ClientConfig(t)
+		if err = m.start(); err == nil {
+			t.Cleanup(m.Stop)
+			return m, files
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	t.Fatalf("etcdtest: start TLS member: %v", err)
+	return nil, TLSFiles{}
+}
+
+// writeCerts writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, all signed by the CA, and returns the client's files and
+// the server's certificate and key.
+func writeCerts(t testing.TB, dir string) (TLSFiles, [2]string) {
+	t.Helper()
+	caKey, caDER := newCert(t, nil, nil, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "etcdtest CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	})
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverKey, serverDER := newCert(t, ca, caKey, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "etcd"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	clientKey, clientDER := newCert(t, ca, caKey, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "authzd"}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		b, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	files := TLSFiles{
+		CA:         write("ca.crt", "CERTIFICATE", caDER),
+		ClientCert: write("client.crt", "CERTIFICATE", clientDER),
+		ClientKey:  write("client.key", "EC PRIVATE KEY", keyDER(clientKey)),
+	}
+	return files, [2]string{write("server.crt", "CERTIFICATE", serverDER), write("server.key", "EC PRIVATE KEY", keyDER(serverKey))}
+}
+
+// newCert creates a P-256 key and a certificate of tmpl for it, signed by
+// parent (self-signed when parent is nil), valid for an hour around now.
+func newCert(t testing.TB, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, tmpl *x509.Certificate) (*ecdsa.PrivateKey, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, der
+}
