@@ -19,7 +19,7 @@ func certCommand(sub string, args []string, stdin io.Reader, stdout io.Writer) e
 	keys := fs.String("keys", "", "JWKS of trusted compatibility issuer keys (verify)")
 	validFor := fs.Duration("valid-for", 0, "sign: set issuedAt to now and expiresAt to now plus this (e.g. 720h) instead of the document's")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() > 1 {
 		return fmt.Errorf("%w: at most one input file", errUsage)

@@ -178,7 +178,7 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.TextVar(&fl.TokenLifetime, "token-lifetime", def.TokenLifetime, "dispatch token lifetime")
 	fs.BoolVar(&fl.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
 	if err := fs.Parse(args); err != nil {
-		return Config{}, fmt.Errorf("%w: %v", errUsage, err)
+		return Config{}, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))

@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -61,6 +62,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0 // -h: the flag set printed its help
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "authzd: %v\n%s", err, usage)
 		return 2

@@ -324,6 +324,11 @@ func TestManifestCommands(t *testing.T) {
 	if code, _, stderr := cli([]byte(`{"server":{}, "nope": 1}`), "manifest", "digest"); code == 0 || !strings.Contains(stderr, "malformed") {
 		t.Fatalf("digest of malformed input: %d %s", code, stderr)
 	}
+	for _, help := range [][]string{{"serve", "-h"}, {"cert", "sign", "-h"}, {"manifest", "lint", "-h"}} {
+		if code, _, _ := cli(nil, help...); code != 0 {
+			t.Errorf("%v: exit %d, want 0", help, code)
+		}
+	}
 	if code, _, _ := cli(nil, "manifest", "frobnicate"); code != 2 {
 		t.Fatalf("unknown subcommand exit %d, want 2", code)
 	}

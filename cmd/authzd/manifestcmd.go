@@ -25,7 +25,7 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 	asJSON := fs.Bool("json", false, "print findings as JSON (lint)")
 	tools := fs.Bool("tools", false, "also print each tool's descriptor digest (digest)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() > 1 {
 		return fmt.Errorf("%w: at most one input file", errUsage)
@@ -159,7 +159,7 @@ func credentialNew(args []string, stdout io.Writer) error {
 	var pools stringList
 	fs.Var(&pools, "pool", "backend or gateway only: the pool whose lease outcomes it may report (repeat for several; default: any)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if !api.Role(*role).Valid() {
 		return fmt.Errorf("%w: --role must be one of %v", errUsage, api.Roles())
@@ -173,7 +173,7 @@ func credentialNew(args []string, stdout io.Writer) error {
 	}
 	cred.Pools = pools
 	if _, err := api.NewAuthenticator([]api.Credential{cred}); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	// The secret is printed once, for the caller; only the hash is stored.
 	return printJSON(stdout, map[string]any{"secret": string(secret), "credential": cred})

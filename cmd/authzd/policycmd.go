@@ -34,7 +34,7 @@ func policyCommand(ctx context.Context, sub string, args []string, stdin io.Read
 	input := fs.String("input", "", "policy input document, JSON; - for stdin (eval)")
 	dir := fs.String("policy-dir", "", "policy directory (eval; default: the embedded defaults)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	switch sub {
 	case "test":
