@@ -93,7 +93,7 @@ func (f *Formations) eligible(ctx context.Context, rec *lease.CertificateRecord,
 	if why != "" || sc.Certificate.Source != source.ID || sc.Certificate.Tool != tool {
 		return nil, nil
 	}
-	target, err := f.store.GetEpoch(ctx, sc.Certificate.Target)
+	target, err := f.store.EpochNow(ctx, sc.Certificate.Target)
 	if errors.Is(err, lease.ErrEpochNotFound) {
 		return nil, nil
 	}
@@ -239,7 +239,7 @@ func (f *Formations) successorAdmission(ctx context.Context, rec *Formation, now
 // successorPolicyInput rebuilds the policy input's successor member of an
 // admitted-phase re-check from the record and the store.
 func (f *Formations) successorPolicyInput(ctx context.Context, s *lease.Successor) (*policy.SuccessorInput, error) {
-	target, err := f.store.GetEpoch(ctx, s.Epoch)
+	target, err := f.store.EpochNow(ctx, s.Epoch)
 	if err != nil {
 		return nil, err
 	}

@@ -236,34 +236,45 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*Lease, error) {
 }
 
 // ResolveTool resolves a tool through a snapshot only (never "latest") and
-// returns it with its source epoch's record and current state, without
-// lease counts: what a formation needs, in as few reads as the caches
-// allow (the snapshot and epoch record are immutable and cached; the state
-// is read every time).
+// returns it with its source epoch as EpochNow reads it: what a formation
+// needs, in as few reads as the caches allow (the snapshot and epoch
+// record are immutable and cached; the state is read every time).
 func (s *Store) ResolveTool(ctx context.Context, snapshot, name string) (*FullTool, *Epoch, error) {
 	tool, err := s.SnapshotTool(ctx, snapshot, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	recs, err := s.records(ctx, []string{tool.Epoch})
+	ep, err := s.EpochNow(ctx, tool.Epoch)
 	if err != nil {
 		return nil, nil, err
+	}
+	return tool, ep, nil
+}
+
+// EpochNow returns an epoch's record (with its manifest) and its current
+// state, without lease counts: one read of the state key, the immutable
+// record coming from the cache. GetEpoch, which also tallies the lease
+// markers, is for showing an epoch; this is for deciding on one.
+func (s *Store) EpochNow(ctx context.Context, id string) (*Epoch, error) {
+	recs, err := s.records(ctx, []string{id})
+	if err != nil {
+		return nil, err
 	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	st, err := s.cli.Get(octx, s.k.state(tool.Epoch))
+	st, err := s.cli.Get(octx, s.k.state(id))
 	if err != nil {
-		return nil, nil, s.wrap(ctx, "epoch state", err)
+		return nil, s.wrap(ctx, "epoch state", err)
 	}
-	if len(st.Kvs) == 0 || recs[tool.Epoch] == nil {
-		return nil, nil, fmt.Errorf("%w: %s", ErrEpochNotFound, tool.Epoch)
+	if len(st.Kvs) == 0 || recs[id] == nil {
+		return nil, fmt.Errorf("%w: %s", ErrEpochNotFound, id)
 	}
-	ep, err := recs[tool.Epoch].epoch(0, State(st.Kvs[0].Value), true)
+	ep, err := recs[id].epoch(0, State(st.Kvs[0].Value), true)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ep.StateRevision = st.Kvs[0].ModRevision
-	return tool, ep, nil
+	return ep, nil
 }
 
 // EpochFilter selects epochs in ListEpochs; zero fields match all.
