@@ -3,16 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -110,54 +103,21 @@ func TestGRPCListenConfig(t *testing.T) {
 	}
 }
 
-// writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its
-// key as PEM files into dir, and returns their paths and a pool trusting
-// the certificate.
-func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "authzd test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
-}
-
 // TestServeTLS: with --tls-cert and --tls-key authzd serves HTTPS (HTTP/2
 // negotiated) and the gRPC service over TLS; a plain-HTTP request, a
 // client that does not trust the certificate and a plaintext gRPC client
 // get nothing; --dev writes the https URL.
 func TestServeTLS(t *testing.T) {
 	tmp := t.TempDir()
-	certFile, keyFile, pool := writeSelfSigned(t, tmp)
+	certs := etcdtest.WriteCerts(t, tmp)
+	pem, err := os.ReadFile(certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
 	dir := filepath.Join(tmp, "data")
-	url, log, stop := startServerLog(t, dir, "--dev", "--tls-cert", certFile, "--tls-key", keyFile, "--grpc-listen", "127.0.0.1:0")
+	url, log, stop := startServerLog(t, dir, "--dev", "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey, "--grpc-listen", "127.0.0.1:0")
 	defer stop()
 	if !strings.HasPrefix(url, "https://") {
 		t.Fatalf("listening on %s, want https", url)

@@ -36,16 +36,25 @@ type Member struct {
 func Start(t testing.TB) *Member {
 	t.Helper()
 	dir := t.TempDir()
-	// A port found free can be taken by another process before etcd binds
-	// it (tests of several packages run at once): try fresh ports then.
-	var err error
-	for attempt := 0; attempt < 8; attempt++ {
-		m := &Member{t: t, cfg: lease.EmbedConfig{
+	return startFresh(t, func(attempt int) *Member {
+		return &Member{t: t, cfg: lease.EmbedConfig{
 			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
 			LogFile:   filepath.Join(dir, "etcd.log"),
 			ClientURL: "http://" + FreeAddr(t),
 			PeerURL:   "http://" + FreeAddr(t),
 		}}
+	})
+}
+
+// startFresh starts the member build makes for each attempt; it is
+// stopped when the test ends. A port found free can be taken by another
+// process before etcd binds it (tests of several packages run at once):
+// then it tries again on the fresh ports of the next attempt.
+func startFresh(t testing.TB, build func(attempt int) *Member) *Member {
+	t.Helper()
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		m := build(attempt)
 		if err = m.start(); err == nil {
 			t.Cleanup(m.Stop)
 			return m

@@ -8,13 +8,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,10 +20,10 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
-// TLSFiles are the PEM files of a TLS member: the CA that signed both
-// certificates, and a client certificate and key the member accepts.
+// TLSFiles are PEM files made by WriteCerts: a CA, a server certificate
+// for 127.0.0.1 and a client certificate, both signed by the CA.
 type TLSFiles struct {
-	CA, ClientCert, ClientKey string
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 }
 
 // ClientConfig is the client TLS configuration of the files, as an
@@ -45,33 +43,24 @@ func (f TLSFiles) ClientConfig(t testing.TB) *tls.Config {
 func StartTLS(t testing.TB) (*Member, TLSFiles) {
 	t.Helper()
 	dir := t.TempDir()
-	files, server := writeCerts(t, dir)
-	var err error
-	for attempt := 0; attempt < 8; attempt++ {
-		m := &Member{t: t, cfg: lease.EmbedConfig{
+	files := WriteCerts(t, dir)
+	clientTLS := files.ClientConfig(t)
+	m := startFresh(t, func(attempt int) *Member {
+		return &Member{t: t, tls: clientTLS, cfg: lease.EmbedConfig{
 			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
 			LogFile:   filepath.Join(dir, "etcd.log"),
 			ClientURL: "https://" + FreeAddr(t),
 			PeerURL:   "http://" + FreeAddr(t),
-			ClientTLS: &transport.TLSInfo{CertFile: server[0], KeyFile: server[1], TrustedCAFile: files.CA, ClientCertAuth: true},
+			ClientTLS: &transport.TLSInfo{CertFile: files.ServerCert, KeyFile: files.ServerKey, TrustedCAFile: files.CA, ClientCertAuth: true},
 		}}
-		m.tls = files.ClientConfig(t)
-		if err = m.start(); err == nil {
-			t.Cleanup(m.Stop)
-			return m, files
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
-	}
-	t.Fatalf("etcdtest: start TLS member: %v", err)
-	return nil, TLSFiles{}
+	})
+	return m, files
 }
 
-// writeCerts writes a CA, a server certificate for 127.0.0.1 and a client
-// certificate, all signed by the CA, and returns the client's files and
-// the server's certificate and key.
-func writeCerts(t testing.TB, dir string) (TLSFiles, [2]string) {
+// WriteCerts writes into dir a CA, a server certificate for 127.0.0.1 and
+// a client certificate, both signed by the CA, with their keys; valid for
+// an hour around now.
+func WriteCerts(t testing.TB, dir string) TLSFiles {
 	t.Helper()
 	caKey, caDER := newCert(t, nil, nil, &x509.Certificate{
 		Subject: pkix.Name{CommonName: "etcdtest CA"}, IsCA: true, BasicConstraintsValid: true,
@@ -103,12 +92,13 @@ func writeCerts(t testing.TB, dir string) (TLSFiles, [2]string) {
 		}
 		return b
 	}
-	files := TLSFiles{
+	return TLSFiles{
 		CA:         write("ca.crt", "CERTIFICATE", caDER),
+		ServerCert: write("server.crt", "CERTIFICATE", serverDER),
+		ServerKey:  write("server.key", "EC PRIVATE KEY", keyDER(serverKey)),
 		ClientCert: write("client.crt", "CERTIFICATE", clientDER),
 		ClientKey:  write("client.key", "EC PRIVATE KEY", keyDER(clientKey)),
 	}
-	return files, [2]string{write("server.crt", "CERTIFICATE", serverDER), write("server.key", "EC PRIVATE KEY", keyDER(serverKey))}
 }
 
 // newCert creates a P-256 key and a certificate of tmpl for it, signed by
