@@ -124,6 +124,7 @@ func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Fo
 	if f.retention <= 0 {
 		f.retention = 24 * time.Hour
 	}
+	f.ready.entries.max, f.verified.entries.max = maxReadyCache, maxVerifiedCache
 	if f.grace = cfg.ReportGrace; f.grace <= 0 {
 		f.grace = 5 * time.Minute
 	}
@@ -425,11 +426,8 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 // trusted for "ready": the admission transaction compares the formation's
 // revision, so a stale entry (approved, admitted or expired elsewhere)
 // costs one failed compare and a fresh read, never a wrong answer; any
-// other status is read from etcd. Bounded: when full it starts over.
-type readyCache struct {
-	mu sync.Mutex
-	m  map[string]readyEntry
-}
+// other status is read from etcd.
+type readyCache struct{ entries boundedMap[readyEntry] }
 
 type readyEntry struct {
 	rec *Formation
@@ -439,23 +437,16 @@ type readyEntry struct {
 const maxReadyCache = 1 << 16
 
 func (c *readyCache) put(rec *Formation, rev int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if rec.Status != lease.StatusReady {
-		delete(c.m, rec.ID)
+		c.entries.delete(rec.ID)
 		return
 	}
-	if c.m == nil || len(c.m) >= maxReadyCache {
-		c.m = make(map[string]readyEntry)
-	}
-	c.m[rec.ID] = readyEntry{rec: rec, rev: rev}
+	c.entries.put(rec.ID, readyEntry{rec: rec, rev: rev})
 }
 
 // take returns a copy of a cached ready formation and its revision.
 func (c *readyCache) take(id string) (*Formation, int64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[id]
+	e, ok := c.entries.get(id)
 	if !ok {
 		return nil, 0, false
 	}
@@ -463,11 +454,7 @@ func (c *readyCache) take(id string) (*Formation, int64, bool) {
 	return &cp, e.rev, true
 }
 
-func (c *readyCache) drop(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, id)
-}
+func (c *readyCache) drop(id string) { c.entries.delete(id) }
 
 // schemaCache holds compiled input schemas by descriptor digest. A
 // descriptor never changes under its digest, so entries never go stale;

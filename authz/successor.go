@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
@@ -258,30 +257,19 @@ func (f *Formations) successorPolicyInput(ctx context.Context, s *lease.Successo
 // trust set means a restart, hence an empty cache), so a JWS that
 // verified once verifies again; what can change — revocation, expiry,
 // the target's state — is checked on every use, never cached. Entries
-// are keyed by id and kept only for the very same JWS. Bounded: when
-// full it starts over.
+// are keyed by id and kept only for the very same JWS.
 type verifiedCache struct {
-	mu sync.Mutex
-	m  map[string]*manifest.SignedCertificate
+	entries boundedMap[*manifest.SignedCertificate]
 }
 
 const maxVerifiedCache = 4096
 
 func (c *verifiedCache) get(rec *lease.CertificateRecord) (*manifest.SignedCertificate, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sc, ok := c.m[rec.ID]
+	sc, ok := c.entries.get(rec.ID)
 	if !ok || sc.JWS != rec.JWS {
 		return nil, false
 	}
 	return sc, true
 }
 
-func (c *verifiedCache) put(sc *manifest.SignedCertificate) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxVerifiedCache {
-		c.m = make(map[string]*manifest.SignedCertificate)
-	}
-	c.m[sc.ID] = sc
-}
+func (c *verifiedCache) put(sc *manifest.SignedCertificate) { c.entries.put(sc.ID, sc) }
