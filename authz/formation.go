@@ -153,6 +153,12 @@ type FormRequest struct {
 
 const maxIDLength = 256
 
+// jsonSpace is the whitespace RFC 8259 allows around a JSON value; only it
+// is trimmed from JSON input, as fencecheck does at the backend
+// (bytes.TrimSpace would also drop \v, \f and Unicode spaces and so read
+// bytes that are not JSON).
+const jsonSpace = " \t\n\r"
+
 func (r *FormRequest) validate() error {
 	var errs []string
 	check := func(name, v string) {
@@ -170,7 +176,7 @@ func (r *FormRequest) validate() error {
 	if server, tool, ok := strings.Cut(r.Tool, "/"); !ok || server == "" || tool == "" {
 		errs = append(errs, `tool must be "server/tool"`)
 	}
-	if a := bytes.TrimSpace(r.Arguments); len(a) > 0 && a[0] != '{' && !bytes.Equal(a, []byte("null")) {
+	if a := bytes.Trim(r.Arguments, jsonSpace); len(a) > 0 && a[0] != '{' && !bytes.Equal(a, []byte("null")) {
 		errs = append(errs, "arguments must be a JSON object")
 	}
 	if len(errs) > 0 {
@@ -193,7 +199,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 		}
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
-	args := bytes.Trim(req.Arguments, " \t\n\r") // JSON whitespace only
+	args := bytes.Trim(req.Arguments, jsonSpace)
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = []byte("{}")
 	}

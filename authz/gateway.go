@@ -88,7 +88,7 @@ type GateDecision struct {
 // refuses any tools/call that arrives without a valid one.
 func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, error) {
 	var msg mcpMessage
-	hasBody := len(bytes.TrimSpace(req.Body)) > 0
+	hasBody := len(bytes.Trim(req.Body, jsonSpace)) > 0
 	if hasBody {
 		var err error
 		if msg, err = readMCP(req.Body); err != nil {
@@ -210,7 +210,7 @@ func (m mcpMessage) matchHeaders(methods, names []string) error {
 // tools/call in any case is a call. So no parser finds a call, a tool name
 // or arguments in the body that readMCP did not.
 func readMCP(body []byte) (mcpMessage, error) {
-	trimmed := bytes.TrimSpace(body)
+	trimmed := bytes.Trim(body, jsonSpace)
 	switch {
 	case !json.Valid(trimmed):
 		return mcpMessage{}, fmt.Errorf("%w: not JSON", ErrMalformedMCP)
@@ -262,7 +262,7 @@ func readMCPObject(raw []byte) (mcpMessage, error) {
 		return m, nil
 	}
 	p, ok := members[foldedParams]
-	if !ok || !bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
+	if !ok || !bytes.HasPrefix(bytes.Trim(p, jsonSpace), []byte("{")) {
 		return m, nil // no tool name: forming it fails, admitting it needs an id
 	}
 	params, err := foldedMembers(p)
@@ -278,7 +278,7 @@ func readMCPObject(raw []byte) (mcpMessage, error) {
 		// lenient backend may run y.
 		return mcpMessage{}, fmt.Errorf("%w: params.arguments: %v", ErrMalformedMCP, err)
 	}
-	if raw, ok := params[foldedMeta]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+	if raw, ok := params[foldedMeta]; ok && !bytes.Equal(bytes.Trim(raw, jsonSpace), []byte("null")) {
 		meta, err := foldedMembers(raw)
 		if err != nil {
 			return mcpMessage{}, fmt.Errorf("%w: params._meta is not an object", ErrMalformedMCP)

@@ -32,6 +32,8 @@ func TestReadMCP(t *testing.T) {
 		{note: "call without params", body: `{"method":"tools/call"}`, call: true},
 
 		{note: "not JSON", body: `{"method":`, err: true},
+		{note: "a vertical tab before the object (not JSON whitespace)", body: "\v" + `{"method":"tools/call","params":{"name":"get"}}`, err: true},
+		{note: "JSON whitespace around the object", body: " \r\n" + `{"method":"tools/list"}` + "\t\n"},
 		{note: "not an object", body: `"tools/call"`, err: true},
 		{note: "two methods by case", body: `{"method":"tools/list","Method":"tools/call"}`, err: true},
 		{note: "two names by case", body: `{"method":"tools/call","params":{"name":"a","Name":"b"}}`, err: true},
