@@ -148,16 +148,9 @@ func (s *Store) RevokeCertificate(ctx context.Context, id string) (*CertificateR
 // included, ordered by id. An empty tool means every tool of the source;
 // an empty source too means every certificate.
 func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*CertificateRecord, error) {
-	prefix := s.k.certificates(source, tool)
-	switch {
-	case source == "":
-		prefix = s.k.p + "certificates/"
-	case tool == "":
-		prefix = s.k.p + "certificates/" + source + "/"
-	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, prefix, clientv3.WithPrefix())
+	resp, err := s.cli.Get(octx, s.k.certificates(source, tool), clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(ctx, "certificates", err)
 	}
@@ -178,8 +171,17 @@ func (s *Store) certificateKey(rec *CertificateRecord) string {
 	return s.k.certificate(rec.Certificate.Source, rec.Certificate.Tool, rec.ID)
 }
 
+// certificates is the prefix of the certificates of tool on source; of
+// every tool on source when tool is empty; of all when source is too.
 func (k keys) certificates(source, tool string) string {
-	return k.p + "certificates/" + source + "/" + tool + "/"
+	p := k.p + "certificates/"
+	if source == "" {
+		return p
+	}
+	if p += source + "/"; tool == "" {
+		return p
+	}
+	return p + tool + "/"
 }
 func (k keys) certificate(source, tool, id string) string { return k.certificates(source, tool) + id }
 func (k keys) certificateIndex(id string) string          { return k.p + "certificate-ids/" + id }
