@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/fencecheck"
 )
 
 // ProblemBase prefixes every problem type; the fragment is the stable slug
@@ -86,7 +87,13 @@ func problemRules() []problemRule {
 		{match: as[*http.MaxBytesError](), status: 413, slug: "body-too-large", title: "Request body too large"},
 		{match: is(errMalformedJSON), status: 400, slug: "malformed-json", title: "Malformed JSON"},
 		{match: is(errBadParameter), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
-		{match: is(authz.ErrMalformedMCP), status: 400, slug: "malformed-mcp", title: "MCP request body cannot be read safely"},
+		{match: is(authz.ErrMalformedMCP), status: 400, slug: "malformed-mcp", title: "MCP request body cannot be read safely",
+			ext: func(err error) map[string]any {
+				if r := fencecheck.ReasonOf(err); r != "" {
+					return map[string]any{"reason": r}
+				}
+				return nil
+			}},
 		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
 		{match: is(authz.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
 		{match: is(authz.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},

@@ -11,7 +11,6 @@ import (
 	"math"
 	"math/big"
 	"strconv"
-	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -113,9 +112,9 @@ func checkFoldedNames(doc []byte) error {
 			continue
 		case string:
 			if top != nil && top.object && top.key {
-				folded := strings.ToLower(t)
+				folded := FoldName(t)
 				if top.names[folded] {
-					return fmt.Errorf("%w: member names differing only in case (%q)", ErrArguments, t)
+					return fmt.Errorf("%w: member names that fold alike (%q)", ErrArguments, t)
 				}
 				top.names[folded] = true
 				top.key = false

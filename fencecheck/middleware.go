@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 const (
@@ -147,52 +145,56 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.TransferEncoding = nil
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 
-	msg, cerr := classify(body)
-	if cerr == nil {
-		cerr = checkMCPHeaders(r, msg)
+	msg, rerr := readMessage(body)
+	if rerr == nil {
+		rerr = checkMCPHeaders(r, msg)
 	}
-	if cerr != nil {
-		writeRPCError(w, http.StatusBadRequest, nil, cerr.code, cerr.msg, "")
+	if rerr != nil {
+		m.refuse(w, r, nil, "", rerr)
 		return
 	}
-	switch {
-	case msg.batchCall:
-		m.refuse(w, r, nil, "", &RejectError{Reason: ReasonBatch, Detail: "a JSON-RPC batch holds a tools/call"})
-		return
-	case !msg.call:
+	if !msg.Call {
 		m.next.ServeHTTP(w, r)
 		return
 	}
 
-	tool := msg.name
+	tool := msg.Name
 	if m.opts.Server != "" {
-		tool = m.opts.Server + "/" + msg.name
+		tool = m.opts.Server + "/" + msg.Name
 	}
 	var claims *Claims
-	var rerr *RejectError
 	switch tokens := r.Header.Values(Header); len(tokens) {
 	case 0:
 		rerr = reject(ReasonMissing, "no %s header", Header)
 	case 1:
-		claims, rerr = m.v.verify(r.Context(), tokens[0], tool, msg.arguments)
+		claims, rerr = m.v.verify(r.Context(), tokens[0], tool, msg.Arguments)
 	default:
 		rerr = reject(ReasonMalformed, "%d %s headers", len(tokens), Header)
 	}
 	if rerr != nil {
-		m.refuse(w, r, msg.id, tool, rerr)
+		m.refuse(w, r, msg.ID, tool, rerr)
 		return
 	}
-	m.serveCall(w, r, claims, tool, msg.id)
+	m.serveCall(w, r, claims, tool, msg.ID)
 }
 
 // refuse answers a refused call. Refusals are never reported to authzd:
 // the verifier cannot tell whether the same token runs, or ran, on
 // another instance, and a forged token must cost authzd nothing.
 func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, tool string, rerr *RejectError) {
-	m.log.Warn("fencecheck: tools/call refused", "reason", rerr.Reason, "detail", rerr.Detail,
+	m.log.Warn("fencecheck: request refused", "reason", rerr.Reason, "detail", rerr.Detail,
 		"tool", tool, "remote", r.RemoteAddr)
-	writeRPCError(w, http.StatusForbidden, id, ErrorCodeRejected,
-		"fcd: dispatch token rejected: "+string(rerr.Reason), rerr.Reason)
+	switch rerr.Reason {
+	case ReasonParse:
+		writeRPCError(w, http.StatusBadRequest, id, errorCodeParse, "parse error", rerr.Reason)
+	case ReasonInvalidRequest:
+		writeRPCError(w, http.StatusBadRequest, id, errorCodeInvalidRequest, "invalid request", rerr.Reason)
+	case ReasonEncoding, ReasonDuplicateMember, ReasonMemberCase, ReasonNameCollision, ReasonHeaders, ReasonBatch:
+		writeRPCError(w, http.StatusForbidden, id, ErrorCodeRejected, "fcd: request refused: "+string(rerr.Reason), rerr.Reason)
+	default:
+		writeRPCError(w, http.StatusForbidden, id, ErrorCodeRejected,
+			"fcd: dispatch token rejected: "+string(rerr.Reason), rerr.Reason)
+	}
 }
 
 // serveCall runs a verified call and reports its outcome exactly once.
@@ -382,10 +384,11 @@ const (
 )
 
 // headerSaysCall reports whether the request's Mcp-Method header names
-// tools/call.
+// tools/call, in any letter case: such a request is treated as a call
+// (and needs a token) whatever its body says.
 func headerSaysCall(r *http.Request) bool {
 	for _, m := range r.Header.Values(mcpMethodHeader) {
-		if strings.EqualFold(strings.TrimSpace(m), "tools/call") {
+		if FoldName(strings.TrimSpace(m)) == foldedCalls {
 			return true
 		}
 	}
@@ -394,156 +397,25 @@ func headerSaysCall(r *http.Request) bool {
 
 // checkMCPHeaders refuses a request whose Mcp-Method or Mcp-Name header
 // disagrees with its body: a server that dispatches on the headers must
-// not run a call the middleware did not verify.
-func checkMCPHeaders(r *http.Request, msg rpcMessage) *classifyError {
-	if headerSaysCall(r) && !msg.call {
-		return &classifyError{errorCodeInvalidRequest, "Mcp-Method header does not match the body"}
+// not run a call the middleware did not verify. Values must equal the
+// body's method and tool name exactly.
+func checkMCPHeaders(r *http.Request, msg Message) *RejectError {
+	if headerSaysCall(r) && !msg.Call {
+		return reject(ReasonHeaders, "the Mcp-Method header says tools/call, the body does not")
 	}
-	if msg.call {
+	if msg.Method != "" {
+		for _, h := range r.Header.Values(mcpMethodHeader) {
+			if strings.TrimSpace(h) != msg.Method {
+				return reject(ReasonHeaders, "the Mcp-Method header does not match the body")
+			}
+		}
+	}
+	if msg.Call {
 		for _, n := range r.Header.Values(mcpNameHeader) {
-			if n != msg.name {
-				return &classifyError{errorCodeInvalidRequest, "Mcp-Name header does not match the body"}
+			if strings.TrimSpace(n) != msg.Name {
+				return reject(ReasonHeaders, "the Mcp-Name header does not match the body")
 			}
 		}
 	}
 	return nil
-}
-
-// rpcMessage is what the middleware needs of a request body.
-type rpcMessage struct {
-	call      bool // a single tools/call request
-	batchCall bool // a batch holding a tools/call
-	id        json.RawMessage
-	name      string
-	arguments json.RawMessage
-}
-
-type classifyError struct {
-	code int
-	msg  string
-}
-
-// classify reads a JSON-RPC body conservatively. Member names are matched
-// case-insensitively (as encoding/json and other lenient parsers do) and
-// must be unique under case folding; anything that is not JSON is an
-// error. So no parser can find a tools/call, or a tool name, that
-// classify did not.
-func classify(body []byte) (rpcMessage, *classifyError) {
-	trimmed := bytes.Trim(body, jsonSpace)
-	switch {
-	case len(trimmed) == 0:
-		return rpcMessage{}, nil // nothing to run
-	case !json.Valid(trimmed):
-		return rpcMessage{}, &classifyError{errorCodeParse, "parse error"}
-	case trimmed[0] == '[':
-		var batch []json.RawMessage
-		if err := json.Unmarshal(trimmed, &batch); err != nil {
-			return rpcMessage{}, &classifyError{errorCodeInvalidRequest, "invalid request"}
-		}
-		for _, el := range batch {
-			msg, err := classifyObject(el)
-			if err != nil {
-				return rpcMessage{}, err
-			}
-			if msg.call {
-				return rpcMessage{batchCall: true}, nil
-			}
-		}
-		return rpcMessage{}, nil
-	case trimmed[0] == '{':
-		return classifyObject(trimmed)
-	}
-	return rpcMessage{}, &classifyError{errorCodeInvalidRequest, "invalid request"}
-}
-
-// classifyObject reads one JSON-RPC message (valid JSON).
-func classifyObject(raw []byte) (rpcMessage, *classifyError) {
-	invalid := &classifyError{errorCodeInvalidRequest, "invalid request"}
-	members, ok := foldedMembers(raw)
-	if !ok {
-		return rpcMessage{}, invalid
-	}
-	var msg rpcMessage
-	if m, ok := members[foldedMethod]; ok {
-		var method string
-		if json.Unmarshal(m, &method) != nil {
-			return rpcMessage{}, invalid
-		}
-		msg.call = strings.EqualFold(method, "tools/call")
-	}
-	if !msg.call {
-		return msg, nil
-	}
-	msg.id = members[foldedID]
-	if p, ok := members[foldedParams]; ok && bytes.HasPrefix(bytes.Trim(p, jsonSpace), []byte("{")) {
-		params, ok := foldedMembers(p)
-		if !ok {
-			return rpcMessage{}, invalid
-		}
-		if n, ok := params[foldedName]; ok {
-			// A name that is not a string stays empty and fails the
-			// tool check.
-			_ = json.Unmarshal(n, &msg.name)
-		}
-		msg.arguments = params[foldedArguments]
-	}
-	return msg, nil
-}
-
-// Member names as foldedMembers keys them.
-var (
-	foldedMethod    = foldName("method")
-	foldedID        = foldName("id")
-	foldedParams    = foldName("params")
-	foldedName      = foldName("name")
-	foldedArguments = foldName("arguments")
-)
-
-// foldedMembers returns the members of a JSON object by case-folded name,
-// or false if raw is not an object or two names fold to the same.
-func foldedMembers(raw []byte) (map[string]json.RawMessage, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, false
-	}
-	members := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, false
-		}
-		name := foldName(tok.(string))
-		if _, dup := members[name]; dup {
-			return nil, false
-		}
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return nil, false
-		}
-		members[name] = val
-	}
-	return members, true
-}
-
-// foldName maps s to one representative of its case-folding class: each
-// rune becomes the smallest rune of its simple folding orbit, so two names
-// fold alike exactly when strings.EqualFold holds for them ("Method",
-// "METHOD" and "method" alike; also the Kelvin sign and k).
-func foldName(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range s {
-		if r == utf8.RuneError {
-			b.WriteRune(r)
-			continue
-		}
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			if f < least {
-				least = f
-			}
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
 }

@@ -429,17 +429,17 @@ func TestMiddlewareOtherTraffic(t *testing.T) {
 		{"batch holding a tools/call", `[{"jsonrpc":"2.0","id":3,"method":"tools/list"},` + toolsCall("create_repository", "{}") + `]`,
 			http.StatusForbidden, fencecheck.ReasonBatch},
 		{"method in another case", `{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"create_repository"}}`,
-			http.StatusForbidden, fencecheck.ReasonMissing},
+			http.StatusForbidden, fencecheck.ReasonMemberCase},
 		{"method value in another case", `{"jsonrpc":"2.0","id":1,"method":"Tools/Call","params":{"name":"create_repository"}}`,
-			http.StatusForbidden, fencecheck.ReasonMissing},
+			http.StatusForbidden, fencecheck.ReasonMemberCase},
 		{"two methods differing in case", `{"jsonrpc":"2.0","id":1,"method":"tools/list","METHOD":"tools/call"}`,
-			http.StatusBadRequest, ""},
+			http.StatusForbidden, fencecheck.ReasonMemberCase},
 		{"duplicate method", `{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list"}`,
-			http.StatusBadRequest, ""},
+			http.StatusForbidden, fencecheck.ReasonDuplicateMember},
 		{"duplicate tool name", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","Name":"b"}}`,
-			http.StatusBadRequest, ""},
-		{"not JSON", `{"jsonrpc":"2.0", method: "tools/call"}`, http.StatusBadRequest, ""},
-		{"not an object", `"tools/call"`, http.StatusBadRequest, ""},
+			http.StatusForbidden, fencecheck.ReasonMemberCase},
+		{"not JSON", `{"jsonrpc":"2.0", method: "tools/call"}`, http.StatusBadRequest, fencecheck.ReasonParse},
+		{"not an object", `"tools/call"`, http.StatusBadRequest, fencecheck.ReasonInvalidRequest},
 		{"too large", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"` + strings.Repeat("x", 5000) + `"}}`,
 			http.StatusRequestEntityTooLarge, ""},
 	}
@@ -447,11 +447,12 @@ func TestMiddlewareOtherTraffic(t *testing.T) {
 	for _, r := range refused {
 		t.Run(r.note, func(t *testing.T) {
 			res := mustDo(t, "POST", b.url, r.body, "")
-			if r.reason != "" {
+			if r.status == http.StatusForbidden {
 				wantRefused(t, res, r.reason)
 				return
 			}
-			if res.status != r.status || res.err.Error == nil {
+			if res.status != r.status || res.err.Error == nil ||
+				(r.reason != "" && !strings.Contains(string(res.body), `"reason":"`+string(r.reason)+`"`)) {
 				t.Fatalf("status = %d body %s, want %d with a JSON-RPC error", res.status, res.body, r.status)
 			}
 		})
@@ -500,11 +501,13 @@ func TestMiddlewareAgreesWithMCPHeaders(t *testing.T) {
 	}{
 		{note: "PUT with a tools/call body", method: "PUT", body: call, status: 403, reason: fencecheck.ReasonMissing},
 		{note: "header says tools/call, body says tools/list", method: "POST", body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
-			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "create_repository"}, status: 400},
+			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "create_repository"}, status: 403, reason: fencecheck.ReasonHeaders},
 		{note: "header says tools/call, no body", method: "GET",
-			headers: map[string]string{"Mcp-Method": "tools/call"}, status: 400},
+			headers: map[string]string{"Mcp-Method": "tools/call"}, status: 403, reason: fencecheck.ReasonHeaders},
 		{note: "Mcp-Name names another tool", method: "POST", body: call,
-			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "delete_repository", fencecheck.Header: tok}, status: 400},
+			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "delete_repository", fencecheck.Header: tok}, status: 403, reason: fencecheck.ReasonHeaders},
+		{note: "Mcp-Method in another case", method: "POST", body: call,
+			headers: map[string]string{"Mcp-Method": "TOOLS/CALL", fencecheck.Header: tok}, status: 403, reason: fencecheck.ReasonHeaders},
 		{note: "headers agree", method: "POST", body: call,
 			headers: map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "create_repository", fencecheck.Header: tok}, status: 200},
 	}

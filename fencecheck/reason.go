@@ -81,6 +81,37 @@ const (
 	ReasonBatch Reason = "batch"
 )
 
+// Reasons of [ReadMessage]: the request body, read before any token. A
+// body refused with one of them never reaches an admission or an effect.
+const (
+	// ReasonParse: the body is not JSON (HTTP 400, JSON-RPC -32700).
+	ReasonParse Reason = "parse"
+	// ReasonInvalidRequest: JSON, but not a request fcd can read: neither
+	// an object nor a batch, a method that is not a string, a tools/call
+	// whose params is not an object, whose params.name is not a string,
+	// whose arguments or _meta is not an object (HTTP 400, -32600).
+	ReasonInvalidRequest Reason = "invalid_request"
+	// ReasonEncoding: invalid UTF-8, or a \u escape of a lone surrogate;
+	// parsers replace, keep or refuse them differently.
+	ReasonEncoding Reason = "encoding"
+	// ReasonDuplicateMember: an object, anywhere in the body, has a member
+	// name twice; parsers keep the first, the last, or refuse.
+	ReasonDuplicateMember Reason = "duplicate_member"
+	// ReasonMemberCase: a member equals a name fcd reads only under case
+	// folding ("Arguments", "argumentſ"), or the method equals tools/call
+	// only under folding; a case-insensitive parser would read it, the MCP
+	// SDKs would not.
+	ReasonMemberCase Reason = "member_case"
+	// ReasonNameCollision: two member names of the arguments, at any
+	// depth, fold alike ("visibility", "viſibility").
+	ReasonNameCollision Reason = "name_collision"
+	// ReasonHeaders: the Mcp-Method or Mcp-Name header disagrees with the
+	// body; a server dispatching on the headers would run another call.
+	ReasonHeaders Reason = "mcp_headers"
+)
+
+
+
 // RejectError is the error of every refusal by [Verifier.Verify] and the
 // middleware. Match it with errors.As; Reason is stable, Detail is for
 // people and logs (it never holds the token).
