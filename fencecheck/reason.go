@@ -110,8 +110,6 @@ const (
 	ReasonHeaders Reason = "mcp_headers"
 )
 
-
-
 // RejectError is the error of every refusal by [Verifier.Verify] and the
 // middleware. Match it with errors.As; Reason is stable, Detail is for
 // people and logs (it never holds the token).
