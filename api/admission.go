@@ -19,9 +19,36 @@ func (s *server) admitFormation(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, a)
 }
 
+type claimRequest struct {
+	Claim    string `json:"claim"`
+	Epoch    string `json:"epoch"`
+	Revision int64  `json:"revision"`
+}
+
+// claimLease is a backend's claim on a lease before the effect.
+func (s *server) claimLease(w http.ResponseWriter, r *http.Request) {
+	var req claimRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	caller, _ := CallerFrom(r.Context())
+	id := chi.URLParam(r, "lease")
+	c, err := s.formations.Claim(r.Context(), authz.ClaimRequest{
+		Lease: id, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim, Pools: caller.Pools,
+	})
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"lease": id, "claim": c.ID, "claimedAt": c.At})
+}
+
 type completeRequest struct {
 	Outcome authz.Outcome `json:"outcome"`
 	Detail  string        `json:"detail"`
+	Claim   string        `json:"claim"`
 }
 
 func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
@@ -31,7 +58,9 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	l, err := s.formations.CompleteIn(r.Context(), caller.Pools, chi.URLParam(r, "lease"), req.Outcome, req.Detail)
+	l, err := s.formations.Complete(r.Context(), authz.CompleteRequest{
+		Lease: chi.URLParam(r, "lease"), Outcome: req.Outcome, Detail: req.Detail, Claim: req.Claim, Pools: caller.Pools,
+	})
 	if err != nil {
 		s.problem(w, r, err)
 		return

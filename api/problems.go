@@ -153,6 +153,8 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrLeaseOutOfScope), status: 403, slug: "lease-out-of-scope", title: "Lease is of a pool this credential may not report for"},
 		{match: is(authz.ErrLeaseUncertain), status: 409, slug: "lease-uncertain", title: "Lease outcome is uncertain"},
 		{match: is(authz.ErrLeaseNotUncertain), status: 409, slug: "lease-not-uncertain", title: "Lease is not uncertain"},
+		{match: is(authz.ErrLeaseClaimed), status: 409, slug: "lease-claimed", title: "Lease already claimed by another call"},
+		{match: is(authz.ErrLeaseNotClaimed), status: 409, slug: "lease-not-claimed", title: "Lease was not claimed"},
 		{match: is(authz.ErrStaleGeneration), status: 409, slug: "stale-generation", title: "Generation is not newer"},
 		{match: is(errRouteNotFound), status: 404, slug: "not-found", title: "Not found"},
 		{match: is(errMethodNotAllowed), status: 405, slug: "method-not-allowed", title: "Method not allowed"},

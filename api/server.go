@@ -115,6 +115,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleApprover)).Post("/formations/{formation}/approvals", s.approveFormation)
 		r.With(s.require(RoleApprover)).Get("/approvers/me", s.showApprover)
 		r.With(s.require(RoleGateway, RoleHost)).Post("/formations/{formation}/admit", s.admitFormation)
+		r.With(s.require(RoleBackend)).Post("/leases/{lease}/claim", s.claimLease)
 		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/{lease}/complete", s.completeLease)
 		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)
 		r.With(s.require(RoleOperator)).Post("/pools/{pool}/generation", s.setGeneration)

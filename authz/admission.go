@@ -20,6 +20,8 @@ var (
 	ErrLeaseUncertain    = lease.ErrLeaseUncertain
 	ErrLeaseNotUncertain = lease.ErrLeaseNotUncertain
 	ErrStaleGeneration   = lease.ErrStaleGeneration
+	ErrLeaseClaimed      = lease.ErrLeaseClaimed
+	ErrLeaseNotClaimed   = lease.ErrLeaseNotClaimed
 
 	// ErrNotApproved: the formation lacks the approvals it needs.
 	ErrNotApproved = errors.New("authz: formation is not approved")
@@ -49,12 +51,16 @@ type DependencyError = lease.DependencyError
 // Lease is an open admission.
 type Lease = lease.Lease
 
+// Claim is a backend's claim on a lease, taken before the effect.
+type Claim = lease.Claim
+
 // Outcome is how a lease closes.
 type Outcome = lease.Outcome
 
 // Outcomes.
 const (
 	OutcomeEffect    = lease.OutcomeEffect
+	OutcomeFailed    = lease.OutcomeFailed
 	OutcomeRejected  = lease.OutcomeRejected
 	OutcomeUncertain = lease.OutcomeUncertain
 	OutcomeNoEffect  = lease.OutcomeNoEffect
@@ -78,8 +84,9 @@ type Where struct {
 
 // Admit performs the etcd-ordered admission of a ready formation and
 // returns a dispatch token. Admitting the same formation again while its
-// lease is open (within the report grace) returns the same lease and a
-// token with the same jti. An ACTIVE source always takes the call; a
+// lease is admitted and unclaimed (within the report grace) returns the
+// same lease and a token with the same jti; once a backend claimed the
+// lease no token is issued for it again (ErrLeaseClaimed). An ACTIVE source always takes the call; a
 // DRAINING one answers ErrSourceDraining (never a substitution); a STALE
 // one sends it to the successor captured at formation if that is still
 // eligible (certificate unrevoked, unexpired and trusted, policy not
@@ -339,8 +346,13 @@ func (f *Formations) reissue(ctx context.Context, rec *Formation, now time.Time)
 		}
 		return nil, fmt.Errorf("%w: admitted %s ago and never reported", ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
 	}
-	if l.State == lease.LeaseUncertain {
+	switch l.State {
+	case lease.LeaseUncertain:
 		return nil, ErrLeaseUncertain
+	case lease.LeaseRunning:
+		// The call is running (or ran) under this lease: its outcome will
+		// be reported; a second token could only be refused at the fence.
+		return nil, fmt.Errorf("%w: the call is running; its outcome will be reported", ErrLeaseClaimed)
 	}
 	a, err := f.token(l, now)
 	if a != nil {
@@ -378,6 +390,7 @@ func (f *Formations) token(l *lease.Lease, now time.Time) (*Admission, error) {
 		Formation: l.Formation, Tool: l.Tool, ArgumentDigest: l.ArgumentDigest,
 		Epoch: l.Target.Epoch, Artifact: artifact, Config: l.Target.ConfigDigest,
 		Generation: l.Generation, Revision: l.Revision, Cluster: l.Cluster,
+		Admitted: l.AdmittedAt.UnixMilli(),
 	}, now)
 	if err != nil {
 		return nil, err
@@ -386,42 +399,119 @@ func (f *Formations) token(l *lease.Lease, now time.Time) (*Admission, error) {
 		successor: l.Certificate != ""}, nil
 }
 
-// Complete applies a backend's or gateway's outcome to a lease: effect and
-// rejected release it (effect also records the tool as completed in the
-// session), uncertain keeps it and blocks retirement until resolved.
-func (f *Formations) Complete(ctx context.Context, leaseID string, outcome Outcome, detail string) (*Lease, error) {
-	return f.CompleteIn(ctx, nil, leaseID, outcome, detail)
+// ClaimRequest is a backend's claim on a lease, immediately before the
+// effect: the lease (the token's jti), the token's fcd_epoch and
+// fcd_revision, and the claimant's id for this one call.
+type ClaimRequest struct {
+	Lease, Epoch string
+	Revision     int64
+	Claim        string
+	// Pools, when not empty, limits the claimant to leases of these pools.
+	Pools []string
 }
 
-// CompleteIn is Complete for a reporter limited to pools: a lease of
-// another pool is refused with ErrLeaseOutOfScope and left as it is, so a
-// backend of one pool cannot release (or hold) the leases of another —
-// releasing a marker early would let an epoch retire while its effect
-// still runs. No pools means any pool.
-func (f *Formations) CompleteIn(ctx context.Context, pools []string, leaseID string, outcome Outcome, detail string) (*Lease, error) {
-	switch outcome {
-	case OutcomeEffect, OutcomeRejected, OutcomeUncertain:
+// Claim moves an admitted lease to running in one etcd transaction, so
+// that of all the calls presenting its token — on any instance of the
+// pool, across restarts and re-admissions — exactly one runs. A second
+// claim is refused with ErrLeaseClaimed (the fence answers replay); a
+// retry of the same claim is answered as the first. A lease of another
+// pool than the claimant's is refused with ErrLeaseOutOfScope.
+func (f *Formations) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
+	if req.Lease == "" || len(req.Lease) > maxIDLength || req.Epoch == "" || len(req.Epoch) > maxIDLength ||
+		req.Revision <= 0 || req.Claim == "" || len(req.Claim) > lease.MaxClaimIDLength {
+		return nil, fmt.Errorf("%w: a claim needs epoch, revision (> 0) and claim (1-%d bytes)", ErrBadRequest, lease.MaxClaimIDLength)
+	}
+	var allow func(string) error
+	if len(req.Pools) > 0 {
+		allow = func(pool string) error {
+			if !slices.Contains(req.Pools, pool) {
+				return fmt.Errorf("%w: lease %s is of pool %s", ErrLeaseOutOfScope, req.Lease, pool)
+			}
+			return nil
+		}
+	}
+	c, err := f.store.ClaimLease(ctx, lease.ClaimRequest{Lease: req.Lease, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim}, allow)
+	f.metrics.claims.WithLabelValues(claimResult(err)).Inc()
+	if err != nil {
+		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)
+	}
+	return c, nil
+}
+
+func claimResult(err error) string {
+	for _, c := range []struct {
+		err   error
+		label string
+	}{
+		{ErrLeaseClaimed, "claimed"}, {ErrLeaseClosed, "closed"}, {ErrLeaseUncertain, "uncertain"},
+		{ErrLeaseNotFound, "not_found"}, {ErrLeaseOutOfScope, "out_of_scope"}, {ErrUnavailable, "unavailable"},
+	} {
+		if errors.Is(err, c.err) {
+			return c.label
+		}
+	}
+	if err != nil {
+		return "error"
+	}
+	return "claimed_now"
+}
+
+// CompleteRequest is an outcome a backend reports for a lease.
+type CompleteRequest struct {
+	Lease   string
+	Outcome Outcome
+	Detail  string
+	// Claim is the id the lease was claimed under; empty for a release of
+	// an unclaimed lease (outcome rejected).
+	Claim string
+	// Pools, when not empty, limits the reporter to leases of these pools:
+	// a lease of another pool is refused with ErrLeaseOutOfScope and left
+	// as it is, so a backend of one pool cannot release (or hold) the
+	// leases of another — releasing a marker early would let an epoch
+	// retire while its effect still runs.
+	Pools []string
+}
+
+// Complete applies a backend's outcome to a lease. effect (a result),
+// failed (an isError result) and rejected (nothing ran) release it —
+// effect also records the tool as completed in the session, the only
+// thing that meets a requires — and uncertain keeps it, blocking
+// retirement until resolved. A claimed lease takes outcomes only under its
+// claim (ErrLeaseClaimed); an unclaimed one only rejected, without a claim
+// (a release: ErrLeaseNotClaimed otherwise).
+func (f *Formations) Complete(ctx context.Context, req CompleteRequest) (*Lease, error) {
+	switch req.Outcome {
+	case OutcomeEffect, OutcomeFailed, OutcomeRejected, OutcomeUncertain:
 	default:
-		return nil, fmt.Errorf("%w: outcome must be effect, rejected or uncertain", ErrBadRequest)
+		return nil, fmt.Errorf("%w: outcome must be effect, failed, rejected or uncertain", ErrBadRequest)
+	}
+	if len(req.Claim) > lease.MaxClaimIDLength {
+		return nil, fmt.Errorf("%w: claim longer than %d bytes", ErrBadRequest, lease.MaxClaimIDLength)
 	}
 	var allow func(*lease.Lease) error
-	if len(pools) > 0 {
+	if len(req.Pools) > 0 {
 		allow = func(l *lease.Lease) error {
-			if !slices.Contains(pools, l.Target.Pool) {
+			if !slices.Contains(req.Pools, l.Target.Pool) {
 				return fmt.Errorf("%w: lease %s is of pool %s", ErrLeaseOutOfScope, l.ID, l.Target.Pool)
 			}
 			return nil
 		}
 	}
-	l, err := f.store.CloseLease(ctx, leaseID, outcome, false, f.retention, allow)
+	l, err := f.store.CloseLease(ctx, lease.CloseRequest{
+		Lease: req.Lease, Outcome: req.Outcome, Claim: req.Claim, Keep: f.retention, Allow: allow,
+	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseOutOfScope) {
 			l = nil // tell the caller nothing about another pool's lease
 		}
-		return l, fmt.Errorf("authz: complete %s: %w", leaseID, err)
+		return l, fmt.Errorf("authz: complete %s: %w", req.Lease, err)
 	}
-	f.metrics.outcomes.WithLabelValues(string(outcome), "backend").Inc()
-	f.log.Info("lease outcome", "lease", leaseID, "outcome", outcome, "detail", detail)
+	by := "backend"
+	if req.Claim == "" {
+		by = "release"
+	}
+	f.metrics.outcomes.WithLabelValues(string(req.Outcome), by).Inc()
+	f.log.Info("lease outcome", "lease", req.Lease, "outcome", req.Outcome, "detail", req.Detail)
 	return l, nil
 }
 
@@ -469,7 +559,7 @@ func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome Outcom
 	if outcome != OutcomeEffect && outcome != OutcomeNoEffect {
 		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}
-	l, err := f.store.CloseLease(ctx, leaseID, outcome, true, f.retention, nil)
+	l, err := f.store.CloseLease(ctx, lease.CloseRequest{Lease: leaseID, Outcome: outcome, Resolve: true, Keep: f.retention})
 	if err != nil {
 		return l, fmt.Errorf("authz: resolve %s: %w", leaseID, err)
 	}

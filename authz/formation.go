@@ -34,6 +34,9 @@ const (
 	StatusPendingApproval = lease.StatusPendingApproval
 	StatusReady           = lease.StatusReady
 	StatusAdmitted        = lease.StatusAdmitted
+	StatusCompleted       = lease.StatusCompleted
+	StatusFailed          = lease.StatusFailed
+	StatusRejected        = lease.StatusRejected
 	StatusDenied          = lease.StatusDenied
 	StatusExpired         = lease.StatusExpired
 )

@@ -17,6 +17,7 @@ type metrics struct {
 	formations *prometheus.CounterVec
 	approvals  *prometheus.CounterVec
 	admissions *prometheus.CounterVec
+	claims     *prometheus.CounterVec
 	outcomes   *prometheus.CounterVec
 }
 
@@ -34,9 +35,13 @@ func newMetrics() *metrics {
 			Name: "fcd_admissions_total",
 			Help: "Admission answers: admitted to the source or the successor, reissued for an open lease, or refused with the cause.",
 		}, []string{"result"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fcd_lease_claims_total",
+			Help: "Backend claims on leases before the effect: claimed_now, or refused because already claimed (a replay), closed, uncertain, not_found, out_of_scope, unavailable.",
+		}, []string{"result"}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fcd_lease_outcomes_total",
-			Help: "Lease outcomes applied: effect, rejected, uncertain (backend or gateway), effect or no_effect (operator resolution).",
+			Help: "Lease outcomes applied: effect, failed, rejected, uncertain (by backend; rejected by release when the fence refused an unclaimed lease's call), uncertain (sweeper), effect or no_effect (operator resolution), released (generation).",
 		}, []string{"outcome", "by"}),
 	}
 }
@@ -45,7 +50,7 @@ func newMetrics() *metrics {
 // server's registry.
 func (f *Formations) Collectors() []prometheus.Collector {
 	m := f.metrics
-	return []prometheus.Collector{m.formations, m.approvals, m.admissions, m.outcomes}
+	return []prometheus.Collector{m.formations, m.approvals, m.admissions, m.claims, m.outcomes}
 }
 
 // Admission results, the values of fcd_admissions_total's result label.
@@ -86,6 +91,8 @@ func admissionResult(a *Admission, err error) string {
 		return "dependency"
 	case errors.Is(err, ErrLeaseUncertain), errors.Is(err, ErrLeaseClosed):
 		return "lease_closed_or_uncertain"
+	case errors.Is(err, ErrLeaseClaimed):
+		return "lease_claimed"
 	case errors.Is(err, lease.ErrUnavailable):
 		return "store_unavailable"
 	case errors.Is(err, ErrFormationNotFound):

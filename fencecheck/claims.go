@@ -47,6 +47,16 @@ type Claims struct {
 	// etcd cluster id: the fencing token of the admission.
 	Revision int64  `json:"fcd_revision"`
 	Cluster  string `json:"fcd_cluster"`
+	// Admitted is when the lease was admitted (Unix milliseconds). Every token
+	// of one lease carries the same value, also one re-issued later: a
+	// fence without authzd refuses tokens of leases admitted before its
+	// process started.
+	Admitted int64 `json:"fcd_admitted"`
+
+	// ClaimID is not a claim of the token: [Verifier.Verify] sets it when
+	// it claimed the lease in authzd for this call (a [Verifier.Claimer]
+	// is set). Report the call's outcome under it.
+	ClaimID string `json:"-"`
 }
 
 // Validate reports the first required claim that is missing or empty,
@@ -92,6 +102,9 @@ func (c *Claims) Validate() error {
 	}
 	if c.Cluster == "" {
 		return fmt.Errorf("claim fcd_cluster is missing")
+	}
+	if c.Admitted <= 0 {
+		return fmt.Errorf("claim fcd_admitted is missing")
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import "fmt"
 var claimNames = [...]string{
 	"iss", "aud", "sub", "jti", "iat", "nbf", "exp",
 	"fcd_formation", "fcd_tool", "fcd_args", "fcd_epoch", "fcd_artifact", "fcd_config",
-	"fcd_generation", "fcd_revision", "fcd_cluster",
+	"fcd_generation", "fcd_revision", "fcd_cluster", "fcd_admitted",
 }
 
 // decodeClaims decodes a token payload strictly: one JSON object whose
@@ -89,6 +89,8 @@ func (c *Claims) field(name []byte) (int, *string, *int64) {
 		return 14, nil, &c.Revision
 	case "fcd_cluster":
 		return 15, &c.Cluster, nil
+	case "fcd_admitted":
+		return 16, nil, &c.Admitted
 	}
 	return -1, nil, nil
 }

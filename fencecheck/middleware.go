@@ -37,10 +37,11 @@ const (
 )
 
 // OutcomeReporter receives the outcome of every call the middleware let
-// through. Report must not block: it is called on the request's goroutine
-// (or the timeout's timer). [*Reporter] implements it.
+// through, and the releases of leases whose calls it refused. Report must
+// not block: it is called on the request's goroutine (or the timeout's
+// timer). [*Reporter] implements it.
 type OutcomeReporter interface {
-	Report(jti string, outcome Outcome, detail string) bool
+	Report(r OutcomeReport) bool
 }
 
 // MiddlewareOptions configure [Verifier.Middleware]. The zero value is
@@ -151,6 +152,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rerr != nil {
 		m.refuse(w, r, nil, "", rerr)
+		if tokens := r.Header.Values(Header); len(tokens) == 1 {
+			m.release(r, tokens[0], rerr)
+		}
 		return
 	}
 	if !msg.Call {
@@ -173,14 +177,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rerr != nil {
 		m.refuse(w, r, msg.ID, tool, rerr)
+		if rerr.Reason == ReasonTool || rerr.Reason == ReasonArguments {
+			m.release(r, r.Header.Get(Header), rerr)
+		}
 		return
 	}
 	m.serveCall(w, r, claims, tool, msg.ID)
 }
 
-// refuse answers a refused call. Refusals are never reported to authzd:
-// the verifier cannot tell whether the same token runs, or ran, on
-// another instance, and a forged token must cost authzd nothing.
+// refuse answers a refused request.
 func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, tool string, rerr *RejectError) {
 	m.log.Warn("fencecheck: request refused", "reason", rerr.Reason, "detail", rerr.Detail,
 		"tool", tool, "remote", r.RemoteAddr)
@@ -197,7 +202,28 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, id json.RawM
 	}
 }
 
-// serveCall runs a verified call and reports its outcome exactly once.
+// release gives up the lease of a genuine token whose call the fence
+// refused before any effect (its body could be read two ways, or its tool
+// or arguments are not the ones the token is for), so that the epoch is
+// not held back until the sweep. Only in online mode: authzd closes the
+// lease only while no call has claimed it, and once it is closed no claim
+// can succeed — so the release is safe even when the same token is
+// presented intact elsewhere at the same moment (one of the two wins). A
+// token that is not genuine for this backend costs authzd nothing.
+func (m *middleware) release(r *http.Request, token string, rerr *RejectError) {
+	if m.v.Claimer == nil || m.opts.Reporter == nil || token == "" {
+		return
+	}
+	c, terr := m.v.verifyToken(r.Context(), token)
+	if terr != nil {
+		return
+	}
+	m.opts.Reporter.Report(OutcomeReport{Lease: c.ID, Outcome: OutcomeRejected,
+		Detail: "refused by the fence before the effect: " + string(rerr.Reason)})
+}
+
+// serveCall runs a verified call and reports its outcome exactly once,
+// from the evidence of the backend's answer.
 func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *Claims, tool string, id json.RawMessage) {
 	var reported atomic.Bool
 	report := func(o Outcome, detail string) {
@@ -206,7 +232,7 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 		}
 		m.log.Info("fencecheck: call outcome", "jti", claims.ID, "tool", tool, "outcome", o, "detail", detail)
 		if m.opts.Reporter != nil {
-			m.opts.Reporter.Report(claims.ID, o, detail)
+			m.opts.Reporter.Report(OutcomeReport{Lease: claims.ID, Claim: claims.ClaimID, Outcome: o, Detail: detail})
 		}
 	}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), claimsKey{}, claims))
@@ -218,93 +244,62 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 		})
 		defer timer.Stop()
 	}
-	ow := &outcomeWriter{ResponseWriter: w, id: id}
+	ow := &outcomeWriter{ResponseWriter: w, scan: answerScanner{id: id}}
 	defer func() {
 		if p := recover(); p != nil {
 			// A reverse proxy (the fencecheck sidecar) aborts with
 			// http.ErrAbortHandler when relaying fails, typically because
 			// an SSE client closed the stream as soon as it had its answer.
 			// If the backend's JSON-RPC answer to this call already went
-			// through, the call ran: report what it answered. Otherwise the
-			// outcome is unknown.
-			switch {
-			case p == http.ErrAbortHandler && ow.answered == answeredResult && ow.status < 500:
-				report(OutcomeEffect, "answered, then the relay was aborted")
-			case p == http.ErrAbortHandler && ow.answered == answeredError && ow.status < 500:
-				report(OutcomeRejected, "answered with a JSON-RPC error, then the relay was aborted")
-			default:
-				report(OutcomeUncertain, "handler panicked")
+			// through, report what it answered; otherwise the call may
+			// have run: uncertain.
+			if p == http.ErrAbortHandler && ow.scan.got != answeredNone {
+				o, d := classify(ow, "; then the relay was aborted")
+				report(o, d)
+			} else {
+				report(OutcomeUncertain, "handler panicked before answering the call")
 			}
 			panic(p)
 		}
 	}()
 	m.next.ServeHTTP(ow, r.WithContext(ctx))
+	ow.scan.finish()
+	report(classify(ow, ""))
+}
 
+// classify is the outcome table of the package README: what the handler
+// declared; else what its answer shows.
+func classify(ow *outcomeWriter, suffix string) (Outcome, string) {
 	status := ow.status
 	if status == 0 {
 		status = http.StatusOK // nothing written: net/http answers 200
 	}
+	st := strconv.Itoa(status)
 	switch {
 	case ow.declared != "":
-		report(ow.declared, "declared by the handler, status "+strconv.Itoa(status))
-	case status >= 500:
-		report(OutcomeUncertain, "handler answered "+strconv.Itoa(status))
-	default:
-		report(OutcomeEffect, "handler answered "+strconv.Itoa(status))
+		return ow.declared, "declared by the handler, status " + st + suffix
+	case ow.scan.got == answeredResult:
+		return OutcomeEffect, "answered a result, status " + st + suffix
+	case ow.scan.got == answeredToolError:
+		return OutcomeFailed, "answered a result with isError, status " + st + suffix
+	case ow.scan.got == answeredError:
+		return OutcomeRejected, "answered a JSON-RPC error, status " + st + suffix
+	case status >= 400 && status < 500:
+		// A transport answer given before any handler ran: unknown
+		// session, bad request, wrong content type.
+		return OutcomeRejected, "answered " + st + " without an answer to the call" + suffix
 	}
+	return OutcomeUncertain, "answered " + st + " without an answer to the call" + suffix
 }
 
 // outcomeWriter records the final status and the declared outcome,
-// strips OutcomeHeader from the response, and notices when the JSON-RPC
-// answer to the call (its id with a result or an error) is written.
+// strips OutcomeHeader from the response, and passes the body to the
+// answer scanner.
 type outcomeWriter struct {
 	http.ResponseWriter
 	status   int
 	declared Outcome
-	// id is the call's JSON-RPC id; answered says whether its answer was
-	// written; tail keeps the end of the last write so that an answer split
-	// across writes is still seen.
-	id       json.RawMessage
-	answered answer
-	tail     []byte
-}
-
-type answer int
-
-const (
-	answeredNone answer = iota
-	answeredResult
-	answeredError
-)
-
-// maxAnswerScan bounds how much of a streamed response is scanned for the
-// answer: the answer to a call comes early in its stream.
-const maxAnswerScan = 1 << 20
-
-// scan looks for the JSON-RPC answer to the call in b. It matches the
-// member "id":<id> and a "result" or "error" member in the same window;
-// inside JSON strings quotes are escaped, so tool output cannot fake it.
-func (w *outcomeWriter) scan(b []byte) {
-	if w.answered != answeredNone || len(w.id) == 0 || len(w.tail) >= maxAnswerScan {
-		return
-	}
-	window := append(w.tail, b...)
-	for _, pat := range [][]byte{append([]byte(`"id":`), w.id...), append([]byte(`"id": `), w.id...)} {
-		if bytes.Contains(window, pat) {
-			switch {
-			case bytes.Contains(window, []byte(`"result":`)) || bytes.Contains(window, []byte(`"result": `)):
-				w.answered = answeredResult
-			case bytes.Contains(window, []byte(`"error":`)) || bytes.Contains(window, []byte(`"error": `)):
-				w.answered = answeredError
-			}
-			if w.answered != answeredNone {
-				return
-			}
-		}
-	}
-	// Keep the whole unanswered stream so far (bounded), so that members of
-	// one message split across writes are seen together.
-	w.tail = window
+	scan     answerScanner
 }
 
 func (w *outcomeWriter) WriteHeader(code int) {
@@ -314,13 +309,14 @@ func (w *outcomeWriter) WriteHeader(code int) {
 			h.Del(OutcomeHeader)
 			if code >= 200 {
 				switch o := Outcome(strings.TrimSpace(vals[0])); o {
-				case OutcomeEffect, OutcomeRejected, OutcomeUncertain:
+				case OutcomeEffect, OutcomeFailed, OutcomeRejected, OutcomeUncertain:
 					w.declared = o
 				}
 			}
 		}
 		if code >= 200 { // 1xx responses precede the final one
 			w.status = code
+			w.scan.start(h.Get("Content-Type"))
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -330,7 +326,7 @@ func (w *outcomeWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	w.scan(b)
+	w.scan.write(b)
 	return w.ResponseWriter.Write(b)
 }
 

@@ -71,11 +71,23 @@ const (
 	// or the arguments cannot be digested (not one JSON object, duplicate
 	// member, a number the canonical form cannot carry exactly).
 	ReasonArguments Reason = "arguments"
-	// ReasonReplay: the jti was accepted before.
+	// ReasonAdmittedBeforeStart: offline mode only (no Claimer): the
+	// token's lease was admitted before this process started (plus the
+	// skew), so an earlier process may have run it.
+	ReasonAdmittedBeforeStart Reason = "admitted_before_start"
+	// ReasonReplay: the jti was accepted before by this process, or
+	// (online mode) another call claimed the lease in authzd.
 	ReasonReplay Reason = "replay"
 	// ReasonReplayStore: the replay store could not record the jti (full
 	// of live entries, or failing). Fail closed.
 	ReasonReplayStore Reason = "replay_store"
+	// ReasonLeaseClosed: online mode: authzd says the lease is closed
+	// (completed, rejected, released), uncertain, or unknown.
+	ReasonLeaseClosed Reason = "lease_closed"
+	// ReasonClaimUnavailable: online mode: the lease could not be claimed
+	// (authzd unreachable, failing, or refusing the credential). Fail
+	// closed: nothing runs without its claim.
+	ReasonClaimUnavailable Reason = "claim_unavailable"
 	// ReasonBatch: a JSON-RPC batch holds a tools/call. Only the
 	// middleware uses it: a batch cannot carry one token per call.
 	ReasonBatch Reason = "batch"

@@ -24,6 +24,14 @@ type ReplayStore interface {
 	Seen(ctx context.Context, jti string, exp time.Time) (bool, error)
 }
 
+// ReplayForgetter is a [ReplayStore] that can drop a jti it recorded: the
+// verifier forgets a token whose lease claim could not be made, so that a
+// retry is decided by the claim, not refused as a replay of a call that
+// never ran.
+type ReplayForgetter interface {
+	Forget(ctx context.Context, jti string)
+}
+
 // DefaultReplayCapacity is the capacity of the store a [Verifier] uses
 // when its Replay is nil. Size a store for the peak number of tokens
 // accepted within one token lifetime plus the skew: with 30 s tokens,
@@ -87,6 +95,14 @@ func (m *MemoryReplay) Seen(_ context.Context, jti string, exp time.Time) (bool,
 	return false, nil
 }
 
+// Forget implements [ReplayForgetter]. The id's heap entry stays until it
+// expires; a later Seen of the id records it again.
+func (m *MemoryReplay) Forget(_ context.Context, jti string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.entries, jti)
+}
+
 // Len returns the number of ids held, live or not yet evicted.
 func (m *MemoryReplay) Len() int {
 	m.mu.Lock()
@@ -99,7 +115,9 @@ func (m *MemoryReplay) Len() int {
 func (m *MemoryReplay) evictExpired(now time.Time) {
 	for len(m.byExp) > 0 && !m.byExp[0].exp.After(now) {
 		e := heap.Pop(&m.byExp).(expiry)
-		delete(m.entries, e.jti)
+		if exp, ok := m.entries[e.jti]; ok && exp.Equal(e.exp) {
+			delete(m.entries, e.jti) // not an entry forgotten and recorded again
+		}
 	}
 }
 

@@ -21,19 +21,38 @@ import (
 // POST /v1/leases/{jti}/complete.
 type Outcome string
 
-// Outcomes of a call. effect and rejected release the call's lease marker;
-// uncertain keeps it, so the epoch cannot retire and the call is neither
-// replayed nor substituted until an operator resolves it or a newer
-// backend generation releases it.
+// Outcomes of a call, from the evidence of the backend's answer (see the
+// package README's table). effect, failed and rejected release the call's
+// lease marker; uncertain keeps it, so the epoch cannot retire and the
+// call is neither replayed nor substituted until an operator resolves it
+// or a newer backend generation releases it.
 const (
-	// OutcomeEffect: the handler ran the call (it may still have failed).
+	// OutcomeEffect: the tool ran and answered a result. Only this meets
+	// another tool's requires.
 	OutcomeEffect Outcome = "effect"
-	// OutcomeRejected: the handler refused the call without any effect.
+	// OutcomeFailed: the tool ran and answered a result with isError.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeRejected: nothing ran: a JSON-RPC error, or a transport
+	// answer (4xx) given before any handler; also the release of a lease
+	// whose call the fence refused.
 	OutcomeRejected Outcome = "rejected"
 	// OutcomeUncertain: nobody knows whether the effect happened (the
-	// handler panicked, timed out, or answered 5xx).
+	// handler panicked, timed out, answered 5xx, or the stream ended
+	// before the answer).
 	OutcomeUncertain Outcome = "uncertain"
 )
+
+// OutcomeReport is one outcome for authzd.
+type OutcomeReport struct {
+	// Lease is the token's jti.
+	Lease string
+	// Claim is the id the lease was claimed under ([Claims].ClaimID);
+	// empty for a release of an unclaimed lease (outcome rejected) or in
+	// offline mode.
+	Claim   string
+	Outcome Outcome
+	Detail  string
+}
 
 // Defaults of [ReporterOptions].
 const (
@@ -104,7 +123,7 @@ type Reporter struct {
 	opts    ReporterOptions
 	base    string
 	log     *slog.Logger
-	queue   chan report
+	queue   chan OutcomeReport
 	stop    context.Context // cancelled when Close gives up draining
 	abandon context.CancelFunc
 	wg      sync.WaitGroup
@@ -113,12 +132,6 @@ type Reporter struct {
 	closed bool
 
 	sent, dropped, failed atomic.Uint64
-}
-
-type report struct {
-	jti     string
-	outcome Outcome
-	detail  string
 }
 
 // NewReporter starts a reporter's workers.
@@ -152,7 +165,7 @@ func NewReporter(opts ReporterOptions) (*Reporter, error) {
 		opts:  opts,
 		base:  strings.TrimRight(opts.AuthzdURL, "/"),
 		log:   opts.Logger,
-		queue: make(chan report, opts.QueueSize),
+		queue: make(chan OutcomeReport, opts.QueueSize),
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -165,23 +178,22 @@ func NewReporter(opts ReporterOptions) (*Reporter, error) {
 	return r, nil
 }
 
-// Report enqueues the outcome of the call whose token had id jti and
-// returns at once. It reports false if the report was dropped: the queue
-// was full or the reporter is closed. Dropping keeps the lease marker in
-// authzd, which is the safe side: the epoch cannot retire until the lease
-// is resolved.
-func (r *Reporter) Report(jti string, outcome Outcome, detail string) bool {
+// Report enqueues an outcome and returns at once. It reports false if the
+// report was dropped: the queue was full or the reporter is closed.
+// Dropping keeps the lease marker in authzd, which is the safe side: the
+// epoch cannot retire until the lease is resolved.
+func (r *Reporter) Report(rep OutcomeReport) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if !r.closed {
 		select {
-		case r.queue <- report{jti: jti, outcome: outcome, detail: detail}:
+		case r.queue <- rep:
 			return true
 		default:
 		}
 	}
 	r.dropped.Add(1)
-	r.log.Warn("fencecheck: outcome report dropped", "jti", jti, "outcome", outcome,
+	r.log.Warn("fencecheck: outcome report dropped", "jti", rep.Lease, "outcome", rep.Outcome,
 		"closed", r.closed, "dropped", r.dropped.Load())
 	return false
 }
@@ -222,12 +234,13 @@ func (r *Reporter) work() {
 }
 
 // deliver posts one report, retrying transient failures.
-func (r *Reporter) deliver(rep report) {
+func (r *Reporter) deliver(rep OutcomeReport) {
 	body, _ := json.Marshal(struct {
 		Outcome Outcome `json:"outcome"`
 		Detail  string  `json:"detail"`
-	}{rep.outcome, rep.detail})
-	target := r.base + "/v1/leases/" + url.PathEscape(rep.jti) + "/complete"
+		Claim   string  `json:"claim,omitempty"`
+	}{rep.Outcome, rep.Detail, rep.Claim})
+	target := r.base + "/v1/leases/" + url.PathEscape(rep.Lease) + "/complete"
 	wait := r.opts.Backoff
 	var last error
 	for attempt := 1; attempt <= r.opts.MaxAttempts; attempt++ {
@@ -262,7 +275,7 @@ func (r *Reporter) deliver(rep report) {
 	}
 	r.failed.Add(1)
 	r.log.Error("fencecheck: outcome report failed; the lease stays open in authzd",
-		"jti", rep.jti, "outcome", rep.outcome, "err", last)
+		"jti", rep.Lease, "outcome", rep.Outcome, "err", last)
 }
 
 // post sends one attempt; retry tells whether a failure is transient.

@@ -84,18 +84,33 @@ type Verifier struct {
 	// [DefaultMaxLifetime].
 	MaxLifetime time.Duration
 
-	// Replay records the jti of every accepted token; nil means a
-	// [MemoryReplay] of [DefaultReplayCapacity] owned by this Verifier.
-	// Backends running several instances of a pool should share one
-	// store between them (see [ReplayStore]).
+	// Claimer claims each accepted token's lease in fcd's ordered store
+	// before the effect (online mode): at most one call runs per lease
+	// across instances, restarts, re-admissions and long calls, and a
+	// claim that cannot be made refuses the call (fail closed). Use a
+	// [*LeaseClient]. Nil is offline mode: the local replay memory is the
+	// only check, and tokens of leases admitted before Started are
+	// refused — see the package README for what each mode guarantees.
+	Claimer Claimer
+	// Started is when this process started, for offline mode: a token
+	// whose lease was admitted before Started plus the skew is refused
+	// ([ReasonAdmittedBeforeStart]), since an earlier process may have
+	// run it. Zero means the Verifier's first use.
+	Started time.Time
+
+	// Replay records the jti of every accepted token, as a fast first
+	// check before the claim (and the only one in offline mode); nil
+	// means a [MemoryReplay] of [DefaultReplayCapacity] owned by this
+	// Verifier.
 	Replay ReplayStore
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
-	once   sync.Once
-	setup  error // configuration error, fixed at first use
-	keys   *keyring
-	replay ReplayStore
+	once    sync.Once
+	setup   error // configuration error, fixed at first use
+	keys    *keyring
+	replay  ReplayStore
+	started time.Time
 }
 
 // Validate reports a configuration that refuses every token: a missing
@@ -155,6 +170,10 @@ func (v *Verifier) init() {
 			errs = append(errs, errors.New("a key source is required: Keys or JWKSURL"))
 		}
 		v.keys = kr
+		v.started = v.Started
+		if v.started.IsZero() {
+			v.started = now()
+		}
 		v.replay = v.Replay
 		if v.replay == nil {
 			v.replay = &MemoryReplay{Now: v.Now}
@@ -198,10 +217,13 @@ var b64 = base64.RawURLEncoding.Strict()
 // order: configuration, presence, JWS compact form and header, algorithm
 // allow-list, typ, kid, key lookup, algorithm against the key's kind,
 // signature, claims, iss, aud, exp, nbf, iat, lifetime, artifact, config,
-// generation, tool, argument digest, replay.
+// generation, tool, argument digest, admitted before start (offline mode
+// only), replay, and the claim in authzd (online mode).
 //
-// The replay store is consulted last, so that a token refused for any
-// other reason — a forged one above all — never consumes its jti.
+// The replay store and the claim come last, so that a token refused for
+// any other reason — a forged one above all — never consumes its jti or
+// its lease. In online mode the returned claims carry the ClaimID to
+// report the outcome under.
 func (v *Verifier) Verify(ctx context.Context, token string, tool string, arguments json.RawMessage) (*Claims, error) {
 	c, rerr := v.verify(ctx, token, tool, arguments)
 	if rerr != nil {
@@ -211,6 +233,16 @@ func (v *Verifier) Verify(ctx context.Context, token string, tool string, argume
 }
 
 func (v *Verifier) verify(ctx context.Context, token string, tool string, arguments json.RawMessage) (*Claims, *RejectError) {
+	c, rerr := v.verifyToken(ctx, token)
+	if rerr != nil {
+		return nil, rerr
+	}
+	return v.verifyCall(ctx, c, tool, arguments)
+}
+
+// verifyToken checks a token up to and including the generation: it is
+// genuine, for this backend, and within its lifetime.
+func (v *Verifier) verifyToken(ctx context.Context, token string) (*Claims, *RejectError) {
 	v.init()
 	if v.setup != nil {
 		return nil, reject(ReasonMisconfigured, "%v", v.setup)
@@ -306,6 +338,14 @@ func (v *Verifier) verify(ctx context.Context, token string, tool string, argume
 	if c.Generation != v.Generation {
 		return nil, reject(ReasonGeneration, "fcd_generation %d, this backend is %d", c.Generation, v.Generation)
 	}
+	return c, nil
+}
+
+// verifyCall checks that a genuine token is for this call, and not used
+// before (locally, then by its claim in authzd).
+func (v *Verifier) verifyCall(ctx context.Context, c *Claims, tool string, arguments json.RawMessage) (*Claims, *RejectError) {
+	skew := v.skew()
+	exp := time.Unix(c.Expiry, 0)
 	if tool != c.Tool {
 		return nil, reject(ReasonTool, "call of %q, token for %q", tool, c.Tool)
 	}
@@ -317,6 +357,15 @@ func (v *Verifier) verify(ctx context.Context, token string, tool string, argume
 		return nil, reject(ReasonArguments, "argument digest %s, token for %s", digest, c.ArgumentDigest)
 	}
 
+	if v.Claimer == nil {
+		// Offline: an earlier process may have run any token of a lease
+		// admitted before this one started (within the clock skew).
+		if admitted := time.UnixMilli(c.Admitted); admitted.Before(v.started.Add(skew)) {
+			return c, reject(ReasonAdmittedBeforeStart, "lease admitted at %s, before this process started at %s (offline mode)",
+				admitted.UTC().Format(time.RFC3339Nano), v.started.UTC().Format(time.RFC3339Nano))
+		}
+	}
+
 	// Last: only a token that passed everything else may consume its jti.
 	// It is remembered as long as it could pass the exp check.
 	seen, err := v.replay.Seen(ctx, c.ID, exp.Add(skew))
@@ -326,5 +375,25 @@ func (v *Verifier) verify(ctx context.Context, token string, tool string, argume
 	if seen {
 		return nil, reject(ReasonReplay, "jti %q was used before", c.ID)
 	}
-	return c, nil
+	if v.Claimer == nil {
+		return c, nil
+	}
+	id := newClaimID()
+	switch err := v.Claimer.Claim(ctx, c, id); {
+	case err == nil:
+		c.ClaimID = id
+		return c, nil
+	case errors.Is(err, ErrAlreadyClaimed):
+		return nil, reject(ReasonReplay, "lease %q was claimed by another call", c.ID)
+	case errors.Is(err, ErrLeaseGone):
+		return nil, reject(ReasonLeaseClosed, "lease %q: %v", c.ID, err)
+	default:
+		// Nothing ran and nothing is known to be claimed: let a retry of
+		// the same token through the local memory, to be decided by the
+		// claim again.
+		if f, ok := v.replay.(ReplayForgetter); ok {
+			f.Forget(ctx, c.ID)
+		}
+		return nil, reject(ReasonClaimUnavailable, "lease %q: %v", c.ID, err)
+	}
 }

@@ -47,9 +47,9 @@ type DependencyError struct {
 
 func (e *DependencyError) Error() string {
 	if e.Exclusive {
-		return fmt.Sprintf("lease: %s is exclusive with this tool and was already admitted or completed in the session", e.Tool)
+		return fmt.Sprintf("lease: %s is exclusive with this tool and was already admitted or ran in the session", e.Tool)
 	}
-	return fmt.Sprintf("lease: required tool %s has not completed in the session", e.Tool)
+	return fmt.Sprintf("lease: required tool %s has not completed with a result in the session", e.Tool)
 }
 
 // LeaseState is the state of an open lease (its marker).
@@ -76,6 +76,9 @@ type Lease struct {
 	// Certificate is set when the lease admits the formation's successor:
 	// the id of the certificate the substitution relied on.
 	Certificate string `json:"certificate,omitempty"`
+	// Claim is the backend's claim, once it claimed the lease before the
+	// effect (State is then running). Filled on read.
+	Claim *Claim `json:"claim,omitempty"`
 	// Revision is the etcd revision of the admission, Cluster the etcd
 	// cluster id: together the fencing token. Filled on read.
 	Revision int64  `json:"-"`
@@ -171,6 +174,7 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 	for _, t := range req.Exclusive {
 		cmps = append(cmps,
 			clientv3.Compare(clientv3.CreateRevision(s.k.completed(l.Session, t)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(s.k.failed(l.Session, t)), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(s.k.admittedTool(l.Session, t)), "=", 0).WithPrefix())
 	}
 	if req.StaleSource != "" {
@@ -223,6 +227,7 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 	}
 	for _, t := range req.Exclusive {
 		ops = append(ops, clientv3.OpGet(s.k.completed(l.Session, t), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.k.failed(l.Session, t), clientv3.WithKeysOnly()),
 			clientv3.OpGet(s.k.admittedTool(l.Session, t), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
 	if req.StaleSource != "" {
@@ -256,10 +261,10 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 		i++
 	}
 	for _, t := range req.Exclusive {
-		if len(r(i)) > 0 || len(r(i+1)) > 0 {
+		if len(r(i)) > 0 || len(r(i+1)) > 0 || len(r(i+2)) > 0 {
 			return &DependencyError{Tool: t, Exclusive: true}
 		}
-		i += 2
+		i += 3
 	}
 	if req.StaleSource != "" {
 		if st := r(i); len(st) == 0 || State(st[0].Value) != StateStale {
@@ -277,36 +282,57 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 	return ErrFormationChanged
 }
 
-// OpenLease returns an open lease (its marker) with the revision that
-// created it and the cluster id, or ErrLeaseNotFound / ErrLeaseClosed.
+// OpenLease returns an open lease (its marker, and its claim if any) with
+// the revision that created it and the cluster id, or ErrLeaseNotFound /
+// ErrLeaseClosed.
 func (s *Store) OpenLease(ctx context.Context, id string) (*Lease, error) {
 	l, _, err := s.openLease(ctx, id)
 	return l, err
 }
 
-func (s *Store) openLease(ctx context.Context, id string) (*Lease, int64, error) {
+// openRevs are the revisions a lease was read at, for a compare-and-swap:
+// its marker's and its claim's (0: no claim).
+type openRevs struct{ marker, claim int64 }
+
+func (s *Store) openLease(ctx context.Context, id string) (*Lease, openRevs, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	idx, err := s.cli.Get(octx, s.k.lease(id))
 	if err != nil {
-		return nil, 0, s.wrap(ctx, "get lease", err)
+		return nil, openRevs{}, s.wrap(ctx, "get lease", err)
 	}
 	if len(idx.Kvs) == 0 {
-		return nil, 0, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
+		return nil, openRevs{}, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
 	}
-	resp, err := s.cli.Get(octx, s.k.marker(string(idx.Kvs[0].Value), id))
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.k.marker(string(idx.Kvs[0].Value), id)),
+		clientv3.OpGet(s.k.claim(id)),
+	).Commit()
 	if err != nil {
-		return nil, 0, s.wrap(ctx, "get lease", err)
+		return nil, openRevs{}, s.wrap(ctx, "get lease", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, 0, fmt.Errorf("%w: %s", ErrLeaseClosed, id)
+	m := resp.Responses[0].GetResponseRange().Kvs
+	if len(m) == 0 {
+		return nil, openRevs{}, fmt.Errorf("%w: %s", ErrLeaseClosed, id)
 	}
 	var l Lease
-	if err := json.Unmarshal(resp.Kvs[0].Value, &l); err != nil {
-		return nil, 0, fmt.Errorf("%w: lease %s", ErrCorrupt, id)
+	if err := json.Unmarshal(m[0].Value, &l); err != nil {
+		return nil, openRevs{}, fmt.Errorf("%w: lease %s", ErrCorrupt, id)
 	}
-	l.Revision, l.Cluster = resp.Kvs[0].CreateRevision, clusterID(resp.Header.ClusterId)
-	return &l, resp.Kvs[0].ModRevision, nil
+	l.Claim = nil
+	revs := openRevs{marker: m[0].ModRevision}
+	if c := resp.Responses[1].GetResponseRange().Kvs; len(c) > 0 {
+		l.Claim = &Claim{}
+		if err := json.Unmarshal(c[0].Value, l.Claim); err != nil {
+			return nil, openRevs{}, fmt.Errorf("%w: claim of lease %s", ErrCorrupt, id)
+		}
+		revs.claim = c[0].ModRevision
+		if l.State == LeaseAdmitted {
+			l.State = LeaseRunning
+		}
+	}
+	l.Revision, l.Cluster = m[0].CreateRevision, clusterID(resp.Header.ClusterId)
+	return &l, revs, nil
 }
 
 // Outcome is how a lease closes.
@@ -314,10 +340,19 @@ type Outcome string
 
 // Outcomes of a lease.
 const (
-	// OutcomeEffect: the effect happened; the tool is recorded as
-	// completed in the session and the marker released.
+	// OutcomeEffect: the tool ran and answered a result; it is recorded
+	// as completed in the session (meeting requires) and the marker
+	// released.
 	OutcomeEffect Outcome = "effect"
-	// OutcomeRejected: the backend refused before any effect; released.
+	// OutcomeFailed: the tool ran and answered an error result (MCP
+	// isError). Released like an effect, recorded as failed in the
+	// session: it counts against exclusive tools, it does not meet
+	// requires.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeRejected: nothing ran — the backend refused the call before
+	// any handler (a JSON-RPC error, a transport answer such as an
+	// unknown session), or the fence refused it, or the lease was released
+	// before any claim; released, and the token is unusable.
 	OutcomeRejected Outcome = "rejected"
 	// OutcomeUncertain: unknown (a timeout); the marker stays, blocking
 	// retirement and replay, until resolved.
@@ -330,28 +365,57 @@ const (
 	OutcomeReleased Outcome = "released"
 )
 
-// CloseLease applies a backend's outcome to an open lease: effect and
+// CloseRequest is an outcome for an open lease.
+type CloseRequest struct {
+	Lease   string
+	Outcome Outcome
+	// Claim is the reporter's claim id. A claimed (running) lease takes
+	// outcomes only under its claim; an unclaimed one only rejected, with
+	// no claim (a release: nothing ran, and no claim can succeed after).
+	Claim string
+	// Resolve marks an operator's resolution: the only way to close an
+	// uncertain lease (besides a newer generation), and only such a lease.
+	Resolve bool
+	// Keep is how long the closed formation record is kept.
+	Keep time.Duration
+	// Allow, when not nil, is asked first with the open lease and may
+	// refuse (a reporter limited to some pools, say); its error is
+	// returned as is and nothing changes.
+	Allow func(*Lease) error
+}
+
+// CloseLease applies an outcome to an open lease: effect, failed and
 // rejected release the marker (effect also records the tool as completed
-// in the session), uncertain keeps it. resolve is true for an operator's
-// resolution, the only way to close an uncertain lease (besides a newer
-// generation). The formation's status follows. Every write is one
-// transaction, compare-and-swap on the marker and the formation.
+// in the session, failed as failed), uncertain keeps it. The formation's
+// status follows. Every write is one transaction, compare-and-swap on the
+// marker, the claim and the formation.
 //
-// allow, when not nil, is asked first with the open lease and may refuse
-// (a reporter limited to some pools, say); its error is returned as is
-// and nothing changes.
-func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, resolve bool, keep time.Duration, allow func(*Lease) error) (*Lease, error) {
-	return s.closeLease(ctx, id, outcome, keep, func(l *Lease) error {
-		if allow != nil {
-			if err := allow(l); err != nil {
+// Who may close what: an uncertain lease only by a resolution; a running
+// lease only under its claim (ErrLeaseClaimed otherwise); an admitted,
+// unclaimed lease only as rejected and without a claim (ErrLeaseNotClaimed
+// otherwise) — no effect can have run under it, and the claim that would
+// let one run is refused once the marker is gone.
+func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*Lease, error) {
+	id := req.Lease
+	return s.closeLease(ctx, id, req.Outcome, req.Keep, func(l *Lease) error {
+		if req.Allow != nil {
+			if err := req.Allow(l); err != nil {
 				return err
 			}
 		}
 		switch {
-		case resolve && l.State != LeaseUncertain:
+		case req.Resolve && l.State != LeaseUncertain:
 			return fmt.Errorf("%w: %s", ErrLeaseNotUncertain, id)
-		case !resolve && l.State == LeaseUncertain:
+		case req.Resolve:
+			return nil
+		case l.State == LeaseUncertain:
 			return fmt.Errorf("%w: %s", ErrLeaseUncertain, id)
+		case l.Claim != nil && req.Claim != l.Claim.ID:
+			return fmt.Errorf("%w: %s is claimed by another call", ErrLeaseClaimed, id)
+		case l.Claim == nil && req.Claim != "":
+			return fmt.Errorf("%w: %s has no claim %q", ErrLeaseNotClaimed, id, req.Claim)
+		case l.Claim == nil && req.Outcome != OutcomeRejected:
+			return fmt.Errorf("%w: %s: only rejected (a release) applies to an unclaimed lease", ErrLeaseNotClaimed, id)
 		}
 		return nil
 	})
@@ -360,7 +424,7 @@ func (s *Store) CloseLease(ctx context.Context, id string, outcome Outcome, reso
 // closeLease closes an open lease if check accepts it.
 func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep time.Duration, check func(*Lease) error) (*Lease, error) {
 	for range 16 {
-		l, mrev, err := s.openLease(ctx, id)
+		l, revs, err := s.openLease(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -371,30 +435,39 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep
 		if err != nil {
 			return nil, err
 		}
-		mkey, fkey := s.k.marker(l.Target.Epoch, id), s.k.formation(f.ID)
+		mkey, fkey, ckey := s.k.marker(l.Target.Epoch, id), s.k.formation(f.ID), s.k.claim(id)
 		cmps := []clientv3.Cmp{
-			clientv3.Compare(clientv3.ModRevision(mkey), "=", mrev),
+			clientv3.Compare(clientv3.ModRevision(mkey), "=", revs.marker),
 			clientv3.Compare(clientv3.ModRevision(fkey), "=", frev),
+			clientv3.Compare(clientv3.ModRevision(ckey), "=", revs.claim),
 		}
 		f.UpdatedAt = s.now().UTC()
 		var ops []clientv3.Op
 		switch outcome {
 		case OutcomeUncertain:
 			l.State, f.Status = LeaseUncertain, StatusUncertain
-			lval, _ := json.Marshal(l)
+			marker := *l
+			marker.Claim = nil // the claim has its own key
+			lval, _ := json.Marshal(&marker)
 			ops = append(ops, clientv3.OpPut(mkey, string(lval)))
-		case OutcomeEffect, OutcomeRejected, OutcomeNoEffect, OutcomeReleased:
+		case OutcomeEffect, OutcomeFailed, OutcomeRejected, OutcomeNoEffect, OutcomeReleased:
 			switch outcome {
 			case OutcomeEffect:
 				f.Status = StatusCompleted
+			case OutcomeFailed:
+				f.Status = StatusFailed
 			case OutcomeReleased:
 				f.Status = StatusUncertain
 			default:
 				f.Status = StatusRejected
 			}
-			ops = append(ops, clientv3.OpDelete(mkey), clientv3.OpDelete(s.k.admitted(l.Session, l.Tool, id)))
-			if outcome == OutcomeEffect {
+			ops = append(ops, clientv3.OpDelete(mkey), clientv3.OpDelete(ckey),
+				clientv3.OpDelete(s.k.admitted(l.Session, l.Tool, id)))
+			switch outcome {
+			case OutcomeEffect:
 				ops = append(ops, clientv3.OpPut(s.k.completed(l.Session, l.Tool), l.Tool))
+			case OutcomeFailed:
+				ops = append(ops, clientv3.OpPut(s.k.failed(l.Session, l.Tool), l.Tool))
 			}
 		default:
 			return nil, fmt.Errorf("lease: unknown outcome %q", outcome)
@@ -544,8 +617,16 @@ func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.
 	return true, nil
 }
 
+// unreported: an admitted lease admitted before cutoff, or a running one
+// claimed before it, with no outcome reported.
 func unreported(l *Lease, cutoff time.Time) bool {
-	return l.State == LeaseAdmitted && l.AdmittedAt.Before(cutoff)
+	switch l.State {
+	case LeaseAdmitted:
+		return l.AdmittedAt.Before(cutoff)
+	case LeaseRunning:
+		return l.Claim != nil && l.Claim.At.Before(cutoff)
+	}
+	return false
 }
 
 var errReported = errors.New("lease: lease is no longer an unreported admission")
@@ -558,8 +639,9 @@ func (k keys) generation(pool string) string {
 }
 
 // completed is the session-ledger key recording that tool's effect
-// completed in session.
+// completed in session; failed, that it ran and answered an error.
 func (k keys) completed(session, tool string) string { return k.sessionCompleted(session) + tool }
+func (k keys) failed(session, tool string) string    { return k.session(session) + "failed/" + tool }
 
 // admittedTool is the prefix of the admissions of tool in session;
 // admitted is one of them.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,18 +207,27 @@ func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
 }
 
 // EpochLeases returns the open leases of an epoch — the lease markers that
-// hold its retirement back, admitted or uncertain — oldest first, read at
-// one store revision. An operator finds here the uncertain leases to
-// resolve.
+// hold its retirement back, admitted, running (claimed) or uncertain —
+// oldest first, read at one store revision. An operator finds here the
+// uncertain leases to resolve.
 func (s *Store) EpochLeases(ctx context.Context, id string) ([]*Lease, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(
 		clientv3.OpGet(s.k.state(id), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.k.markers(id), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		// Claims exist only for calls running now: few.
+		clientv3.OpGet(s.k.claim(""), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, s.wrap(ctx, "epoch leases", err)
+	}
+	claims := map[string]*Claim{}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		var c Claim
+		if json.Unmarshal(kv.Value, &c) == nil {
+			claims[strings.TrimPrefix(string(kv.Key), s.k.claim(""))] = &c
+		}
 	}
 	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrEpochNotFound, id)
@@ -230,6 +240,9 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*Lease, error) {
 			return nil, fmt.Errorf("%w: lease marker %s", ErrCorrupt, kv.Key)
 		}
 		l.Revision, l.Cluster = kv.CreateRevision, clusterID(resp.Header.ClusterId)
+		if l.Claim = claims[l.ID]; l.Claim != nil && l.State == LeaseAdmitted {
+			l.State = LeaseRunning
+		}
 		out = append(out, &l)
 	}
 	return out, nil

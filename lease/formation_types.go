@@ -8,8 +8,8 @@ import (
 )
 
 // Status is a formation's place in its lifecycle:
-// pending_approval → ready → admitted → completed | rejected | uncertain,
-// or denied, or expired.
+// pending_approval → ready → admitted → completed | failed | rejected |
+// uncertain, or denied, or expired.
 type Status string
 
 // Formation statuses.
@@ -18,6 +18,7 @@ const (
 	StatusReady           Status = "ready"
 	StatusAdmitted        Status = "admitted"
 	StatusCompleted       Status = "completed"
+	StatusFailed          Status = "failed"
 	StatusRejected        Status = "rejected"
 	StatusUncertain       Status = "uncertain"
 	StatusDenied          Status = "denied"
@@ -27,7 +28,7 @@ const (
 // Valid reports whether s is a formation status.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusPendingApproval, StatusReady, StatusAdmitted, StatusCompleted, StatusRejected,
+	case StatusPendingApproval, StatusReady, StatusAdmitted, StatusCompleted, StatusFailed, StatusRejected,
 		StatusUncertain, StatusDenied, StatusExpired:
 		return true
 	}

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/lestrrat-go/jwx/v2/jwk"
@@ -97,8 +98,9 @@ func (f *verifierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.keys, "keys", "", "a JWKS file of trusted public keys, instead of --jwks")
 }
 
-// verifier builds the Verifier the flags describe and validates it.
-func (f *verifierFlags) verifier() (*fencecheck.Verifier, error) {
+// verifier builds the Verifier the flags describe, with its claimer (nil:
+// offline) and start time (zero: now), and validates it.
+func (f *verifierFlags) verifier(claimer fencecheck.Claimer, started time.Time) (*fencecheck.Verifier, error) {
 	if f.generation < 0 {
 		return nil, fmt.Errorf("%w: --generation is required", errUsage)
 	}
@@ -107,7 +109,7 @@ func (f *verifierFlags) verifier() (*fencecheck.Verifier, error) {
 	}
 	v := &fencecheck.Verifier{
 		Pool: f.pool, Artifact: f.artifact, Config: f.config, Generation: f.generation,
-		Issuer: f.issuer, JWKSURL: f.jwks,
+		Issuer: f.issuer, JWKSURL: f.jwks, Claimer: claimer, Started: started,
 	}
 	if f.keys != "" {
 		set, err := jwk.ReadFile(f.keys)

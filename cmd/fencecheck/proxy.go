@@ -28,8 +28,9 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8090", "listen address")
 	upstream := fs.String("upstream", "", "the MCP server's base URL, e.g. http://127.0.0.1:3000 (required)")
 	server := fs.String("server", "", "the MCP server's name in fcd: params.name N is verified as the tool SERVER/N")
-	authzd := fs.String("authzd", "", "authzd's base URL, to report call outcomes to (needs --credential-file)")
+	authzd := fs.String("authzd", "", "authzd's base URL: each call's lease is claimed there before the effect and its outcome reported (needs --credential-file; required unless --offline)")
 	credFile := fs.String("credential-file", "", "file holding the bearer credential of role backend")
+	offline := fs.Bool("offline", false, "run without authzd: no lease claims or outcome reports; only this process's replay memory, and tokens of leases admitted before it started are refused (see fencecheck/README.md)")
 	timeout := fs.Duration("timeout", 0, "bound on a verified call; past it the outcome is reported uncertain (0: none)")
 	maxBody := fs.Int64("max-body", fencecheck.DefaultMaxBodyBytes, "bound on request bodies in bytes (413 beyond)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -46,28 +47,39 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
 		return fmt.Errorf("%w: --upstream must be an http(s) URL", errUsage)
 	}
-	v, err := vf.verifier()
-	if err != nil {
-		return err
-	}
-
 	var reporter *fencecheck.Reporter
+	var claim fencecheck.Claimer
 	switch {
-	case *authzd != "" && *credFile == "":
+	case *offline && *authzd != "":
+		return fmt.Errorf("%w: --offline and --authzd exclude each other", errUsage)
+	case *offline:
+		log.Warn("offline: no lease claims and no outcome reports; a token runs at most once per process, and only for leases admitted after it started")
+	case *authzd == "":
+		return fmt.Errorf("%w: --authzd (with --credential-file) is required, or --offline", errUsage)
+	case *credFile == "":
 		return fmt.Errorf("%w: --authzd needs --credential-file", errUsage)
-	case *authzd != "":
+	default:
 		cred, err := os.ReadFile(*credFile)
 		if err != nil {
 			return fmt.Errorf("credential: %w", err)
 		}
+		credential := strings.TrimSpace(string(cred))
+		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: *authzd, Credential: credential})
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		claim = claimer
 		reporter, err = fencecheck.NewReporter(fencecheck.ReporterOptions{
-			AuthzdURL: *authzd, Credential: strings.TrimSpace(string(cred)), Logger: log,
+			AuthzdURL: *authzd, Credential: credential, Logger: log,
 		})
 		if err != nil {
 			return err
 		}
-	default:
-		log.Warn("no --authzd: call outcomes are not reported; authzd keeps each lease until it is resolved")
+	}
+
+	v, err := vf.verifier(claim, time.Time{})
+	if err != nil {
+		return err
 	}
 
 	rp := &httputil.ReverseProxy{
