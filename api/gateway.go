@@ -29,6 +29,10 @@ const (
 	headerSession   = "Fcd-Session"
 	headerServer    = "Fcd-Server"
 	headerPrincipal = "Fcd-Principal"
+	// headerCaller is the identity the gateway authenticated for the
+	// request (mTLS, JWT, basic authentication). The gateway must set it
+	// itself, replacing any value the client sent.
+	headerCaller = "Fcd-Caller"
 	// MCP clients from protocol 2026-07-28 on name the JSON-RPC method and
 	// tool of a request in these headers.
 	headerMCPMethod = "Mcp-Method"
@@ -85,6 +89,7 @@ func gatewayInput(get func(name string) []string, caller Credential, body []byte
 		Session:    one(headerSession),
 		Server:     one(headerServer),
 		Principal:  one(headerPrincipal),
+		Caller:     one(headerCaller),
 	}
 	if len(errs) > 0 {
 		return in, fmt.Errorf("%w: %s", errBadParameter, strings.Join(errs, ", "))

@@ -130,6 +130,7 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrDuplicateApprover), status: 409, slug: "duplicate-approver", title: "Approver already decided"},
 		{match: is(authz.ErrNotApproved), status: 403, slug: "not-approved", title: "Formation lacks its approvals"},
 		{match: is(authz.ErrFormationDenied), status: 403, slug: "formation-denied", title: "Formation was denied"},
+		{match: is(authz.ErrCallerMismatch), status: 403, slug: "caller-mismatch", title: "The gateway's caller is not the formation's principal"},
 		{match: is(authz.ErrFormationRequired), status: 403, slug: "formation-required", title: "A tools/call needs a formation"},
 		{match: is(authz.ErrPolicyNowDenies), status: 403, slug: "policy-denies", title: "The policy in force now denies the call"},
 		{match: func(err error) bool { var de *authz.DependencyError; return errors.As(err, &de) && !de.Exclusive },

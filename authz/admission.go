@@ -95,17 +95,23 @@ type Where struct {
 // never widen. An ambiguous etcd error is resolved by reading the
 // formation back; the call is never admitted twice.
 func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
-	a, err := f.admit(ctx, id)
+	return f.admitChecked(ctx, id, nil)
+}
+
+// admitChecked is Admit with a check of the formation as read, before
+// anything else (a gateway's caller binding); its error is returned as is.
+func (f *Formations) admitChecked(ctx context.Context, id string, check func(*Formation) error) (*Admission, error) {
+	a, err := f.admit(ctx, id, check)
 	f.metrics.admissions.WithLabelValues(admissionResult(a, err)).Inc()
 	return a, err
 }
 
-func (f *Formations) admit(ctx context.Context, id string) (*Admission, error) {
+func (f *Formations) admit(ctx context.Context, id string, check func(*Formation) error) (*Admission, error) {
 	if f.issuer == nil {
 		return nil, ErrAdmissionDisabled
 	}
 	for attempt := 0; ; attempt++ {
-		a, err := f.admitOnce(ctx, id, attempt == 0)
+		a, err := f.admitOnce(ctx, id, attempt == 0, check)
 		if errors.Is(err, lease.ErrGenerationChanged) {
 			f.generations.Clear() // the pool is not known here; refill on demand
 		}
@@ -124,11 +130,19 @@ func (f *Formations) admit(ctx context.Context, id string) (*Admission, error) {
 	}
 }
 
-func (f *Formations) admitOnce(ctx context.Context, id string, cached bool) (*Admission, error) {
+func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, check func(*Formation) error) (*Admission, error) {
 	rec, rev, ok := f.ready.take(id)
 	if !cached || !ok {
 		var err error
 		if rec, rev, err = f.store.GetFormationRevision(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	if check != nil {
+		if err := check(rec); err != nil {
+			if ok {
+				f.ready.put(rec, rev) // untouched: keep it for its caller
+			}
 			return nil, err
 		}
 	}

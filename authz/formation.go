@@ -93,7 +93,26 @@ type FormationConfig struct {
 	// verifies against it at formation, and is admitted to it only if it
 	// still does; nil means no call ever has a successor.
 	Certificates *manifest.Verifier
+	// GatewayCaller says whether a gateway admission is bound to the
+	// caller the gateway authenticated; zero means CallerPrincipal.
+	GatewayCaller CallerBinding
 }
+
+// CallerBinding is how a gateway's admission is bound to its caller.
+type CallerBinding string
+
+// Caller bindings.
+const (
+	// CallerPrincipal: a call is admitted through a gateway only for the
+	// caller the gateway authenticated (GateRequest.Caller, from its
+	// mTLS, JWT or basic authentication), and only if that caller is the
+	// formation's principal (SameIdentity). Knowing a formation id is not
+	// enough to run it.
+	CallerPrincipal CallerBinding = "principal"
+	// CallerOff: any caller that reaches the gateway may have a formation
+	// admitted by its id (fcd before the binding).
+	CallerOff CallerBinding = "off"
+)
 
 // Formations is the use case of hosts and approvers: record a formed call
 // against the snapshot the model saw, decide it by policy once, and bind
@@ -108,6 +127,7 @@ type Formations struct {
 	issuer    *TokenIssuer
 	grace     time.Duration
 	issuers   *manifest.Verifier
+	caller    CallerBinding
 	verified  verifiedCache
 	schemas   schemaCache
 	metrics   *metrics
@@ -120,7 +140,10 @@ type Formations struct {
 
 // NewFormations returns the formation use case.
 func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Formations {
-	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer, issuers: cfg.Certificates, metrics: newMetrics()}
+	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer, issuers: cfg.Certificates, caller: cfg.GatewayCaller, metrics: newMetrics()}
+	if f.caller == "" {
+		f.caller = CallerPrincipal
+	}
 	if f.ttl <= 0 {
 		f.ttl = 15 * time.Minute
 	}
@@ -310,7 +333,7 @@ func approvedBy(f *Formation) int {
 	seen := map[string]bool{}
 	for _, a := range f.Approvals {
 		if a.Decision == lease.Approve && a.Digest == f.Digest {
-			seen[a.Approver] = true
+			seen[NormalizeIdentity(a.Approver)] = true
 		}
 	}
 	return len(seen)
@@ -397,11 +420,11 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 			return fmt.Errorf("%w: status is %s", ErrNotPending, rec.Status)
 		case req.Digest != rec.Digest:
 			return ErrDigestMismatch
-		case req.Approver == rec.Principal.ID:
+		case SameIdentity(req.Approver, rec.Principal.ID):
 			return ErrSelfApproval
 		}
 		for _, a := range rec.Approvals {
-			if a.Approver == req.Approver {
+			if SameIdentity(a.Approver, req.Approver) {
 				return ErrDuplicateApprover
 			}
 		}

@@ -24,6 +24,10 @@ var (
 	// Mcp-Name header. Another parser could find a call in it that fcd
 	// does not see, so it is refused.
 	ErrMalformedMCP = errors.New("authz: the MCP request body cannot be read as one JSON-RPC message")
+	// ErrCallerMismatch: the gateway's authenticated caller is missing or
+	// is not the formation's principal (with CallerPrincipal binding).
+	// Nothing is admitted.
+	ErrCallerMismatch = errors.New("authz: the gateway's caller is not the principal of the formation")
 )
 
 // MetaFormation is the key of a tools/call's params._meta that carries its
@@ -54,8 +58,13 @@ type GateRequest struct {
 	// Server+"/"+params.name. Empty means params.name is "server/tool".
 	Server string
 	// Principal is who a one-step call is for, as vouched by the gateway;
-	// empty means the gateway itself.
+	// empty means Caller, else the gateway itself.
 	Principal string
+	// Caller is the identity the gateway authenticated for the request
+	// (its mTLS, JWT or basic authentication; the Fcd-Caller header the
+	// gateway sets, never the client's). With CallerPrincipal binding a
+	// formation is admitted only for its principal.
+	Caller string
 }
 
 // GateDecision is what the gateway does with the request. With a nil
@@ -112,7 +121,11 @@ func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, e
 			return d, fmt.Errorf("%w: a formation id is 1-%d characters without control characters", ErrBadRequest, maxIDLength)
 		}
 		d.Formation = id
-		a, err := f.Admit(ctx, d.Formation)
+		var check func(*Formation) error
+		if f.caller != CallerOff {
+			check = func(rec *Formation) error { return checkCaller(req.Caller, rec.Principal.ID) }
+		}
+		a, err := f.admitChecked(ctx, d.Formation, check)
 		d.Admission = a
 		return d, err
 	}
@@ -129,15 +142,35 @@ func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, e
 	if req.Server != "" {
 		tool = req.Server + "/" + msg.Name
 	}
+	principal := req.Principal
+	if f.caller != CallerOff {
+		if principal == "" {
+			principal = req.Caller
+		}
+		if err := checkCaller(req.Caller, principal); err != nil {
+			return d, err
+		}
+	}
 	rec, a, err := f.FormAndAdmit(ctx, FormRequest{
 		Snapshot: req.Snapshot, Session: req.Session, Tool: tool, Arguments: msg.Arguments,
-		PrincipalID: req.Principal, Host: req.Gateway,
+		PrincipalID: principal, Host: req.Gateway,
 	})
 	if rec != nil {
 		d.Formation, d.Formed = rec.ID, true
 	}
 	d.Admission = a
 	return d, err
+}
+
+// checkCaller enforces the CallerPrincipal binding.
+func checkCaller(caller, principal string) error {
+	switch {
+	case strings.TrimSpace(caller) == "":
+		return fmt.Errorf("%w: the gateway named no authenticated caller", ErrCallerMismatch)
+	case !SameIdentity(caller, principal):
+		return fmt.Errorf("%w: caller %q, principal %q", ErrCallerMismatch, caller, principal)
+	}
+	return nil
 }
 
 // FormAndAdmit forms a call (as Form does) and admits it at once when it

@@ -93,6 +93,8 @@ func admissionResult(a *Admission, err error) string {
 		return "lease_closed_or_uncertain"
 	case errors.Is(err, ErrLeaseClaimed):
 		return "lease_claimed"
+	case errors.Is(err, ErrCallerMismatch):
+		return "caller_mismatch"
 	case errors.Is(err, lease.ErrUnavailable):
 		return "store_unavailable"
 	case errors.Is(err, ErrFormationNotFound):

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fcd-authz/fcd/authz"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,6 +84,10 @@ type Config struct {
 	// again and its outcome report is awaited; a lease still unreported
 	// 2×ReportGrace + TokenLifetime after admission is marked uncertain.
 	ReportGrace Duration `json:"reportGrace"`
+	// GatewayCaller binds gateway admissions to the caller the gateway
+	// authenticated (the Fcd-Caller header it sets): "principal" (a call
+	// runs only for its formation's principal) or "off".
+	GatewayCaller string `json:"gatewayCaller"`
 	// Dev creates the data directory, a registrar key pair and one
 	// credential per role, and writes DataDir/dev-credentials.json.
 	Dev bool `json:"dev"`
@@ -104,6 +109,7 @@ func defaultConfig() Config {
 		Issuer:                "fcd",
 		TokenLifetime:         Duration(30 * time.Second),
 		ReportGrace:           Duration(5 * time.Minute),
+		GatewayCaller:         string(authz.CallerPrincipal),
 	}
 }
 
@@ -130,6 +136,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("tlsCert and tlsKey go together"))
+	}
+	if c.GatewayCaller != string(authz.CallerPrincipal) && c.GatewayCaller != string(authz.CallerOff) {
+		errs = append(errs, errors.New("gatewayCaller must be principal or off"))
 	}
 	if c.SigningAlg != "EdDSA" && c.SigningAlg != "ES256" {
 		errs = append(errs, errors.New("signingAlg must be EdDSA or ES256"))
@@ -172,6 +181,7 @@ func parseServeFlags(args []string) (Config, error) {
 	fs.TextVar(&fl.PolicyPoll, "policy-poll", def.PolicyPoll, "how often to check the policy directory for changes")
 	fs.TextVar(&fl.FormationTTL, "formation-ttl", def.FormationTTL, "how long a formation may wait for approval and admission")
 	fs.TextVar(&fl.ReportGrace, "report-grace", def.ReportGrace, "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
+	fs.StringVar(&fl.GatewayCaller, "gateway-caller", def.GatewayCaller, "bind gateway admissions to the caller the gateway authenticated (its Fcd-Caller header): principal (a formation runs only for its principal) or off")
 	fs.StringVar(&fl.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
 	fs.StringVar(&fl.SigningAlg, "signing-alg", def.SigningAlg, "algorithm of the key --dev generates: EdDSA or ES256")
 	fs.StringVar(&fl.Issuer, "issuer", def.Issuer, "iss claim of dispatch tokens")
@@ -229,6 +239,7 @@ func parseServeFlags(args []string) (Config, error) {
 		"policy-poll":              func() { cfg.PolicyPoll = fl.PolicyPoll },
 		"formation-ttl":            func() { cfg.FormationTTL = fl.FormationTTL },
 		"report-grace":             func() { cfg.ReportGrace = fl.ReportGrace },
+		"gateway-caller":           func() { cfg.GatewayCaller = fl.GatewayCaller },
 		"signing-key":              func() { cfg.SigningKey = fl.SigningKey },
 		"signing-alg":              func() { cfg.SigningAlg = fl.SigningAlg },
 		"issuer":                   func() { cfg.Issuer = fl.Issuer },

@@ -136,7 +136,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	formations := authz.NewFormations(store, pm, authz.FormationConfig{
 		TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer, Certificates: certificates,
-		ReportGrace: time.Duration(cfg.ReportGrace),
+		ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
 	})
 	// Leases whose backend never reported become uncertain, visible to
 	// operators, instead of holding their epoch back silently.
