@@ -4,13 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/fcd-authz/fcd/authz"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/fcd-authz/fcd/authz"
 )
 
 // Config is authzd's server configuration. Every field can be set in the
