@@ -444,7 +444,8 @@ func (f *Formations) Claim(ctx context.Context, req ClaimRequest) (*Claim, error
 			return nil
 		}
 	}
-	c, err := f.store.ClaimLease(ctx, lease.ClaimRequest{Lease: req.Lease, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim}, allow)
+	c, err := f.store.ClaimLease(ctx, lease.ClaimRequest{Lease: req.Lease, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim,
+		At: f.now().UTC()}, allow)
 	f.metrics.claims.WithLabelValues(claimResult(err)).Inc()
 	if err != nil {
 		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)

@@ -49,6 +49,11 @@ type ClaimRequest struct {
 	Epoch    string
 	Revision int64
 	Claim    string
+	// At is when the claim is taken, on the caller's clock — the clock of
+	// its admissions' AdmittedAt and of the unreported sweep's cutoff,
+	// which a running lease's claim time is compared with. Zero means the
+	// store's clock.
+	At time.Time
 }
 
 // MaxClaimIDLength bounds a claim id.
@@ -82,7 +87,11 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 			return nil, err
 		}
 	}
-	c := &Claim{ID: req.Claim, At: s.now().UTC()}
+	at := req.At
+	if at.IsZero() {
+		at = s.now()
+	}
+	c := &Claim{ID: req.Claim, At: at.UTC()}
 	val, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("lease: encode claim: %w", err)
