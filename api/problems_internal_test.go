@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/manifest"
 	"sigs.k8s.io/yaml"
 )
@@ -133,6 +134,11 @@ func TestToProblem(t *testing.T) {
 		{"source draining", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSourceDraining), 409, "source-draining", nil},
 		{"source stale", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSourceStale), 410, "source-stale", nil},
 		{"admit uncertain", fmt.Errorf("authz: admit fm_x: %w", authz.ErrLeaseUncertain), 409, "lease-uncertain", nil},
+		{"admit claimed", fmt.Errorf("authz: admit fm_x: %w: the call is running", authz.ErrLeaseClaimed), 409, "lease-claimed", nil},
+		{"complete not claimed", fmt.Errorf("authz: complete ls_x: %w", authz.ErrLeaseNotClaimed), 409, "lease-not-claimed", nil},
+		{"caller mismatch", fmt.Errorf("authz: admit fm_x: %w: caller %q, principal %q", authz.ErrCallerMismatch, "bob", "alice"), 403, "caller-mismatch", nil},
+		{"malformed mcp with the reader's reason", fmt.Errorf("%w: %w", authz.ErrMalformedMCP, &fencecheck.RejectError{Reason: fencecheck.ReasonMemberCase}), 400, "malformed-mcp",
+			map[string]any{"reason": fencecheck.ReasonMemberCase}},
 		{"admit closed", fmt.Errorf("authz: admit fm_x: %w", fmt.Errorf("%w: formation is %s", authz.ErrLeaseClosed, "completed")), 409, "lease-closed", nil},
 		{"admit contention", fmt.Errorf("authz: admit fm_x: %w", authz.ErrConflict), 503, "contention", nil},
 		{"signing key unpublished", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSigningKeyUnpublished), 503, "signing-key-unpublished", nil},
