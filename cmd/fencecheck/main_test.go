@@ -7,12 +7,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,20 +58,32 @@ func newIssuer(t *testing.T) *issuer {
 var jti atomic.Int64
 
 // token signs a dispatch token for a call of tool with args, as authzd
-// would for the backend the tests guard.
+// would for the backend the tests guard, for a lease admitted now.
 func (is *issuer) token(t *testing.T, tool, args string) (string, string) {
+	t.Helper()
+	return is.tokenAdmitted(t, tool, args, time.Now())
+}
+
+// tokenAdmitted is token for a lease admitted at admitted.
+func (is *issuer) tokenAdmitted(t *testing.T, tool, args string, admitted time.Time) (string, string) {
+	t.Helper()
+	id := "lease-" + strconv.FormatInt(jti.Add(1), 10)
+	return is.sign(t, id, tool, args, admitted), id
+}
+
+func (is *issuer) sign(t *testing.T, id, tool, args string, admitted time.Time) string {
 	t.Helper()
 	digest, err := fencecheck.ArgumentDigest(tool, json.RawMessage(args))
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().Unix()
-	id := "lease-" + strconv.FormatInt(jti.Add(1), 10)
 	payload, _ := json.Marshal(fencecheck.Claims{
 		Issuer: "https://authzd.test", Audience: "github-prod", Subject: "s-1", ID: id,
 		IssuedAt: now, NotBefore: now, Expiry: now + 30,
 		Formation: "f-1", Tool: tool, ArgumentDigest: digest, Epoch: "sha256:e1",
 		Artifact: "sha256:a1", Config: "sha256:c1", Generation: 4, Revision: 9, Cluster: "c1",
+		Admitted: admitted.UnixMilli(),
 	})
 	hdr := jws.NewHeaders()
 	_ = hdr.Set(jws.TypeKey, fencecheck.TokenType)
@@ -78,7 +92,7 @@ func (is *issuer) token(t *testing.T, tool, args string) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(out), id
+	return string(out)
 }
 
 // syncBuffer is an io.Writer safe to read while run writes to it.
@@ -101,133 +115,401 @@ func (b *syncBuffer) String() string {
 
 var listening = regexp.MustCompile(`fencecheck: listening on (http://\S+)`)
 
-// TestProxy runs `fencecheck proxy` in-process in front of a real MCP
-// backend, with real JWKS and authzd endpoints, and checks that calls are
-// accepted and refused through it and that outcomes reach authzd.
-func TestProxy(t *testing.T) {
-	is := newIssuer(t)
+// authzdStandIn stands in for authzd's lease endpoints as fencecheck uses
+// them, following their contract (api/ and docs/): POST
+// /v1/leases/{lease}/claim {"claim","epoch","revision"} claims an admitted
+// lease once (the same claim id again is 200; another is 409
+// lease-claimed; a closed lease is 409 lease-closed), and POST
+// /v1/leases/{lease}/complete {"outcome","detail","claim"} closes it: a
+// claimed lease only under its claim, an unclaimed one only with outcome
+// rejected (a release). The real endpoints are tested in api/ and, with
+// this command as a process, in internal/e2e.
+type authzdStandIn struct {
+	srv *httptest.Server
+	// failClaims makes every claim answer 500.
+	failClaims atomic.Bool
+
+	mu     sync.Mutex
+	claims map[string]string // lease → claim id
+	closed map[string]bool
+	log    []string // "claim LEASE", "complete LEASE OUTCOME claimed|unclaimed"
+}
+
+func newAuthzdStandIn(t *testing.T) *authzdStandIn {
+	t.Helper()
+	a := &authzdStandIn{claims: map[string]string{}, closed: map[string]bool{}}
+	problem := func(w http.ResponseWriter, status int, slug string) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "https://github.com/fcd-authz/fcd/blob/main/docs/problems.md#" + slug, "status": status})
+	}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer backend-secret" {
+			problem(w, http.StatusUnauthorized, "unauthenticated")
+			return
+		}
+		rest, ok := strings.CutPrefix(r.URL.Path, "/v1/leases/")
+		lease, action, _ := strings.Cut(rest, "/")
+		if !ok || r.Method != http.MethodPost {
+			problem(w, http.StatusNotFound, "not-found")
+			return
+		}
+		var body struct {
+			Claim    string `json:"claim"`
+			Epoch    string `json:"epoch"`
+			Revision int64  `json:"revision"`
+			Outcome  string `json:"outcome"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			problem(w, http.StatusBadRequest, "malformed-json")
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		switch action {
+		case "claim":
+			a.log = append(a.log, "claim "+lease)
+			switch {
+			case a.failClaims.Load():
+				problem(w, http.StatusInternalServerError, "internal")
+			case body.Claim == "" || body.Epoch != "sha256:e1" || body.Revision != 9:
+				problem(w, http.StatusBadRequest, "invalid-request")
+			case a.closed[lease]:
+				problem(w, http.StatusConflict, "lease-closed")
+			case a.claims[lease] != "" && a.claims[lease] != body.Claim:
+				problem(w, http.StatusConflict, "lease-claimed")
+			default:
+				a.claims[lease] = body.Claim
+				_ = json.NewEncoder(w).Encode(map[string]string{"lease": lease, "claim": body.Claim})
+			}
+		case "complete":
+			claimed := a.claims[lease] != ""
+			switch {
+			case a.closed[lease]:
+				problem(w, http.StatusConflict, "lease-closed")
+			case claimed && body.Claim != a.claims[lease]:
+				problem(w, http.StatusConflict, "lease-claimed")
+			case !claimed && (body.Claim != "" || body.Outcome != "rejected"):
+				problem(w, http.StatusConflict, "lease-not-claimed")
+			default:
+				a.closed[lease] = true
+				state := "unclaimed"
+				if claimed {
+					state = "claimed"
+				}
+				a.log = append(a.log, "complete "+lease+" "+body.Outcome+" "+state)
+				_ = json.NewEncoder(w).Encode(map[string]string{"lease": lease})
+			}
+		default:
+			problem(w, http.StatusNotFound, "not-found")
+		}
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// claim takes a lease for another call, as another instance would.
+func (a *authzdStandIn) claim(lease, claim string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.claims[lease] = claim
+}
+
+func (a *authzdStandIn) events() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.log...)
+}
+
+// backendStandIn is an MCP backend that counts the tools/call requests it
+// runs and answers each by the call's arguments.name: "fails" a result
+// with isError, "errs" a JSON-RPC error, "gone" 404 without an answer (an
+// unknown session), anything else a result.
+type backendStandIn struct {
+	srv   *httptest.Server
+	calls atomic.Int64
+}
+
+func newBackend(t *testing.T) *backendStandIn {
+	t.Helper()
+	b := &backendStandIn{}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Arguments struct {
+					Name string `json:"name"`
+				} `json:"arguments"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		if msg.Method == "tools/call" {
+			b.calls.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch msg.Params.Arguments.Name {
+		case "gone":
+			http.Error(w, "session not found", http.StatusNotFound)
+		case "errs":
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"invalid params"}}`, msg.ID)
+		case "fails":
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[],"isError":true}}`, msg.ID)
+		default:
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"ok":true}}`, msg.ID)
+		}
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// runningProxy is `fencecheck proxy` run in-process.
+type runningProxy struct {
+	url    string
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	done   chan int
+	once   sync.Once
+}
+
+// startProxy runs `fencecheck proxy` with the flags of the backend the
+// tests guard (pool github-prod, generation 4) plus extra, until stop or
+// the test's end.
+func startProxy(t *testing.T, is *issuer, upstream string, extra ...string) *runningProxy {
+	t.Helper()
 	jwksSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(is.jwks)
 	}))
-	defer jwksSrv.Close()
-
-	// An httptest server standing in for authzd's
-	// POST /v1/leases/{lease}/complete (the real endpoint is written in
-	// api/ concurrently).
-	var mu sync.Mutex
-	var completed []string
-	authzd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Outcome string `json:"outcome"`
+	t.Cleanup(jwksSrv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &runningProxy{stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	args := append([]string{"proxy", "--listen", "127.0.0.1:0", "--upstream", upstream,
+		"--pool", "github-prod", "--artifact", "sha256:a1", "--config", "sha256:c1", "--generation", "4",
+		"--jwks", jwksSrv.URL + "/.well-known/jwks.json", "--issuer", "https://authzd.test",
+		"--server", "github", "--log-level", "error"}, extra...)
+	go func() { p.done <- run(ctx, args, nil, io.Discard, p.stderr) }()
+	t.Cleanup(func() { p.stop(t) })
+	for deadline := time.Now().Add(10 * time.Second); p.url == "" && time.Now().Before(deadline); {
+		select {
+		case code := <-p.done:
+			p.done <- code
+			t.Fatalf("proxy exited %d: %s", code, p.stderr.String())
+		case <-time.After(10 * time.Millisecond):
 		}
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		if r.Header.Get("Authorization") != "Bearer backend-secret" {
-			http.Error(w, "bad credential", http.StatusUnauthorized)
-			return
+		if m := listening.FindStringSubmatch(p.stderr.String()); m != nil {
+			p.url = m[1]
 		}
-		mu.Lock()
-		completed = append(completed, r.Method+" "+r.URL.Path+" "+body.Outcome)
-		mu.Unlock()
-	}))
-	defer authzd.Close()
+	}
+	if p.url == "" {
+		t.Fatalf("no listening line: %s", p.stderr.String())
+	}
+	return p
+}
 
-	// The MCP backend: counts the tools/call requests it runs.
-	var calls atomic.Int64
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if bytes.Contains(body, []byte(`"tools/call"`)) {
-			calls.Add(1)
+// stop shuts the proxy down gracefully (its outcome reports drained) and
+// checks that it exited 0. Calling it again is harmless.
+func (p *runningProxy) stop(t *testing.T) {
+	t.Helper()
+	p.once.Do(func() {
+		p.cancel()
+		select {
+		case code := <-p.done:
+			if code != 0 {
+				t.Errorf("proxy exited %d: %s", code, p.stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("proxy did not stop")
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"ok":true}}`)
-	}))
-	defer backend.Close()
+	})
+}
 
+// post sends one request to the proxy, with token unless "".
+func (p *runningProxy) post(t *testing.T, body, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", p.url+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set(fencecheck.Header, token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+func callBody(args string) string {
+	return `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_repository","arguments":` + args + `}}`
+}
+
+// TestProxy runs `fencecheck proxy` in-process, online, in front of a real
+// HTTP backend, with a real JWKS endpoint and a stand-in of authzd's lease
+// endpoints: each accepted call is claimed before it reaches the backend
+// and its outcome, classified from the backend's answer, is reported under
+// the claim; refused calls never reach the backend, and a genuine token
+// refused for its arguments releases its lease.
+func TestProxy(t *testing.T) {
+	is := newIssuer(t)
+	authzd := newAuthzdStandIn(t)
+	backend := newBackend(t)
 	cred := filepath.Join(t.TempDir(), "credential")
 	if err := os.WriteFile(cred, []byte("backend-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"proxy", "--listen", "127.0.0.1:0", "--upstream", backend.URL,
-			"--pool", "github-prod", "--artifact", "sha256:a1", "--config", "sha256:c1", "--generation", "4",
-			"--jwks", jwksSrv.URL + "/.well-known/jwks.json", "--issuer", "https://authzd.test",
-			"--server", "github", "--authzd", authzd.URL, "--credential-file", cred, "--log-level", "error",
-		}, nil, io.Discard, stderr)
-	}()
-	var url string
-	for deadline := time.Now().Add(10 * time.Second); url == "" && time.Now().Before(deadline); {
-		select {
-		case code := <-done:
-			t.Fatalf("proxy exited %d: %s", code, stderr.String())
-		case <-time.After(10 * time.Millisecond):
+	online := []string{"--authzd", authzd.srv.URL, "--credential-file", cred}
+	p := startProxy(t, is, backend.srv.URL, online...)
+	other := startProxy(t, is, backend.srv.URL, online...) // a second instance of the pool
+
+	const args = `{"private":true,"name":"demo"}`
+	call := callBody(`{"name":"demo","private":true}`)
+	tok, lease := is.token(t, "github/create_repository", args)
+	wrongArgs, wrongLease := is.token(t, "github/create_repository", `{"private":false,"name":"demo"}`)
+	taken, takenLease := is.token(t, "github/create_repository", args)
+	authzd.claim(takenLease, "cl_someone_else")
+
+	steps := []struct {
+		note   string
+		p      *runningProxy
+		body   string
+		token  string
+		status int
+		want   string // in the answer
+		calls  int64  // the backend's tools/call count after the step
+	}{
+		{"tools/list passes without a token", p, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, "", 200, `"ok":true`, 0},
+		{"no token", p, call, "", 403, `"reason":"missing"`, 0},
+		{"token for other arguments", p, call, wrongArgs, 403, `"reason":"arguments"`, 0},
+		{"lease claimed by another call", p, call, taken, 403, `"reason":"replay"`, 0},
+		{"valid token", p, call, tok, 200, `"ok":true`, 1},
+		{"replay at the same instance", p, call, tok, 403, `"reason":"replay"`, 1},
+		{"replay at another instance of the pool", other, call, tok, 403, `"reason":"lease_closed"`, 1},
+	}
+	for _, s := range steps {
+		code, body := s.p.post(t, s.body, s.token)
+		if code != s.status || !strings.Contains(body, s.want) {
+			t.Fatalf("%s: %d %s, want %d with %s", s.note, code, body, s.status, s.want)
 		}
-		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
-			url = m[1]
+		if n := backend.calls.Load(); n != s.calls {
+			t.Fatalf("%s: the backend ran %d calls, want %d", s.note, n, s.calls)
+		}
+		if s.note == "valid token" {
+			// The replay at the other instance must find the lease closed:
+			// wait for the outcome report.
+			waitFor(t, func() bool { return slices.Contains(authzd.events(), "complete "+lease+" effect claimed") }, authzd.events)
 		}
 	}
-	if url == "" {
-		t.Fatalf("no listening line: %s", stderr.String())
+	// Outcomes from the backend's answer: a result with isError is failed,
+	// a JSON-RPC error or a 404 without an answer is rejected.
+	outcomes := []struct{ name, status, outcome, lease string }{
+		{"fails", "200", "failed", ""}, {"errs", "200", "rejected", ""}, {"gone", "404", "rejected", ""},
+	}
+	for i, o := range outcomes {
+		var tok string
+		tok, outcomes[i].lease = is.token(t, "github/create_repository", `{"name":"`+o.name+`"}`)
+		if code, body := p.post(t, callBody(`{"name":"`+o.name+`"}`), tok); strconv.Itoa(code) != o.status {
+			t.Fatalf("%s: %d %s, want %s", o.name, code, body, o.status)
+		}
 	}
 
-	post := func(body, token string) (int, string) {
-		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set(fencecheck.Header, token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(data)
+	// authzd failing: nothing runs without its claim (fail closed), and a
+	// retry once authzd is back is decided by the claim, not refused as a
+	// replay.
+	authzd.failClaims.Store(true)
+	down, downLease := is.token(t, "github/create_repository", args)
+	if code, body := p.post(t, call, down); code != 403 || !strings.Contains(body, `"reason":"claim_unavailable"`) {
+		t.Fatalf("authzd failing: %d %s", code, body)
 	}
-	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_repository","arguments":{"name":"demo","private":true}}}`
-	tok, lease := is.token(t, "github/create_repository", `{"private":true,"name":"demo"}`)
-
-	if code, body := post(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, ""); code != 200 || !strings.Contains(body, `"ok":true`) {
-		t.Fatalf("tools/list: %d %s", code, body)
-	}
-	if code, body := post(call, ""); code != 403 || !strings.Contains(body, `"reason":"missing"`) {
-		t.Fatalf("no token: %d %s", code, body)
-	}
-	other, _ := is.token(t, "github/create_repository", `{"private":false,"name":"demo"}`)
-	if code, body := post(call, other); code != 403 || !strings.Contains(body, `"reason":"arguments"`) {
-		t.Fatalf("token for other arguments: %d %s", code, body)
-	}
-	if calls.Load() != 0 {
-		t.Fatal("a refused call reached the backend")
-	}
-	if code, body := post(call, tok); code != 200 || !strings.Contains(body, `"ok":true`) {
-		t.Fatalf("valid token: %d %s", code, body)
-	}
-	if code, body := post(call, tok); code != 403 || !strings.Contains(body, `"reason":"replay"`) {
-		t.Fatalf("replay: %d %s", code, body)
-	}
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("backend ran %d calls, want 1", n)
+	authzd.failClaims.Store(false)
+	if code, body := p.post(t, call, down); code != 200 {
+		t.Fatalf("retry after authzd recovered: %d %s", code, body)
 	}
 
 	// Graceful shutdown drains the outcome reports.
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("proxy exited %d: %s", code, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("proxy did not stop")
+	p.stop(t)
+	other.stop(t)
+	got := map[string]bool{}
+	for _, e := range authzd.events() {
+		got[e] = true
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	want := "POST /v1/leases/" + lease + "/complete effect"
-	if len(completed) != 1 || completed[0] != want {
-		t.Fatalf("authzd received %q, want [%q]", completed, want)
+	want := []string{
+		"complete " + lease + " effect claimed",
+		"complete " + wrongLease + " rejected unclaimed", // the release
+		"complete " + downLease + " effect claimed",
+	}
+	for _, o := range outcomes {
+		want = append(want, "complete "+o.lease+" "+o.outcome+" claimed")
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("authzd did not receive %q; it received %q", w, authzd.events())
+		}
+	}
+	for _, e := range authzd.events() {
+		if strings.HasPrefix(e, "complete "+takenLease) {
+			t.Errorf("the instance that lost the claim reported %q", e)
+		}
+	}
+	if n := backend.calls.Load(); n != 5 {
+		t.Errorf("the backend ran %d calls, want 5", n)
+	}
+}
+
+// TestProxyOffline: with --offline the proxy asks no authzd; its replay
+// memory is the only check, so it refuses tokens of leases admitted
+// before it started (an earlier process may have run them).
+func TestProxyOffline(t *testing.T) {
+	is := newIssuer(t)
+	backend := newBackend(t)
+	p := startProxy(t, is, backend.srv.URL, "--offline")
+	const args = `{"name":"demo"}`
+	before, _ := is.tokenAdmitted(t, "github/create_repository", args, time.Now().Add(-time.Minute))
+	if code, body := p.post(t, callBody(args), before); code != 403 || !strings.Contains(body, `"reason":"admitted_before_start"`) {
+		t.Fatalf("lease admitted before the start: %d %s", code, body)
+	}
+	// Admitted well after the start (beyond the 5 s skew).
+	after, _ := is.tokenAdmitted(t, "github/create_repository", args, time.Now().Add(time.Minute))
+	if code, body := p.post(t, callBody(args), after); code != 200 {
+		t.Fatalf("lease admitted after the start: %d %s", code, body)
+	}
+	if code, body := p.post(t, callBody(args), after); code != 403 || !strings.Contains(body, `"reason":"replay"`) {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+	if n := backend.calls.Load(); n != 1 {
+		t.Fatalf("the backend ran %d calls, want 1", n)
+	}
+}
+
+// TestProxyCommandLine: the proxy runs online (--authzd with
+// --credential-file) or, said explicitly, --offline; nothing else.
+func TestProxyCommandLine(t *testing.T) {
+	base := []string{"proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--pool", "p",
+		"--artifact", "a", "--config", "c", "--generation", "0", "--jwks", "http://127.0.0.1:1/jwks"}
+	for _, tc := range []struct {
+		extra []string
+		want  string
+	}{
+		{nil, "--authzd (with --credential-file) is required, or --offline"},
+		{[]string{"--authzd", "http://127.0.0.1:1"}, "--authzd needs --credential-file"},
+		{[]string{"--authzd", "http://127.0.0.1:1", "--offline"}, "exclude each other"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), append(base, tc.extra...), nil, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.extra, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// waitFor polls cond for up to 10 s (outcomes are reported
+// asynchronously); state describes what was seen, for the failure.
+func waitFor[T any](t *testing.T, cond func() bool, state func() T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met in 10s; state %v", state())
+		}
 	}
 }
 

@@ -8,7 +8,7 @@
 //	                 [--stateless] [--json-response] [--allow-any-host] [--log-level L]
 //	                 [--jwks URL | --keys FILE] [--issuer I] [--generation N]
 //	                 [--pool P] [--artifact A] [--config C]
-//	                 [--authzd URL --credential-file F] [--timeout D] [--max-body N]
+//	                 [--authzd URL --credential-file F | --offline] [--timeout D] [--max-body N]
 //	mcpfixture recorder [--listen ADDR]
 //	mcpfixture list [--json]
 //
@@ -16,7 +16,9 @@
 // manifest at /manifest and liveness at /healthz. With --jwks or --keys it
 // guards /mcp with the fencecheck middleware in-process (the flags mirror
 // `fencecheck proxy`; pool, artifact and config default to the release's
-// manifest, generation to 0). Without them it is unguarded: put it behind
+// manifest, generation to 0): online with --authzd and --credential-file
+// (each call's lease claimed before the effect, its outcome reported), or
+// --offline. Without them it is unguarded: put it behind
 // `fencecheck proxy --upstream http://ADDR --server NAME ...` instead.
 //
 // Effects go to the effect log at --recorder-url (the /effects URL of
@@ -126,6 +128,7 @@ type fenceFlags struct {
 	pool, artifact, config, issuer, jwks, keys, authzd, credFile string
 	generation, maxBody                                          int64
 	timeout                                                      time.Duration
+	offline                                                      bool
 }
 
 func (f *fenceFlags) register(fs *flag.FlagSet) {
@@ -136,7 +139,8 @@ func (f *fenceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.artifact, "artifact", "", "the artifact this backend runs (default: the release manifest's digest)")
 	fs.StringVar(&f.config, "config", "", "this backend's configuration digest (default: the release manifest's)")
 	fs.Int64Var(&f.generation, "generation", 0, "this backend's generation in its pool")
-	fs.StringVar(&f.authzd, "authzd", "", "authzd's base URL, to report call outcomes to (needs --credential-file)")
+	fs.StringVar(&f.authzd, "authzd", "", "authzd's base URL: each call's lease is claimed there before the effect and its outcome reported (needs --credential-file; required unless --offline)")
+	fs.BoolVar(&f.offline, "offline", false, "guard without authzd: no lease claims or outcome reports; only this process's replay memory, and tokens of leases admitted before it started are refused")
 	fs.StringVar(&f.credFile, "credential-file", "", "file holding the bearer credential of role backend")
 	fs.DurationVar(&f.timeout, "timeout", 0, "bound on a verified call; past it the outcome is reported uncertain (0: none)")
 	fs.Int64Var(&f.maxBody, "max-body", fencecheck.DefaultMaxBodyBytes, "bound on request bodies in bytes (413 beyond)")
@@ -173,16 +177,26 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 	opts := fencecheck.MiddlewareOptions{Server: rel.Server, MaxBodyBytes: f.maxBody, Timeout: f.timeout, Logger: log}
 	closeFn := func() {}
 	switch {
-	case f.authzd != "" && f.credFile == "":
+	case f.offline && f.authzd != "":
+		return nil, nil, fmt.Errorf("%w: --offline and --authzd exclude each other", errUsage)
+	case f.offline:
+		log.Warn("offline: no lease claims and no outcome reports; a token runs at most once per process, and only for leases admitted after it started")
+	case f.authzd == "":
+		return nil, nil, fmt.Errorf("%w: --authzd (with --credential-file) is required, or --offline", errUsage)
+	case f.credFile == "":
 		return nil, nil, fmt.Errorf("%w: --authzd needs --credential-file", errUsage)
-	case f.authzd != "":
+	default:
 		cred, err := os.ReadFile(f.credFile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("credential: %w", err)
 		}
-		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{
-			AuthzdURL: f.authzd, Credential: strings.TrimSpace(string(cred)), Logger: log,
-		})
+		credential := strings.TrimSpace(string(cred))
+		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: f.authzd, Credential: credential})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		v.Claimer = claimer
+		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: f.authzd, Credential: credential, Logger: log})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -194,8 +208,6 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 				log.Error("outcome reports abandoned at shutdown", "err", err, "stats", rep.Stats())
 			}
 		}
-	default:
-		log.Warn("no --authzd: call outcomes are not reported; authzd keeps each lease until it is resolved")
 	}
 	log.Info("guarding /mcp with fencecheck", "pool", v.Pool, "artifact", v.Artifact, "config", v.Config,
 		"generation", v.Generation, "keys", f.jwks+f.keys)
@@ -225,7 +237,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if *recorderURL != "" && *recorderListen != "" {
 		return fmt.Errorf("%w: give at most one of --recorder-url and --recorder-listen", errUsage)
 	}
-	if !ff.enabled() && (ff.authzd != "" || ff.pool != "" || ff.artifact != "" || ff.config != "" || ff.issuer != "") {
+	if !ff.enabled() && (ff.authzd != "" || ff.offline || ff.pool != "" || ff.artifact != "" || ff.config != "" || ff.issuer != "") {
 		return fmt.Errorf("%w: fence flags need --jwks or --keys", errUsage)
 	}
 	log, err := newLogger(stderr, *logLevel)

@@ -158,8 +158,8 @@ func TestServe(t *testing.T) {
 	}
 }
 
-// A fixture guarded in-process by fencecheck, with a static key set and
-// tokens signed here.
+// A fixture guarded in-process by fencecheck, offline, with a static key
+// set and tokens signed here.
 func TestServeFenced(t *testing.T) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -175,9 +175,13 @@ func TestServeFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := start(t, "serve", "--server", "azure", "--release", "v1.1", "--keys", keys, "--issuer", "fcd-test",
-		"--generation", "3", "--log-level", "error")
+		"--generation", "3", "--offline", "--log-level", "error")
 	rel, _ := fixtures.Lookup("azure", "v1.1")
-	sign := func(args string, gen int64) string {
+	// Offline, the fence refuses leases admitted before it started; the
+	// tokens below are for leases admitted after (beyond the 5 s skew),
+	// except the one that tests the refusal.
+	started := time.Now()
+	sign := func(args string, gen int64, admitted time.Time) string {
 		digest, _ := fencecheck.ArgumentDigest("azure/create_storage_account", json.RawMessage(args))
 		now := time.Now().Unix()
 		var id [9]byte
@@ -186,7 +190,7 @@ func TestServeFenced(t *testing.T) {
 			Issuer: "fcd-test", Audience: rel.Pool, Subject: "s1", ID: base64.RawURLEncoding.EncodeToString(id[:]),
 			IssuedAt: now, NotBefore: now, Expiry: now + 30, Formation: "f1", Tool: "azure/create_storage_account",
 			ArgumentDigest: digest, Epoch: "sha256:e", Artifact: rel.Artifact, Config: rel.Config, Generation: gen,
-			Revision: 1, Cluster: "c",
+			Revision: 1, Cluster: "c", Admitted: admitted.UnixMilli(),
 		})
 		hdr, _ := json.Marshal(map[string]string{"alg": "EdDSA", "kid": "k1", "typ": fencecheck.TokenType})
 		in := base64.RawURLEncoding.EncodeToString(hdr) + "." + base64.RawURLEncoding.EncodeToString(payload)
@@ -199,7 +203,8 @@ func TestServeFenced(t *testing.T) {
 		reason fencecheck.Reason
 	}{
 		{"", fencecheck.ReasonMissing},
-		{sign(args, 2), fencecheck.ReasonGeneration},
+		{sign(args, 2, started.Add(time.Minute)), fencecheck.ReasonGeneration},
+		{sign(args, 3, started.Add(-time.Minute)), fencecheck.ReasonAdmittedBeforeStart},
 	} {
 		_, err := callTool(t, cs, tc.token, "create_storage_account", args)
 		if got, ok := fixtures.RejectReason(err); !ok || got != tc.reason {
@@ -209,7 +214,7 @@ func TestServeFenced(t *testing.T) {
 	if got := effects(t, base+"/effects", fixtures.Filter{}); len(got) != 0 {
 		t.Fatalf("refused calls recorded %+v", got)
 	}
-	if res, err := callTool(t, cs, sign(args, 3), "create_storage_account", args); err != nil || res.IsError {
+	if res, err := callTool(t, cs, sign(args, 3, started.Add(time.Minute)), "create_storage_account", args); err != nil || res.IsError {
 		t.Fatalf("admitted call: %v %+v", err, res)
 	}
 	if got := effects(t, base+"/effects", fixtures.Filter{}); len(got) != 1 || got[0].Did["publicNetworkAccess"] != "Disabled" || got[0].FcdSession != "s1" {
@@ -261,6 +266,9 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"serve", "--server", "github", "--release", "v1.4", "--pool", "p"}, 2, "need --jwks or --keys"},
 		{[]string{"serve", "--server", "github", "--release", "v1.4", "--jwks", "http://x", "--keys", "f"}, 2, "at most one of --jwks and --keys"},
 		{[]string{"serve", "--server", "github", "--release", "v1.4", "--jwks", "http://x", "--authzd", "http://y"}, 2, "needs --credential-file"},
+		{[]string{"serve", "--server", "github", "--release", "v1.4", "--jwks", "http://x"}, 2, "--authzd (with --credential-file) is required, or --offline"},
+		{[]string{"serve", "--server", "github", "--release", "v1.4", "--jwks", "http://x", "--authzd", "http://y", "--offline"}, 2, "exclude each other"},
+		{[]string{"serve", "--server", "github", "--release", "v1.4", "--offline"}, 2, "need --jwks or --keys"},
 		{[]string{"serve", "--server", "github", "--release", "v1.4", "extra"}, 2, "unexpected argument"},
 	} {
 		var stderr bytes.Buffer
