@@ -104,6 +104,49 @@ func (e *admitEnv) ready(t *testing.T, session, tool, args string, attrs map[str
 	return f
 }
 
+// claimRequest is the claim a backend makes for a's lease before the
+// effect, under claim: the token's jti, fcd_epoch and fcd_revision.
+func (e *admitEnv) claimRequest(t *testing.T, a *authz.Admission, claim string) authz.ClaimRequest {
+	t.Helper()
+	c := e.claims(t, a.Token)
+	if c.ID != a.Lease || c.Epoch != a.Target.Epoch || c.Revision <= 0 {
+		t.Fatalf("token claims %+v for admission %+v", c, a)
+	}
+	return authz.ClaimRequest{Lease: a.Lease, Epoch: c.Epoch, Revision: c.Revision, Claim: claim}
+}
+
+// claim claims a's lease under claim, as a backend does before the effect.
+func (e *admitEnv) claim(t *testing.T, a *authz.Admission, claim string) (*authz.Claim, error) {
+	t.Helper()
+	return e.forms.Claim(context.Background(), e.claimRequest(t, a, claim))
+}
+
+// mustClaim claims a's lease under a claim id of its own and returns it.
+func (e *admitEnv) mustClaim(t *testing.T, a *authz.Admission) string {
+	t.Helper()
+	id := "cl_" + a.Lease
+	if _, err := e.claim(t, a, id); err != nil {
+		t.Fatalf("claim of %s: %v", a.Lease, err)
+	}
+	return id
+}
+
+// report claims a's lease and reports outcome under the claim, as a
+// backend whose call ran does; it returns the claim id.
+func (e *admitEnv) report(t *testing.T, a *authz.Admission, outcome authz.Outcome) string {
+	t.Helper()
+	id := e.mustClaim(t, a)
+	if _, err := e.forms.Complete(context.Background(), authz.CompleteRequest{Lease: a.Lease, Outcome: outcome, Claim: id}); err != nil {
+		t.Fatalf("%s outcome of %s: %v", outcome, a.Lease, err)
+	}
+	return id
+}
+
+// complete reports outcome for lease under claim.
+func (e *admitEnv) complete(lease, claim string, outcome authz.Outcome) (*authz.Lease, error) {
+	return e.forms.Complete(context.Background(), authz.CompleteRequest{Lease: lease, Outcome: outcome, Claim: claim, Detail: "test"})
+}
+
 func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 	e := newAdmitEnv(t, nil)
 	ctx := context.Background()
@@ -145,17 +188,16 @@ func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 		t.Fatalf("%d markers after two admissions of one formation", ep.ActiveLeases)
 	}
 
-	// Completing releases the lease; a closed lease is not re-admitted.
-	if _, err := e.forms.Complete(ctx, a.Lease, authz.OutcomeEffect, "ok"); err != nil {
-		t.Fatal(err)
-	}
+	// Completing (under the backend's claim) releases the lease; a closed
+	// lease is not re-admitted.
+	claim := e.report(t, a, authz.OutcomeEffect)
 	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrLeaseClosed) {
 		t.Fatalf("admission after completion: %v", err)
 	}
-	if _, err := e.forms.Complete(ctx, a.Lease, authz.OutcomeEffect, "again"); !errors.Is(err, authz.ErrLeaseClosed) {
+	if _, err := e.complete(a.Lease, claim, authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseClosed) {
 		t.Fatalf("second completion: %v", err)
 	}
-	if _, err := e.forms.Complete(ctx, "ls_nope", authz.OutcomeEffect, ""); !errors.Is(err, authz.ErrLeaseNotFound) {
+	if _, err := e.complete("ls_nope", claim, authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseNotFound) {
 		t.Fatalf("unknown lease: %v", err)
 	}
 	if got, _ := e.forms.Get(ctx, f.ID); got.Status != lease.StatusCompleted {
@@ -210,16 +252,14 @@ func TestAdmitAgainstLifecycle(t *testing.T) {
 	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 1, 0) {
 		t.Fatalf("retire with an open lease: %v", err)
 	}
-	if _, err := e.forms.Complete(ctx, a1.Lease, authz.OutcomeUncertain, "timeout"); err != nil {
-		t.Fatal(err)
-	}
+	claim := e.report(t, a1, authz.OutcomeUncertain)
 	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 0, 1) {
 		t.Fatalf("retire with an uncertain lease: %v", err)
 	}
 	if _, err := e.forms.Admit(ctx, f1.ID); !errors.Is(err, authz.ErrLeaseUncertain) {
 		t.Fatalf("re-admission of an uncertain call: %v", err)
 	}
-	if _, err := e.forms.Complete(ctx, a1.Lease, authz.OutcomeEffect, "late"); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.complete(a1.Lease, claim, authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseUncertain) {
 		t.Fatalf("backend completion of an uncertain lease: %v", err)
 	}
 	if _, err := e.forms.Resolve(ctx, a1.Lease, authz.OutcomeNoEffect, "checked the backend"); err != nil {
@@ -253,9 +293,7 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	if c := e.claims(t, a.Token); c.Generation != 0 {
 		t.Fatalf("generation %d before any was recorded", c.Generation)
 	}
-	if _, err := e.forms.Complete(ctx, a.Lease, authz.OutcomeUncertain, "timeout"); err != nil {
-		t.Fatal(err)
-	}
+	e.report(t, a, authz.OutcomeUncertain)
 	released, err := e.forms.SetGeneration(ctx, "github-v1-4", 2)
 	if err != nil || len(released) != 1 || released[0] != a.Lease {
 		t.Fatalf("generation 2 released %v, %v", released, err)
@@ -288,7 +326,10 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	if err != nil || len(released) != 1 || released[0] != a2.Lease {
 		t.Fatalf("generation 10 released %v, %v", released, err)
 	}
-	if _, err := e.forms.Complete(ctx, a2.Lease, authz.OutcomeEffect, "too late"); !errors.Is(err, authz.ErrLeaseClosed) {
+	if _, err := e.claim(t, a2, "cl_late"); !errors.Is(err, authz.ErrLeaseClosed) {
+		t.Fatalf("claim after release: %v", err)
+	}
+	if _, err := e.complete(a2.Lease, "cl_late", authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseClosed) {
 		t.Fatalf("report after release: %v", err)
 	}
 }
@@ -306,10 +347,11 @@ func TestSessionOrderingAtAdmission(t *testing.T) {
 	// the policy allows it; then create_repository is admitted in "x"
 	// first: the delete's admission is refused as exclusive.
 	gx := e.ready(t, "x", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
-	ax, _ := e.forms.Admit(ctx, gx.ID)
-	if _, err := e.forms.Complete(ctx, ax.Lease, authz.OutcomeEffect, ""); err != nil {
+	ax, err := e.forms.Admit(ctx, gx.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
+	e.report(t, ax, authz.OutcomeEffect)
 	delX := e.ready(t, "x", "github/delete_repository", `{"owner":"o","repo":"r"}`, admins, "bob", "carol")
 	createX := e.ready(t, "x", "github/create_repository", `{"name":"n"}`, nil, "bob")
 	if _, err := e.forms.Admit(ctx, createX.ID); err != nil {
@@ -337,9 +379,7 @@ func TestSessionOrderingAtAdmission(t *testing.T) {
 	if _, err := e2.forms.Admit(ctx, delY.ID); !errors.As(err, &de) {
 		t.Fatalf("requires only admitted, not completed: %v", err)
 	}
-	if _, err := e2.forms.Complete(ctx, ay.Lease, authz.OutcomeEffect, ""); err != nil {
-		t.Fatal(err)
-	}
+	e2.report(t, ay, authz.OutcomeEffect)
 	if _, err := e2.forms.Admit(ctx, delY.ID); err != nil {
 		t.Fatalf("delete after get_repository completed: %v", err)
 	}
@@ -560,9 +600,30 @@ func TestKeyRotation(t *testing.T) {
 	waitUntil("the old key to expire", func() bool { k := kids(); return !k[old.KeyID()] && k[fresh.KeyID()] })
 }
 
+// formsClaimer is a fencecheck.Claimer over the use case itself, mapping
+// its errors as authzd's claim endpoint and fencecheck.LeaseClient do: the
+// fence's online mode without HTTP in between.
+type formsClaimer struct {
+	forms *authz.Formations
+	pools []string
+}
+
+func (c formsClaimer) Claim(ctx context.Context, cl *fencecheck.Claims, id string) error {
+	_, err := c.forms.Claim(ctx, authz.ClaimRequest{Lease: cl.ID, Epoch: cl.Epoch, Revision: cl.Revision, Claim: id, Pools: c.pools})
+	switch {
+	case errors.Is(err, authz.ErrLeaseClaimed):
+		return fmt.Errorf("%w: %v", fencecheck.ErrAlreadyClaimed, err)
+	case errors.Is(err, authz.ErrLeaseClosed), errors.Is(err, authz.ErrLeaseUncertain), errors.Is(err, authz.ErrLeaseNotFound):
+		return fmt.Errorf("%w: %v", fencecheck.ErrLeaseGone, err)
+	}
+	return err
+}
+
 // TestTokensPassFencecheck: the tokens admission issues, EdDSA and ES256,
-// pass the backend's verifier against the published JWKS for the call as
-// formed, and fail it for any other call.
+// pass the backend's verifier (online: it claims the lease) against the
+// published JWKS for the call as formed, and fail it for any other call;
+// a re-issued token of the same lease is a replay, for the instance that
+// ran it (its memory) and for any other (the claim in etcd).
 func TestTokensPassFencecheck(t *testing.T) {
 	for _, alg := range []jwa.SignatureAlgorithm{jwa.EdDSA, jwa.ES256} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -574,6 +635,10 @@ func TestTokensPassFencecheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			b, err := e.forms.Admit(ctx, f.ID) // re-admission before any claim: same jti
+			if err != nil || b.Lease != a.Lease {
+				t.Fatalf("re-admission: %+v %v", b, err)
+			}
 			raw, err := e.forms.JWKS(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -582,19 +647,34 @@ func TestTokensPassFencecheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			v := &fencecheck.Verifier{Pool: "github-v1-4", Artifact: f.Source.Artifact.Digest, Config: f.Source.ConfigDigest,
-				Issuer: "fcd-test", Keys: set, Now: e.clock.Now}
-			if _, err := v.Verify(ctx, a.Token, "github/get_repository", json.RawMessage(`{"repo":"demo","owner":"octo"}`)); err != nil {
+			verifier := func() *fencecheck.Verifier {
+				return &fencecheck.Verifier{Pool: "github-v1-4", Artifact: f.Source.Artifact.Digest, Config: f.Source.ConfigDigest,
+					Issuer: "fcd-test", Keys: set, Now: e.clock.Now, Claimer: formsClaimer{forms: e.forms, pools: []string{"github-v1-4"}}}
+			}
+			v, other := verifier(), verifier()
+			c, err := v.Verify(ctx, a.Token, "github/get_repository", json.RawMessage(`{"repo":"demo","owner":"octo"}`))
+			if err != nil {
 				t.Fatalf("fencecheck refused an admitted call: %v", err)
 			}
-			b, _ := e.forms.Admit(ctx, f.ID) // same jti: a replay for the backend
-			if _, err := v.Verify(ctx, b.Token, "github/get_repository", json.RawMessage(args)); fencecheck.ReasonOf(err) != fencecheck.ReasonReplay {
-				t.Fatalf("re-issued token for the same lease: %v", err)
+			l, err := e.store.OpenLease(ctx, a.Lease)
+			if err != nil || l.State != lease.LeaseRunning || l.Claim == nil || l.Claim.ID != c.ClaimID || c.ClaimID == "" {
+				t.Fatalf("lease after the fence accepted its token: %+v %v (claim id %q)", l, err, c.ClaimID)
+			}
+			for note, v := range map[string]*fencecheck.Verifier{"same instance": v, "another instance": other} {
+				if _, err := v.Verify(ctx, b.Token, "github/get_repository", json.RawMessage(args)); fencecheck.ReasonOf(err) != fencecheck.ReasonReplay {
+					t.Fatalf("%s: re-issued token for the same lease: %v", note, err)
+				}
 			}
 			g := e.ready(t, "s2", "github/get_repository", args, nil)
-			c, _ := e.forms.Admit(ctx, g.ID)
-			if _, err := v.Verify(ctx, c.Token, "github/get_repository", json.RawMessage(`{"owner":"octo","repo":"other"}`)); fencecheck.ReasonOf(err) != fencecheck.ReasonArguments {
+			d, err := e.forms.Admit(ctx, g.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.Verify(ctx, d.Token, "github/get_repository", json.RawMessage(`{"owner":"octo","repo":"other"}`)); fencecheck.ReasonOf(err) != fencecheck.ReasonArguments {
 				t.Fatalf("token for other arguments: %v", err)
+			}
+			if l, err := e.store.OpenLease(ctx, d.Lease); err != nil || l.State != lease.LeaseAdmitted || l.Claim != nil {
+				t.Fatalf("a refused call claimed its lease: %+v %v", l, err)
 			}
 		})
 	}
@@ -687,12 +767,13 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	lost := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"lost"}`, nil)
 	reported := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"reported"}`, nil)
 	var leases []string
+	var admissions []*authz.Admission
 	for _, f := range []*authz.Formation{retried, lost, reported} {
 		a, err := e.forms.Admit(ctx, f.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		leases = append(leases, a.Lease)
+		leases, admissions = append(leases, a.Lease), append(admissions, a)
 	}
 	state := func(id string) lease.LeaseState {
 		t.Helper()
@@ -710,9 +791,7 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	if marked, err := e.forms.SweepUnreported(ctx); err != nil || len(marked) != 0 {
 		t.Fatalf("sweep within the grace marked %v (%v)", marked, err)
 	}
-	if _, err := e.forms.Complete(ctx, leases[2], authz.OutcomeEffect, ""); err != nil {
-		t.Fatal(err)
-	}
+	e.report(t, admissions[2], authz.OutcomeEffect)
 
 	e.clock.Advance(time.Minute + time.Second) // past the grace
 	if _, err := e.forms.Admit(ctx, retried.ID); !errors.Is(err, authz.ErrLeaseUncertain) {
@@ -738,8 +817,11 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	}
 	// A report that comes after the mark does not close it: only an
 	// operator's resolution (or a newer generation) does.
-	if _, err := e.forms.Complete(ctx, leases[1], authz.OutcomeEffect, "late"); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.complete(leases[1], "cl_late", authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseUncertain) {
 		t.Fatalf("late report: %v", err)
+	}
+	if _, err := e.claim(t, admissions[1], "cl_late"); !errors.Is(err, authz.ErrLeaseUncertain) {
+		t.Fatalf("late claim: %v", err)
 	}
 	epoch := lost.Source.Epoch
 	if _, err := e.store.Drain(ctx, epoch); err != nil {

@@ -418,9 +418,7 @@ func TestSuccessorAdmission(t *testing.T) {
 	if c := s.claims(t, a.Token); c.Epoch != s.epochs["v1.4"] || c.Audience != "github-v1-4" {
 		t.Fatalf("admitted while the source is ACTIVE to %s/%s, want the source", c.Audience, c.Epoch)
 	}
-	if _, err := s.forms.Complete(ctx, a.Lease, authz.OutcomeEffect, ""); err != nil {
-		t.Fatal(err)
-	}
+	s.report(t, a, authz.OutcomeEffect)
 
 	if _, err := s.store.Drain(ctx, s.epochs["v1.4"]); err != nil {
 		t.Fatal(err)

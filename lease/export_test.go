@@ -27,3 +27,17 @@ func DeleteMarkerForTest(t testing.TB, s *Store, epoch, lease string) {
 		t.Errorf("delete marker: %v", err)
 	}
 }
+
+// ClaimKeyForTest returns the stored claim of a lease (its key's value)
+// and whether the key exists.
+func ClaimKeyForTest(t testing.TB, s *Store, lease string) (string, bool) {
+	t.Helper()
+	resp, err := s.cli.Get(context.Background(), s.k.claim(lease))
+	if err != nil {
+		t.Fatalf("get claim: %v", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", false
+	}
+	return string(resp.Kvs[0].Value), true
+}
