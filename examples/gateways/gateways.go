@@ -8,13 +8,18 @@ package gateways
 import (
 	"bytes"
 	"embed"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"text/template"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // The example files, by name.
@@ -28,6 +33,10 @@ const (
 
 //go:embed nginx.conf Caddyfile envoy.yaml traefik.yml traefik-dynamic.yml
 var files embed.FS
+
+// NginxUsers is the name of nginx's user file (auth_basic_user_file), which
+// nginx.conf names relative to its own directory. [Htpasswd] writes it.
+const NginxUsers = "fcd-users"
 
 // Names lists the templated example files.
 func Names() []string { return []string{Nginx, Caddyfile, Envoy, Traefik, TraefikDynamic} }
@@ -74,6 +83,97 @@ type Data struct {
 	// through without a target: MCP session traffic. Empty: such requests
 	// are answered 502.
 	Default string
+	// Users are the clients the gateway authenticates with HTTP basic
+	// authentication (nginx, Caddy, Traefik); build them with [NewUser].
+	// The gateway names the authenticated user to authzd in Fcd-Caller,
+	// and authzd (serve --gateway-caller principal, its default) admits a
+	// formation only for its principal. nginx reads them from its user
+	// file ([Htpasswd]); Caddy and Traefik list them inline. A file that
+	// authenticates by user fails to render without one.
+	Users []User
+	// CallerJWT is the issuer of the clients' JWTs, for gateways that
+	// authenticate clients by JWT (envoy.yaml: jwt_authn, whose sub claim
+	// becomes Fcd-Caller).
+	CallerJWT JWTIssuer
+}
+
+// User is a client the gateway authenticates with HTTP basic
+// authentication.
+type User struct {
+	// Name is the user name: the caller id the gateway sends authzd in
+	// Fcd-Caller, so the principal id of the user's formations. Letters,
+	// digits and ._@+- (nothing any configuration reads as syntax).
+	Name string
+	// Hash is the bcrypt hash of the password ($2a$, $2b$ or $2y$), which
+	// nginx (through the system's crypt), Caddy and Traefik all check.
+	Hash string
+}
+
+// JWTIssuer names who signs the clients' JWTs and where its public keys are.
+type JWTIssuer struct {
+	// Issuer is the iss the gateway accepts, e.g. https://idp.example.
+	Issuer string
+	// JWKSFile is the path of a JWKS file of the issuer's public keys, as
+	// the gateway sees it, e.g. /etc/envoy/callers.jwks.json.
+	JWKSFile string
+}
+
+var (
+	// userName is what a user name may be: it goes unquoted into the
+	// Caddyfile, nginx's user file and Traefik's YAML.
+	userName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
+	// bcryptHash is the shape of a bcrypt hash: $2a$NN$ and 53 characters
+	// of bcrypt's base64 (./A-Za-z0-9), no syntax anywhere.
+	bcryptHash = regexp.MustCompile(`^\$2[aby]\$[0-9]{2}\$[./A-Za-z0-9]{53}$`)
+	// jwtField is what the JWT issuer and the JWKS path may be: URL and
+	// path characters only.
+	jwtField = regexp.MustCompile(`^[A-Za-z0-9:/._~%+-]+$`)
+)
+
+// NewUser returns the user name with the bcrypt hash of password, at
+// cost (zero means bcrypt.DefaultCost; tests may use bcrypt.MinCost, which
+// keeps each check of a request's password cheap). `caddy hash-password`
+// and `htpasswd -nbB` make the same kind of hash.
+func NewUser(name, password string, cost int) (User, error) {
+	if !userName.MatchString(name) {
+		return User{}, fmt.Errorf("user %q: a name must match %s", name, userName)
+	}
+	if password == "" {
+		return User{}, fmt.Errorf("user %q: empty password", name)
+	}
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), cost)
+	if err != nil {
+		return User{}, fmt.Errorf("user %q: %w", name, err)
+	}
+	return User{Name: name, Hash: string(h)}, nil
+}
+
+// check reports a user that NewUser would not have made.
+func (u User) check() error {
+	if !userName.MatchString(u.Name) {
+		return fmt.Errorf("user %q: a name must match %s", u.Name, userName)
+	}
+	if !bcryptHash.MatchString(u.Hash) {
+		return fmt.Errorf("user %q: the hash is not a bcrypt hash", u.Name)
+	}
+	return nil
+}
+
+// Htpasswd returns the user file nginx reads (auth_basic_user_file,
+// [NginxUsers]): one "name:hash" line per user, the format of Apache's
+// htpasswd -B.
+func Htpasswd(users []User) ([]byte, error) {
+	var b bytes.Buffer
+	for _, u := range users {
+		if err := u.check(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "%s:%s\n", u.Name, u.Hash)
+	}
+	return b.Bytes(), nil
 }
 
 // DefaultPool returns the pool Default names, or nil.
@@ -171,7 +271,17 @@ func Render(name string, d Data) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := template.New(name).Option("missingkey=error").Parse(string(src))
+	for _, u := range d.Users {
+		if err := u.check(); err != nil {
+			return nil, err
+		}
+	}
+	for field, v := range map[string]string{"CallerJWT.Issuer": d.CallerJWT.Issuer, "CallerJWT.JWKSFile": d.CallerJWT.JWKSFile} {
+		if v != "" && !jwtField.MatchString(v) {
+			return nil, fmt.Errorf("%s %q: want URL or path characters only", field, v)
+		}
+	}
+	tmpl, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{"need": need}).Parse(string(src))
 	if err != nil {
 		return nil, err
 	}
@@ -180,4 +290,21 @@ func Render(name string, d Data) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// need is the templates' "need FIELD VALUE": VALUE, or an error naming
+// FIELD when it is empty (an empty string or list), so that a file that
+// uses it cannot render without it.
+func need(field string, v any) (any, error) {
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() || rv.IsZero() || ((rv.Kind() == reflect.Slice || rv.Kind() == reflect.Map) && rv.Len() == 0) {
+		return nil, errors.New(field + " is required: " + strings.TrimSpace(needWhy[field]))
+	}
+	return v, nil
+}
+
+var needWhy = map[string]string{
+	"Users":              "the gateway authenticates its clients and names them to authzd in Fcd-Caller; give at least one user (NewUser)",
+	"CallerJWT.Issuer":   "the gateway authenticates its clients by JWT; name the issuer",
+	"CallerJWT.JWKSFile": "the gateway authenticates its clients by JWT; give the issuer's JWKS file",
 }

@@ -7,10 +7,12 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -32,6 +34,14 @@ func data(t *testing.T, def string) gateways.Data {
 	if d.AuthzdGRPC, err = gateways.ParseEndpoint("127.0.0.1:7071"); err != nil {
 		t.Fatal(err)
 	}
+	for _, name := range []string{"alice", "bob"} {
+		u, err := gateways.NewUser(name, name+"-password", bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Users = append(d.Users, u)
+	}
+	d.CallerJWT = gateways.JWTIssuer{Issuer: "https://idp.example", JWKSFile: "/etc/envoy/callers.jwks.json"}
 	return d
 }
 
@@ -87,6 +97,64 @@ func TestNewData(t *testing.T) {
 	}
 }
 
+// TestUsers: NewUser hashes with bcrypt and refuses names that would be
+// syntax somewhere; Htpasswd writes nginx's user file.
+func TestUsers(t *testing.T) {
+	u, err := gateways.NewUser("alice@example.com", "s3cret:with colon", bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bcrypt.CompareHashAndPassword([]byte(u.Hash), []byte("s3cret:with colon")) != nil || u.Name != "alice@example.com" {
+		t.Errorf("user %+v: the hash does not check the password", u)
+	}
+	if cost, _ := bcrypt.Cost([]byte(u.Hash)); cost != bcrypt.MinCost {
+		t.Errorf("cost %d", cost)
+	}
+	file, err := gateways.Htpasswd([]gateways.User{u, {Name: "bob", Hash: u.Hash}})
+	if err != nil || string(file) != "alice@example.com:"+u.Hash+"\nbob:"+u.Hash+"\n" {
+		t.Errorf("htpasswd %q, %v", file, err)
+	}
+	for _, c := range []struct{ name, password string }{
+		{"", "p"}, {"al ice", "p"}, {"al:ice", "p"}, {"{alice}", "p"}, {"al$ice", "p"}, {"-alice", "p"}, {"alice\n", "p"}, {"alice", ""},
+	} {
+		if _, err := gateways.NewUser(c.name, c.password, bcrypt.MinCost); err == nil {
+			t.Errorf("NewUser(%q, %q) accepted", c.name, c.password)
+		}
+	}
+	for _, bad := range []gateways.User{{Name: "alice", Hash: "{PLAIN}secret"}, {Name: "al ice", Hash: u.Hash}, {Name: "alice", Hash: u.Hash + "}"}} {
+		if _, err := gateways.Htpasswd([]gateways.User{bad}); err == nil {
+			t.Errorf("Htpasswd accepted %+v", bad)
+		}
+		d := data(t, "")
+		d.Users = []gateways.User{bad}
+		if _, err := gateways.Render(gateways.Caddyfile, d); err == nil {
+			t.Errorf("Render accepted %+v", bad)
+		}
+	}
+}
+
+// TestRenderNeedsCallers: a file that authenticates its clients does not
+// render without them: the identity binding is on by default.
+func TestRenderNeedsCallers(t *testing.T) {
+	for _, c := range []struct {
+		file, want string
+		drop       func(*gateways.Data)
+	}{
+		{gateways.Nginx, "Users is required", func(d *gateways.Data) { d.Users = nil }},
+		{gateways.Caddyfile, "Users is required", func(d *gateways.Data) { d.Users = nil }},
+		{gateways.TraefikDynamic, "Users is required", func(d *gateways.Data) { d.Users = nil }},
+		{gateways.Envoy, "CallerJWT.Issuer is required", func(d *gateways.Data) { d.CallerJWT.Issuer = "" }},
+		{gateways.Envoy, "CallerJWT.JWKSFile is required", func(d *gateways.Data) { d.CallerJWT.JWKSFile = "" }},
+		{gateways.Envoy, "CallerJWT.Issuer", func(d *gateways.Data) { d.CallerJWT.Issuer = `https://idp"` }},
+	} {
+		d := data(t, "github-v1-4")
+		c.drop(&d)
+		if _, err := gateways.Render(c.file, d); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error about %s", c.file, err, c.want)
+		}
+	}
+}
+
 // TestRenderAll: every file renders, with and without a default pool, and
 // leaves no template action behind.
 func TestRenderAll(t *testing.T) {
@@ -136,8 +204,38 @@ func TestEnvoyConfig(t *testing.T) {
 			for _, f := range hcm.GetHttpFilters() {
 				filters = append(filters, f.GetName())
 			}
-			if strings.Join(filters, ",") != "envoy.filters.http.header_mutation,envoy.filters.http.ext_authz,envoy.filters.http.router" {
-				t.Errorf("http filters %v: want header_mutation, ext_authz, router in that order", filters)
+			if strings.Join(filters, ",") != "envoy.filters.http.header_mutation,envoy.filters.http.jwt_authn,envoy.filters.http.ext_authz,envoy.filters.http.router" {
+				t.Errorf("http filters %v: want header_mutation, jwt_authn, ext_authz, router in that order", filters)
+			}
+			// The caller: the client's own fcd-caller removed, then set from
+			// the verified JWT's sub, required on every request, and sent
+			// to authzd.
+			hm, ok := findAny(t, b, "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation").(*headermutationv3.HeaderMutation)
+			removed := map[string]bool{}
+			for _, m := range hm.GetMutations().GetRequestMutations() {
+				removed[m.GetRemove()] = true
+			}
+			if !ok || !removed["fcd-caller"] || !removed["fcd-principal"] || !removed["fcd-dispatch-token"] {
+				t.Errorf("%s: header_mutation removes %v, want fcd-caller among them", variant, removed)
+			}
+			ja, ok := findAny(t, b, "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication").(*jwtauthnv3.JwtAuthentication)
+			if !ok {
+				t.Fatal("jwt_authn config is not a JwtAuthentication")
+			}
+			p := ja.GetProviders()["fcd_callers"]
+			if c := p.GetClaimToHeaders(); p.GetIssuer() != "https://idp.example" || p.GetLocalJwks().GetFilename() != "/etc/envoy/callers.jwks.json" ||
+				p.GetForward() || len(c) != 1 || c[0].GetHeaderName() != "fcd-caller" || c[0].GetClaimName() != "sub" {
+				t.Errorf("%s: jwt provider %v", variant, p)
+			}
+			if rs := ja.GetRules(); len(rs) != 1 || rs[0].GetMatch().GetPrefix() != "/" || rs[0].GetRequires().GetProviderName() != "fcd_callers" {
+				t.Errorf("%s: jwt rules %v, want every request to need a caller", variant, rs)
+			}
+			var sent []string
+			for _, p := range ea.GetAllowedHeaders().GetPatterns() {
+				sent = append(sent, p.GetExact())
+			}
+			if !strings.Contains(strings.Join(sent, ","), "fcd-caller") {
+				t.Errorf("%s: allowed_headers %v, want fcd-caller", variant, sent)
 			}
 			// A route per pool on Fcd-Target, the session route when there
 			// is a default pool, and the 502 fallback.
@@ -363,6 +461,12 @@ func TestTraefikConfig(t *testing.T) {
 		HTTP struct {
 			Routers     map[string]router `json:"routers"`
 			Middlewares map[string]struct {
+				BasicAuth *struct {
+					Realm        string   `json:"realm"`
+					HeaderField  string   `json:"headerField"`
+					RemoveHeader bool     `json:"removeHeader"`
+					Users        []string `json:"users"`
+				} `json:"basicAuth"`
 				Headers *struct {
 					CustomRequestHeaders map[string]string `json:"customRequestHeaders"`
 				} `json:"headers"`
@@ -393,18 +497,23 @@ func TestTraefikConfig(t *testing.T) {
 	}
 	h := dyn.HTTP
 	auth := h.Routers["fcd-authorize"]
-	if strings.Join(auth.Middlewares, ",") != "fcd-credential,fcd-authorize,fcd-drop-credential" || auth.Service != "fcd-routed" {
+	if strings.Join(auth.Middlewares, ",") != "fcd-callers,fcd-credential,fcd-authorize,fcd-drop-credential" || auth.Service != "fcd-routed" {
 		t.Errorf("router fcd-authorize %+v", auth)
+	}
+	ba := h.Middlewares["fcd-callers"].BasicAuth
+	if ba == nil || ba.HeaderField != "Fcd-Caller" || !ba.RemoveHeader || len(ba.Users) != 2 ||
+		ba.Users[0] != "alice:"+d.Users[0].Hash || ba.Users[1] != "bob:"+d.Users[1].Hash {
+		t.Errorf("fcd-callers %+v", ba)
 	}
 	fa := h.Middlewares["fcd-authorize"].ForwardAuth
 	if fa == nil || fa.Address != "http://127.0.0.1:7070/v1/forward_auth" || fa.TrustForwardHeader ||
-		strings.Join(fa.AuthResponseHeaders, ",") != "Fcd-Dispatch-Token,Fcd-Target" {
+		strings.Join(fa.AuthResponseHeaders, ",") != "Fcd-Dispatch-Token,Fcd-Target" || !strings.Contains(strings.Join(fa.AuthRequestHeaders, ","), "Fcd-Caller") {
 		t.Errorf("forwardAuth %+v", fa)
 	}
 	if c := h.Middlewares["fcd-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "Bearer "+credential {
 		t.Errorf("fcd-credential %+v", c)
 	}
-	if c := h.Middlewares["fcd-drop-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "" {
+	if c := h.Middlewares["fcd-drop-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "" || c.CustomRequestHeaders["Fcd-Caller"] != "" || len(c.CustomRequestHeaders) != 2 {
 		t.Errorf("fcd-drop-credential %+v", c)
 	}
 	rule := regexp.MustCompile("^Header\\(`Fcd-Target`, `([a-z0-9.-]+)`\\)$")

@@ -18,10 +18,12 @@
 //				Credential: gatewayCredential,
 //				Pools:      map[string]string{"github-v1-4": v14URL, "github-v1-3": v13URL},
 //				Default:    "github-v1-4",
+//				Users:      map[string]string{"alice": "alice-password"},
 //			})
 //			transport := &mcp.StreamableClientTransport{
-//				Endpoint:   gw.URL + "/mcp",
-//				HTTPClient: &http.Client{Transport: gatewaytest.FormationTransport(nil)},
+//				Endpoint: gw.URL + "/mcp",
+//				HTTPClient: &http.Client{Transport: gatewaytest.FormationTransport(
+//					gatewaytest.BasicAuth(nil, "alice", "alice-password"))},
 //			}
 //			// ... mcp.NewClient(...).Connect(ctx, transport, nil); CallTool with
 //			// Meta{gatewaytest.FormationMetaKey: formationID} ...
@@ -36,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +46,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/examples/gateways"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Kinds of gateway this package runs, for table-driven tests.
@@ -72,6 +76,14 @@ type Config struct {
 	// lets through without Fcd-Target: MCP session traffic. Empty: such
 	// requests are answered 502 by the gateway.
 	Default string
+	// Users maps each client the gateway authenticates (HTTP basic
+	// authentication) to its password; at least one is required, since
+	// the examples always authenticate. The gateway names the user to
+	// authzd in Fcd-Caller, so a user's calls must be formed with the user
+	// name as their principal. Passwords are hashed with bcrypt's least
+	// cost, which keeps each request's check cheap; send them with
+	// [BasicAuth].
+	Users map[string]string
 }
 
 // Gateway is a running gateway.
@@ -303,9 +315,29 @@ func render(t testing.TB, file string, cfg Config, addr, dir string) string {
 	if err != nil {
 		t.Fatalf("gatewaytest: config for %s: %v", file, err)
 	}
+	names := make([]string, 0, len(cfg.Users))
+	for name := range cfg.Users {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		u, err := gateways.NewUser(name, cfg.Users[name], bcrypt.MinCost)
+		if err != nil {
+			t.Fatalf("gatewaytest: config for %s: %v", file, err)
+		}
+		data.Users = append(data.Users, u)
+	}
 	text, err := gateways.Render(file, data)
 	if err != nil {
 		t.Fatalf("gatewaytest: render %s: %v", file, err)
+	}
+	// nginx reads its users from a file beside its configuration.
+	users, err := gateways.Htpasswd(data.Users)
+	if err != nil {
+		t.Fatalf("gatewaytest: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, gateways.NginxUsers), users, 0o600); err != nil {
+		t.Fatalf("gatewaytest: %v", err)
 	}
 	path := filepath.Join(dir, file)
 	if err := os.WriteFile(path, text, 0o600); err != nil {

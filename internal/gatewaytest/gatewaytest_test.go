@@ -19,6 +19,10 @@ import (
 // credential is the gateway's bearer credential in these tests.
 const credential = "gw-test-credential.Zm9v~bar+/="
 
+// users are the clients the gateways authenticate; requests go as alice
+// unless a test says otherwise.
+var users = map[string]string{"alice": "alice-password", "bob": "bob-password"}
+
 // seen is one request a test server received.
 type seen struct {
 	Method string
@@ -170,16 +174,21 @@ type env struct {
 
 func (e *env) upstreams() []*upstream { return []*upstream{e.v14, e.v13} }
 
-// do sends a request through the gateway and returns the response with
-// its body read.
+// do sends a request through the gateway, authenticated as alice unless
+// header names an Authorization ("" for none), and returns the response
+// with its body read.
 func (e *env) do(t *testing.T, method, path string, body io.Reader, header map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, e.gw.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.SetBasicAuth("alice", users["alice"])
 	for k, v := range header {
 		req.Header.Set(k, v)
+		if k == "Authorization" && v == "" {
+			req.Header.Del(k)
+		}
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
@@ -213,8 +222,14 @@ func (e *env) hits(t *testing.T, want *upstream) seen {
 }
 
 // authCall takes what the stand-in received and fails unless it is one
-// well-formed auth subrequest for the original method and uri.
+// well-formed auth subrequest for the original method and uri, from alice.
 func (e *env) authCall(t *testing.T, g gatewayKind, method, uri string) seen {
+	t.Helper()
+	return e.authCallAs(t, g, method, uri, "alice")
+}
+
+// authCallAs is authCall for the authenticated caller.
+func (e *env) authCallAs(t *testing.T, g gatewayKind, method, uri, caller string) seen {
 	t.Helper()
 	reqs := e.auth.take()
 	if len(reqs) != 1 {
@@ -226,6 +241,9 @@ func (e *env) authCall(t *testing.T, g gatewayKind, method, uri string) seen {
 	}
 	if got := a.Header.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+credential {
 		t.Errorf("auth request Authorization %q, want the gateway credential", got)
+	}
+	if got := a.Header.Values("Fcd-Caller"); len(got) != 1 || got[0] != caller {
+		t.Errorf("auth request Fcd-Caller %q, want the authenticated user [%s]", got, caller)
 	}
 	if got := a.Header.Get(g.methodHeader); got != method {
 		t.Errorf("auth request %s %q, want %q", g.methodHeader, got, method)
@@ -263,6 +281,7 @@ func newEnv(t *testing.T, kind string, def string, authzd string) *env {
 		Credential: credential,
 		Pools:      map[string]string{"github-v1-4": e.v14.srv.URL, "github-v1-3": e.v13.srv.URL},
 		Default:    def,
+		Users:      users,
 	})
 	e.client = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 	t.Cleanup(e.client.CloseIdleConnections)
@@ -284,6 +303,8 @@ func TestGateways(t *testing.T) {
 				{"deny 401 reaches no pool", testUnauthorized},
 				{"session traffic goes to the default pool without a token", testSession},
 				{"client cannot choose token or pool", testSpoof},
+				{"client without a known user and password is answered 401 and asks no authzd", testUnauthenticatedClient},
+				{"the caller is the authenticated user, not the client's Fcd-Caller", testCaller},
 				{"unknown target reaches no pool", testUnknownPool},
 				{"authzd error reaches no pool", testAuthzdError},
 				{"large chunked body passes intact and not to authzd", testChunkedBody},
@@ -308,7 +329,6 @@ func testAllowV14(t *testing.T, g gatewayKind, e *env) {
 		"Mcp-Session-Id": "sess-1",
 		"Mcp-Method":     "tools/call",
 		"Content-Type":   "application/json",
-		"Authorization":  "Bearer client-own",
 	})
 	if resp.StatusCode != http.StatusOK || string(data) != `{"pool":"github-v1-4"}` {
 		t.Fatalf("got %d %q, want 200 from github-v1-4", resp.StatusCode, data)
@@ -339,8 +359,11 @@ func testAllowV14(t *testing.T, g gatewayKind, e *env) {
 	if got := u.Header.Get("Mcp-Session-Id"); got != "sess-1" {
 		t.Errorf("backend Mcp-Session-Id %q, want the client's", got)
 	}
-	if strings.Contains(strings.Join(u.Header.Values("Authorization"), ","), credential) {
-		t.Errorf("the gateway credential reached the backend")
+	if got := u.Header.Values("Authorization"); len(got) != 0 {
+		t.Errorf("backend got Authorization %q: neither the gateway credential nor the client's password may reach it", got)
+	}
+	if got := u.Header.Values("Fcd-Caller"); len(got) != 0 {
+		t.Errorf("backend got Fcd-Caller %q", got)
 	}
 	// MCP servers on loopback refuse a non-loopback Host (DNS rebinding).
 	if host, _, err := net.SplitHostPort(u.Host); err != nil || !net.ParseIP(host).IsLoopback() {
@@ -430,19 +453,59 @@ func testSession(t *testing.T, g gatewayKind, e *env) {
 
 func testSpoof(t *testing.T, g gatewayKind, e *env) {
 	resp, data := e.do(t, http.MethodPost, "/mcp", strings.NewReader(`{}`), map[string]string{
-		"Fcd-Dispatch-Token": "forged", "Fcd-Target": "github-v1-3",
-		"Authorization": "Bearer " + credential + "-not",
+		"Fcd-Dispatch-Token": "forged", "Fcd-Target": "github-v1-3", "Fcd-Caller": "bob",
 	})
 	if resp.StatusCode != http.StatusOK || string(data) != `{"pool":"github-v1-4"}` {
 		t.Fatalf("got %d %q, want 200 from the default pool, not the one the client named", resp.StatusCode, data)
 	}
 	e.authCall(t, g, http.MethodPost, "/mcp") // with the gateway's credential, not the client's
 	u := e.hits(t, e.v14)
-	for _, h := range []string{"Fcd-Dispatch-Token", "Fcd-Target"} {
+	for _, h := range []string{"Fcd-Dispatch-Token", "Fcd-Target", "Fcd-Caller"} {
 		if _, ok := u.Header[h]; ok {
 			t.Errorf("backend got the client's %s %q, want none", h, u.Header.Values(h))
 		}
 	}
+}
+
+// testUnauthenticatedClient: without basic credentials, or with a wrong
+// password, or a bearer credential (even the gateway's own), the gateway
+// answers 401 with a Basic challenge; authzd is never asked (so nothing
+// can be admitted) and nothing reaches a pool.
+func testUnauthenticatedClient(t *testing.T, g gatewayKind, e *env) {
+	for _, auth := range []string{"", basic("alice", "wrong"), basic("mallory", "alice-password"), "Bearer " + credential} {
+		resp, data := e.do(t, http.MethodPost, "/mcp", strings.NewReader(`{}`), map[string]string{
+			"Authorization": auth, "Fcd-Formation": "ok-v14", "Fcd-Caller": "alice",
+		})
+		if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
+			t.Errorf("Authorization %q: got %d %q (WWW-Authenticate %q), want 401 with a Basic challenge",
+				auth, resp.StatusCode, data, resp.Header.Get("WWW-Authenticate"))
+		}
+		if reqs := e.auth.take(); len(reqs) != 0 {
+			t.Errorf("Authorization %q: authzd was asked %d times", auth, len(reqs))
+		}
+		e.hits(t, nil)
+	}
+}
+
+// testCaller: bob, sending Fcd-Caller: alice, is named bob to authzd.
+func testCaller(t *testing.T, g gatewayKind, e *env) {
+	resp, data := e.do(t, http.MethodPost, "/mcp", strings.NewReader(`{"v":13}`), map[string]string{
+		"Authorization": basic("bob", users["bob"]), "Fcd-Caller": "alice", "Fcd-Formation": "ok-v13",
+	})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("got %d %q", resp.StatusCode, data)
+	}
+	e.authCallAs(t, g, http.MethodPost, "/mcp", "bob")
+	u := e.hits(t, e.v13)
+	if got := u.Header.Values("Fcd-Caller"); len(got) != 0 {
+		t.Errorf("backend got Fcd-Caller %q", got)
+	}
+}
+
+func basic(user, password string) string {
+	req, _ := http.NewRequest(http.MethodGet, "http://x", nil)
+	req.SetBasicAuth(user, password)
+	return req.Header.Get("Authorization")
 }
 
 func testUnknownPool(t *testing.T, g gatewayKind, e *env) {
@@ -485,6 +548,7 @@ func testStream(t *testing.T, g gatewayKind, e *env) {
 	}
 	req.Header.Set("Fcd-Formation", "ok-v14")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.SetBasicAuth("alice", users["alice"])
 	resp, err := e.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -582,10 +646,11 @@ func TestMisroute(t *testing.T) {
 			auth, v13 := newStandIn(t), newUpstream(t, "github-v1-3")
 			gw := gatewaytest.Start(t, g.kind, gatewaytest.Config{
 				Authzd: auth.srv.URL, Credential: credential,
-				Pools: map[string]string{"github-v1-4": v13.srv.URL, "github-v1-3": v13.srv.URL},
+				Pools: map[string]string{"github-v1-4": v13.srv.URL, "github-v1-3": v13.srv.URL}, Users: users,
 			})
 			req, _ := http.NewRequest(http.MethodPost, gw.URL+"/mcp", strings.NewReader(`{}`))
 			req.Header.Set("Fcd-Formation", "ok-v14")
+			req.SetBasicAuth("alice", users["alice"])
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -603,7 +668,7 @@ func TestCaddyfileValidates(t *testing.T) {
 	gatewaytest.ValidateCaddyfile(t, gatewaytest.Config{
 		Authzd: "http://127.0.0.1:7070", Credential: credential,
 		Pools:   map[string]string{"github-v1-4": "http://127.0.0.1:9014", "github-v1-3": "http://127.0.0.1:9013"},
-		Default: "github-v1-4",
+		Default: "github-v1-4", Users: users,
 	})
 }
 
@@ -613,7 +678,7 @@ func TestStopIsIdempotent(t *testing.T) {
 			t.Parallel()
 			auth, v14 := newStandIn(t), newUpstream(t, "github-v1-4")
 			gw := gatewaytest.Start(t, g.kind, gatewaytest.Config{
-				Authzd: auth.srv.URL, Credential: credential, Pools: map[string]string{"github-v1-4": v14.srv.URL},
+				Authzd: auth.srv.URL, Credential: credential, Pools: map[string]string{"github-v1-4": v14.srv.URL}, Users: users,
 			})
 			gw.Stop()
 			gw.Stop()
@@ -637,6 +702,7 @@ func TestStopWithOpenStream(t *testing.T) {
 			e := newEnv(t, g.kind, "github-v1-4", "")
 			req, _ := http.NewRequest(http.MethodPost, e.gw.URL+"/stream", strings.NewReader(`{}`))
 			req.Header.Set("Fcd-Formation", "ok-v14")
+			req.SetBasicAuth("alice", users["alice"])
 			resp, err := e.client.Do(req)
 			if err != nil {
 				t.Fatal(err)

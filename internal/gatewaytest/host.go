@@ -85,3 +85,25 @@ func formationOf(body []byte) string {
 	}
 	return id
 }
+
+// BasicAuth wraps base (nil: http.DefaultTransport) to send every request
+// with HTTP basic credentials, as an MCP host authenticates to a gateway
+// that authenticates its clients (the examples do). It never modifies the
+// caller's request.
+func BasicAuth(base http.RoundTripper, user, password string) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return basicAuth{base, user, password}
+}
+
+type basicAuth struct {
+	base           http.RoundTripper
+	user, password string
+}
+
+func (b basicAuth) RoundTrip(req *http.Request) (*http.Response, error) {
+	out := req.Clone(req.Context())
+	out.SetBasicAuth(b.user, b.password)
+	return b.base.RoundTrip(out)
+}

@@ -16,6 +16,29 @@ import (
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 
+func TestBasicAuth(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if ok {
+			got = append(got, u+":"+p)
+		}
+	}))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x"))
+	resp, err := (&http.Client{Transport: gatewaytest.BasicAuth(nil, "alice", "pw:1")}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(got) != 1 || got[0] != "alice:pw:1" {
+		t.Errorf("server got %q", got)
+	}
+	if req.Header.Get("Authorization") != "" {
+		t.Error("the caller's request was changed")
+	}
+}
+
 func TestFormationTransport(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
@@ -124,14 +147,14 @@ func TestMCPThroughGateways(t *testing.T) {
 			gw := gatewaytest.Start(t, g.kind, gatewaytest.Config{
 				Authzd: auth.srv.URL, Credential: credential,
 				Pools:   map[string]string{"github-v1-4": v14.srv.URL, "github-v1-3": newMCPBackend(t, "v1.3").srv.URL},
-				Default: "github-v1-4",
+				Default: "github-v1-4", Users: users,
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "test"}, nil)
 			session, err := client.Connect(ctx, &mcp.StreamableClientTransport{
 				Endpoint:   gw.URL + "/mcp",
-				HTTPClient: &http.Client{Transport: gatewaytest.FormationTransport(nil)},
+				HTTPClient: &http.Client{Transport: gatewaytest.FormationTransport(gatewaytest.BasicAuth(nil, "alice", users["alice"]))},
 			}, nil)
 			if err != nil {
 				t.Fatalf("connect through %s: %v", g.kind, err)
@@ -166,6 +189,9 @@ func TestMCPThroughGateways(t *testing.T) {
 			var formations []string
 			for _, a := range auth.take() {
 				formations = append(formations, a.Header.Get("Fcd-Formation"))
+				if c := a.Header.Values("Fcd-Caller"); len(c) != 1 || c[0] != "alice" {
+					t.Errorf("authzd got Fcd-Caller %q, want [alice]", c)
+				}
 			}
 			if strings.Count(strings.Join(formations, ","), "ok-v14") != 1 {
 				t.Errorf("authzd saw formations %q, want ok-v14 once (the call) and none on session traffic", formations)
