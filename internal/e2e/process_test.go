@@ -136,6 +136,7 @@ func TestSidecarProcessPerRelease(t *testing.T) {
 		return gatewaytest.Start(t, gatewaytest.Nginx, gatewaytest.Config{
 			Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: poolV14,
 			Pools: map[string]string{poolV14: proxies[v14To], poolV13: proxies[poolV13]},
+			Users: gatewayUsers,
 		})
 	}
 	recorded := func() []fixtures.Effect {

@@ -38,6 +38,11 @@ const (
 	poolV13 = "github-v1-3"
 )
 
+// The clients the gateways authenticate (HTTP basic authentication), by
+// name: the gateway names the user to authzd in Fcd-Caller, and authzd
+// admits a formation only for its principal. Calls are formed for alice.
+var gatewayUsers = map[string]string{"alice": "alice-password", "bob": "bob-password"}
+
 // stack is a real authzd (api.New over real HTTP, on a real embedded etcd,
 // the embedded default policies, a published EdDSA signing key) with the
 // github v1.4 and v1.3 manifests registered and signed, and the github
@@ -67,6 +72,51 @@ type stack struct {
 	reps []*fencecheck.Reporter
 	// issuerKey signs compatibility certificates; authzd trusts it.
 	issuerKey jwk.Key
+	// poolCreds are the backend credentials limited to each pool.
+	poolCreds map[string]api.Secret
+	// tokenLifetime is the lifetime of the dispatch tokens authzd issues.
+	tokenLifetime time.Duration
+	// holdFn, if set, holds every fixture call before its effect
+	// (fixtures.Options.Hold); see setHold.
+	holdMu sync.Mutex
+	holdFn func(ctx context.Context, tool string)
+}
+
+// hold is the fixtures' Options.Hold: it runs the function setHold set.
+func (s *stack) hold(ctx context.Context, tool string) {
+	s.holdMu.Lock()
+	f := s.holdFn
+	s.holdMu.Unlock()
+	if f != nil {
+		f(ctx, tool)
+	}
+}
+
+// setHold makes every fixture call of the stack run f before its effect;
+// nil stops holding.
+func (s *stack) setHold(f func(ctx context.Context, tool string)) {
+	s.holdMu.Lock()
+	defer s.holdMu.Unlock()
+	s.holdFn = f
+}
+
+// bareFixture serves the github fixture of release name unguarded (for a
+// `fencecheck proxy` in front of it), recording into the stack's
+// recorder and held by setHold; it returns its base URL.
+func (s *stack) bareFixture(t *testing.T, name string, opts fixtures.Options) string {
+	t.Helper()
+	opts.Sink, opts.Hold = s.Rec, s.hold
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", fixtures.MustNew("github", name, opts))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// stackOptions vary a stack; the zero value is the default stack.
+type stackOptions struct {
+	// TokenLifetime is the lifetime of dispatch tokens; zero means 30 s.
+	TokenLifetime time.Duration
 }
 
 // prefixSeq gives each stack its own key prefix on a shared etcd member,
@@ -78,6 +128,15 @@ var prefixSeq atomic.Int64
 // one member are cheap.
 func startStack(t *testing.T, member *etcdtest.Member) *stack {
 	t.Helper()
+	return startStackWith(t, member, stackOptions{})
+}
+
+// startStackWith is startStack with options.
+func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *stack {
+	t.Helper()
+	if opts.TokenLifetime == 0 {
+		opts.TokenLifetime = 30 * time.Second
+	}
 	if member == nil {
 		member = etcdtest.Start(t)
 	}
@@ -96,7 +155,8 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 		t.Fatal(err)
 	}
 	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), Fixture: map[string]string{},
-		Epoch: map[string]string{}, tokens: map[string]string{}, hits: map[string]*atomic.Int64{}}
+		Epoch: map[string]string{}, tokens: map[string]string{}, hits: map[string]*atomic.Int64{},
+		poolCreds: map[string]api.Secret{}, tokenLifetime: opts.TokenLifetime}
 	var stored []api.Credential
 	for _, role := range api.Roles() {
 		secret, cred, err := api.NewCredential(string(role), role)
@@ -106,8 +166,9 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 		s.creds[role] = secret
 		stored = append(stored, cred)
 	}
-	// Each pool's backend reports with a credential limited to its pool.
-	poolCreds := map[string]api.Secret{}
+	// Each pool's backend claims and reports with a credential limited to
+	// its pool.
+	poolCreds := s.poolCreds
 	for _, pool := range []string{poolV13, poolV14} {
 		secret, cred, err := api.NewCredential("backend-"+pool, api.RoleBackend)
 		if err != nil {
@@ -141,7 +202,7 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := authz.NewTokenIssuer(sigKey, issuerName, 30*time.Second)
+	iss, err := authz.NewTokenIssuer(sigKey, issuerName, opts.TokenLifetime)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,12 +247,17 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 			t.Fatal(err)
 		}
 		s.reps = append(s.reps, rep)
+		// Online: each call's lease is claimed at authzd before the effect.
+		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool])})
+		if err != nil {
+			t.Fatal(err)
+		}
 		v := rel.Verifier(0)
-		v.Issuer, v.JWKSURL = issuerName, s.URL+"/.well-known/jwks.json"
+		v.Issuer, v.JWKSURL, v.Claimer = issuerName, s.URL+"/.well-known/jwks.json", claimer
 		if err := v.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		fx := fixtures.MustNew("github", name, fixtures.Options{Sink: s.Rec, Logger: log})
+		fx := fixtures.MustNew("github", name, fixtures.Options{Sink: s.Rec, Logger: log, Hold: s.hold})
 		guarded := v.Middleware(fx, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log})
 		hits := &atomic.Int64{}
 		s.hits[rel.Pool] = hits
@@ -420,6 +486,7 @@ func (s *stack) gateway(t *testing.T, kind string, route map[string]string) *gat
 	}
 	return gatewaytest.Start(t, kind, gatewaytest.Config{
 		Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Pools: pools, Default: poolV14,
+		Users: gatewayUsers,
 	})
 }
 
@@ -441,15 +508,28 @@ type answer struct {
 type host struct {
 	t  *testing.T
 	gw *gatewaytest.Gateway
-	mu sync.Mutex
+	// user is who the host authenticates to the gateway as.
+	user string
+	// tamper, if set, rewrites the body of each tools/call POST: an
+	// attacker's host.
+	tamper func(body []byte) []byte
+	mu     sync.Mutex
 	cs *mcp.ClientSession
 	// answers by formation id, in order.
 	answers map[string][]answer
 }
 
+// connectHost connects an MCP host through gw, authenticated as alice.
 func connectHost(t *testing.T, gw *gatewaytest.Gateway) *host {
 	t.Helper()
-	h := &host{t: t, gw: gw, answers: map[string][]answer{}}
+	return connectHostAs(t, gw, "alice", nil)
+}
+
+// connectHostAs connects an MCP host through gw, authenticated as user,
+// rewriting each tools/call body with tamper if it is not nil.
+func connectHostAs(t *testing.T, gw *gatewaytest.Gateway, user string, tamper func([]byte) []byte) *host {
+	t.Helper()
+	h := &host{t: t, gw: gw, user: user, tamper: tamper, answers: map[string][]answer{}}
 	h.cs = h.connect()
 	t.Cleanup(func() {
 		h.mu.Lock()
@@ -462,6 +542,9 @@ func connectHost(t *testing.T, gw *gatewaytest.Gateway) *host {
 func (h *host) connect() *mcp.ClientSession {
 	h.t.Helper()
 	tap := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if h.tamper != nil && req.Header.Get(gatewaytest.FormationHeader) != "" {
+			req = tamperedRequest(h.t, req, h.tamper)
+		}
 		resp, err := http.DefaultTransport.RoundTrip(req)
 		if id := req.Header.Get(gatewaytest.FormationHeader); id != "" && err == nil {
 			h.mu.Lock()
@@ -472,7 +555,7 @@ func (h *host) connect() *mcp.ClientSession {
 	})
 	tr := &mcp.StreamableClientTransport{
 		Endpoint:             h.gw.URL + "/mcp",
-		HTTPClient:           &http.Client{Transport: gatewaytest.FormationTransport(tap)},
+		HTTPClient:           &http.Client{Transport: gatewaytest.FormationTransport(gatewaytest.BasicAuth(tap, h.user, gatewayUsers[h.user]))},
 		DisableStandaloneSSE: true,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -516,6 +599,21 @@ func (h *host) last(id string) answer {
 		return answer{}
 	}
 	return as[len(as)-1]
+}
+
+// tamperedRequest returns a copy of req whose body is tamper(body).
+func tamperedRequest(t *testing.T, req *http.Request, tamper func([]byte) []byte) *http.Request {
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		t.Errorf("tamper: %v", err)
+	}
+	body = tamper(body)
+	out := req.Clone(req.Context())
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return out
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
