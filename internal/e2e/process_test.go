@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,17 +25,67 @@ type proc struct {
 	name   string
 	URL    string // http://ADDR from its "listening on" line
 	stderr *gatewaytest.SyncBuffer
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
-// buildBinaries builds mcpfixture and fencecheck once into a temporary
-// directory and returns their paths.
-func buildBinaries(t *testing.T) (mcpfixture, fencecheckBin string) {
+// kill kills the process at once (SIGKILL: no graceful shutdown, as in a
+// crash) and waits until it is gone.
+func (p *proc) kill(t *testing.T) {
 	t.Helper()
-	dir := t.TempDir()
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not die", p.name)
+	}
+}
+
+// stop stops the process gracefully (SIGTERM: `fencecheck proxy` then
+// drains its outcome reports) and waits until it is gone.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not stop", p.name)
+	}
+}
+
+// binDir holds the binaries buildBinaries built, for the whole test run
+// (TestMain removes it).
+var binDir string
+
+var buildOnce = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "fcd-e2e-bin-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
 	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
 		"github.com/fcd-authz/fcd/cmd/mcpfixture", "github.com/fcd-authz/fcd/cmd/fencecheck")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return dir, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinaries builds mcpfixture and fencecheck, once per test run, into
+// a temporary directory and returns their paths.
+func buildBinaries(t *testing.T) (mcpfixture, fencecheckBin string) {
+	t.Helper()
+	dir, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return filepath.Join(dir, "mcpfixture"), filepath.Join(dir, "fencecheck")
 }
@@ -45,8 +96,9 @@ func buildBinaries(t *testing.T) (mcpfixture, fencecheckBin string) {
 // port can be taken already.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, stderr: &gatewaytest.SyncBuffer{}}
+	p := &proc{name: name, stderr: &gatewaytest.SyncBuffer{}, exited: make(chan struct{})}
 	cmd := exec.Command(bin, args...)
+	p.cmd = cmd
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +106,7 @@ func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	exited := make(chan struct{})
+	exited := p.exited
 	urlc := make(chan string, 1)
 	go func() {
 		prefix := filepath.Base(bin) + ": listening on "

@@ -74,6 +74,9 @@ type stack struct {
 	issuerKey jwk.Key
 	// poolCreds are the backend credentials limited to each pool.
 	poolCreds map[string]api.Secret
+	// approver2 is a second approver's credential, for calls that need
+	// two distinct approvers.
+	approver2 api.Secret
 	// tokenLifetime is the lifetime of the dispatch tokens authzd issues.
 	tokenLifetime time.Duration
 	// holdFn, if set, holds every fixture call before its effect
@@ -166,6 +169,12 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		s.creds[role] = secret
 		stored = append(stored, cred)
 	}
+	secret, cred, err := api.NewCredential("approver-2", api.RoleApprover)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.approver2 = secret
+	stored = append(stored, cred)
 	// Each pool's backend claims and reports with a credential limited to
 	// its pool.
 	poolCreds := s.poolCreds
@@ -311,12 +320,18 @@ type reply struct {
 
 func (s *stack) do(method, path string, role api.Role, body []byte) reply {
 	s.t.Helper()
+	return s.doAs(method, path, s.creds[role], body)
+}
+
+// doAs is do with a credential ("" for none).
+func (s *stack) doAs(method, path string, secret api.Secret, body []byte) reply {
+	s.t.Helper()
 	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if role != "" {
-		req.Header.Set("Authorization", "Bearer "+string(s.creds[role]))
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+string(secret))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -346,6 +361,9 @@ func (s *stack) snapshot() string {
 
 type formation struct {
 	ID, Status, Digest, Pool string
+	// Rules are the rules each policy engine decided by, engine after
+	// engine.
+	Rules []string
 	// Successor is the pool of the successor captured at formation, if
 	// any, and Certificate the certificate that gave it.
 	Successor, Certificate string
@@ -354,11 +372,29 @@ type formation struct {
 // form forms a github call as the host, for principal alice (group dev).
 func (s *stack) form(snapshot, session, tool, args string) formation {
 	s.t.Helper()
-	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":["dev"]}}}`,
-		snapshot, session, tool, args)
+	return s.formFor(snapshot, session, tool, args, `["dev"]`)
+}
+
+// formFor forms a github call as the host, for principal alice in the
+// groups (a JSON array).
+func (s *stack) formFor(snapshot, session, tool, args, groups string) formation {
+	s.t.Helper()
+	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":%s}}}`,
+		snapshot, session, tool, args, groups)
 	r := s.do("POST", "/v1/formations", api.RoleHost, []byte(body))
-	s.expect(r, http.StatusCreated)
+	if r.status != http.StatusForbidden || r.body["status"] != "denied" { // a denied call is recorded and answered 403
+		s.expect(r, http.StatusCreated)
+	}
 	f := formation{ID: r.body["id"].(string), Status: r.body["status"].(string), Digest: r.body["digest"].(string)}
+	if d, ok := r.body["decision"].(map[string]any); ok {
+		es, _ := d["engines"].([]any)
+		for _, e := range es {
+			rules, _ := e.(map[string]any)["rules"].([]any)
+			for _, rule := range rules {
+				f.Rules = append(f.Rules, fmt.Sprint(rule))
+			}
+		}
+	}
 	if src, ok := r.body["source"].(map[string]any); ok {
 		f.Pool, _ = src["pool"].(string)
 	}
@@ -494,6 +530,7 @@ func (s *stack) gateway(t *testing.T, kind string, route map[string]string) *gat
 type answer struct {
 	Status  int
 	Problem string // Fcd-Problem
+	Reason  fencecheck.Reason
 }
 
 // host is the MCP host: the official SDK client connected through a
@@ -514,7 +551,7 @@ type host struct {
 	// attacker's host.
 	tamper func(body []byte) []byte
 	mu     sync.Mutex
-	cs *mcp.ClientSession
+	cs     *mcp.ClientSession
 	// answers by formation id, in order.
 	answers map[string][]answer
 }
@@ -548,7 +585,7 @@ func (h *host) connect() *mcp.ClientSession {
 		resp, err := http.DefaultTransport.RoundTrip(req)
 		if id := req.Header.Get(gatewaytest.FormationHeader); id != "" && err == nil {
 			h.mu.Lock()
-			h.answers[id] = append(h.answers[id], answer{resp.StatusCode, resp.Header.Get("Fcd-Problem")})
+			h.answers[id] = append(h.answers[id], answer{resp.StatusCode, resp.Header.Get("Fcd-Problem"), fencecheck.Reason(refusalOf(resp))})
 			h.mu.Unlock()
 		}
 		return resp, err
