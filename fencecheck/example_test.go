@@ -37,15 +37,16 @@ func newExampleIssuer() *exampleIssuer {
 	return &exampleIssuer{key: priv, kid: "authzd-2026-11", jwks: set}
 }
 
-// issue signs a token for one admitted call of tool with arguments.
+// issue signs a token for one call of tool with arguments, admitted now.
 func (is *exampleIssuer) issue(jti, tool, arguments string) string {
 	digest, _ := fencecheck.ArgumentDigest(tool, json.RawMessage(arguments))
-	now := time.Now().Unix()
+	now := time.Now()
 	claims, _ := json.Marshal(fencecheck.Claims{
 		Issuer: "https://authzd.example", Audience: "github-prod", Subject: "session-1", ID: jti,
-		IssuedAt: now, NotBefore: now, Expiry: now + 30,
+		IssuedAt: now.Unix(), NotBefore: now.Unix(), Expiry: now.Unix() + 30,
 		Formation: "f-1", Tool: tool, ArgumentDigest: digest, Epoch: "sha256:e1",
 		Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3, Revision: 1042, Cluster: "cdf818194e3a8c32",
+		Admitted: now.UnixMilli(),
 	})
 	hdr := jws.NewHeaders()
 	_ = hdr.Set(jws.TypeKey, fencecheck.TokenType)
@@ -54,15 +55,23 @@ func (is *exampleIssuer) issue(jti, tool, arguments string) string {
 	return string(token)
 }
 
+// processStart stands for when the backend's process started. An offline
+// verifier (no Claimer) refuses the tokens of leases admitted before it;
+// here the process started a minute before the examples' admissions.
+var processStart = time.Now().Add(-time.Minute)
+
 func ExampleVerifier_Verify() {
 	authzd := newExampleIssuer()
 
 	// The backend's verifier: what it runs, and whom it trusts. In
 	// production set JWKSURL to authzd's /.well-known/jwks.json instead
-	// of a static Keys set.
+	// of a static Keys set, and Claimer to a *fencecheck.LeaseClient so
+	// that each lease is claimed in authzd before the effect (online
+	// mode). Without a Claimer (offline mode) the replay memory of this
+	// process is the only check.
 	v := &fencecheck.Verifier{
 		Pool: "github-prod", Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3,
-		Issuer: "https://authzd.example", Keys: authzd.jwks,
+		Issuer: "https://authzd.example", Keys: authzd.jwks, Started: processStart,
 	}
 	if err := v.Validate(); err != nil {
 		panic(err)
@@ -98,8 +107,8 @@ func ExampleVerifier_Verify() {
 // posting them to authzd.
 type printReporter struct{}
 
-func (printReporter) Report(jti string, o fencecheck.Outcome, _ string) bool {
-	fmt.Println("outcome:", jti, o)
+func (printReporter) Report(r fencecheck.OutcomeReport) bool {
+	fmt.Println("outcome:", r.Lease, r.Outcome)
 	return true
 }
 
@@ -107,9 +116,10 @@ func ExampleVerifier_Middleware() {
 	authzd := newExampleIssuer()
 	v := &fencecheck.Verifier{
 		Pool: "github-prod", Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3,
-		Keys: authzd.jwks,
+		Keys: authzd.jwks, Started: processStart,
 	}
-	// The MCP server's own streamable-HTTP handler.
+	// The MCP server's own streamable-HTTP handler. Its JSON-RPC answer is
+	// the evidence of the outcome: a result is an effect.
 	mcp := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := fencecheck.ClaimsFromContext(r.Context()); ok {
 			fmt.Println("handler runs", c.Tool)

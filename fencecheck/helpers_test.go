@@ -32,6 +32,11 @@ const (
 // testEpoch is a fixed clock: a verifier in a test sees this as now.
 var testEpoch = time.Unix(1_800_000_000, 0)
 
+// testStarted is when the test backend's process started: an hour before
+// testEpoch, so that an offline verifier accepts the leases admitted at
+// testEpoch (fcd_admitted) and refuses those admitted before it.
+var testStarted = testEpoch.Add(-time.Hour)
+
 // signingKey is a private JWK with its kid and the algorithm it signs with.
 type signingKey struct {
 	alg  jwa.SignatureAlgorithm
@@ -163,7 +168,7 @@ func claimsFor(t testing.TB, tool, args string) fencecheck.Claims {
 		Formation: "formation-1", Tool: tool, ArgumentDigest: digest,
 		Epoch:    "sha256:3333333333333333333333333333333333333333333333333333333333333333",
 		Artifact: testArtifact, Config: testConfig, Generation: testGen,
-		Revision: 42, Cluster: "cdf818194e3a8c32",
+		Revision: 42, Cluster: "cdf818194e3a8c32", Admitted: testEpoch.UnixMilli(),
 	}
 }
 
@@ -201,10 +206,11 @@ func (c *clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// newVerifier is the test backend's verifier, trusting set, at testEpoch.
+// newVerifier is the test backend's verifier, trusting set, at testEpoch:
+// offline mode (no Claimer), its process started at testStarted.
 func newVerifier(set jwk.Set) *fencecheck.Verifier {
 	return &fencecheck.Verifier{
 		Pool: testPool, Artifact: testArtifact, Config: testConfig, Generation: testGen,
-		Issuer: testIssuer, Keys: set, Now: func() time.Time { return testEpoch },
+		Issuer: testIssuer, Keys: set, Now: func() time.Time { return testEpoch }, Started: testStarted,
 	}
 }

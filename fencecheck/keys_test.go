@@ -58,7 +58,7 @@ func (s *jwksServer) jwksURL() string { return s.URL + "/.well-known/jwks.json" 
 func jwksVerifier(url string, clk *clock) *fencecheck.Verifier {
 	return &fencecheck.Verifier{
 		Pool: testPool, Artifact: testArtifact, Config: testConfig, Generation: testGen,
-		Issuer: testIssuer, JWKSURL: url, Now: clk.Now,
+		Issuer: testIssuer, JWKSURL: url, Now: clk.Now, Started: testStarted,
 	}
 }
 

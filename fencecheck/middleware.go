@@ -21,9 +21,10 @@ const (
 	// carries the [Reason].
 	ErrorCodeRejected = -32001
 	// OutcomeHeader is the response header by which a handler declares
-	// the outcome of a call ("effect", "rejected" or "uncertain"). It must
-	// be set before the first write; the middleware removes it from the
-	// response.
+	// the outcome of a call ("effect", "failed", "rejected" or
+	// "uncertain"), overriding what its answer shows. It must be set
+	// before the first write (or with nothing written); the middleware
+	// removes it from the response.
 	OutcomeHeader = "Fcd-Outcome"
 	// DefaultMaxBodyBytes bounds a request body when MaxBodyBytes is zero.
 	DefaultMaxBodyBytes = 1 << 20
@@ -87,20 +88,27 @@ func ClaimsFromContext(ctx context.Context) (*Claims, bool) {
 // GET streams, DELETE — passes untouched.
 //
 // Request bodies, whatever the method, are read (bounded by MaxBodyBytes,
-// 413 beyond) and handed to next unchanged. A body that is not JSON, or an
-// object with two members whose names differ only in case, is answered
-// 400: another parser could read a tools/call in it that this one does not
-// see. A method named tools/call in any letter case counts as tools/call.
-// So does a request whose Mcp-Method header says tools/call; a body that
-// disagrees with the Mcp-Method or Mcp-Name header is answered 400. A
-// batch that holds a tools/call is refused whole (403, reason batch).
+// 413 beyond), checked by [ReadMessage], and handed to next byte for byte:
+// what the backend parses is what was verified. A body that is not JSON
+// or not a request is answered 400; one that could be read two ways
+// (duplicate members, a protected name only under case folding, argument
+// names folding alike, invalid UTF-8 or lone surrogates, a batch holding a
+// tools/call) or whose Mcp-Method or Mcp-Name header disagrees with it is
+// answered 403 with its reason; so is a request whose Mcp-Method header
+// says tools/call in any letter case while its body is not exactly that
+// call.
 //
-// After a verified call the outcome is reported to opts.Reporter, once:
-// the outcome the handler declared in [OutcomeHeader]; else uncertain for
-// a status of 500 or above, effect below. A handler that panics is
-// reported uncertain and the panic continues up the stack (net/http then
-// drops the connection); one that exceeds opts.Timeout is reported
-// uncertain. Refused tokens are never reported: see the package README.
+// After a verified call the outcome is reported to opts.Reporter, once,
+// under the lease and the claim (Claims.ClaimID): the outcome the handler
+// declared in [OutcomeHeader]; else what its answer to the call's id
+// shows — a result is effect, a result with isError failed, a JSON-RPC
+// error rejected; with no answer a 4xx is rejected, anything else
+// uncertain. A handler that panics before answering is reported uncertain
+// and the panic continues up the stack (net/http then drops the
+// connection); one that exceeds opts.Timeout is reported uncertain. In
+// online mode (a Claimer is set) a genuine token whose call is refused
+// before the effect — its body, tool or arguments — releases its lease:
+// outcome rejected with no claim. See the package README.
 func (v *Verifier) Middleware(next http.Handler, opts MiddlewareOptions) http.Handler {
 	m := &middleware{v: v, next: next, opts: opts, log: opts.Logger}
 	if m.opts.MaxBodyBytes <= 0 {
@@ -263,6 +271,11 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 		}
 	}()
 	m.next.ServeHTTP(ow, r.WithContext(ctx))
+	if ow.status == 0 {
+		// Nothing written: net/http answers 200 with the headers the
+		// handler set, so read (and strip) its declared outcome now.
+		ow.WriteHeader(http.StatusOK)
+	}
 	ow.scan.finish()
 	report(classify(ow, ""))
 }

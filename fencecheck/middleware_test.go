@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,19 +25,37 @@ const backendCredential = "fcd_backend_test_credential"
 // completion is one POST /v1/leases/{id}/complete as authzd received it.
 type completion struct {
 	Lease   string
-	Outcome fencecheck.Outcome `json:"outcome"`
-	Detail  string             `json:"detail"`
-	Auth    string
+	Outcome fencecheck.Outcome
+	Detail  string
+	// Claim is the body's claim; HasClaim tells whether the body had the
+	// member at all (a release has none).
+	Claim    string
+	HasClaim bool
+	Auth     string
 }
 
-// authzdStub is a real HTTP server standing in for authzd's
-// POST /v1/leases/{lease}/complete endpoint (API.md, "Calls"); the real
-// endpoint is written concurrently in api/ and authz/. It records what it
-// receives, checks the bearer credential, and can be told to fail.
+// claimBody is the body of POST /v1/leases/{lease}/claim (API.md).
+type claimBody struct {
+	Claim    string `json:"claim"`
+	Epoch    string `json:"epoch"`
+	Revision int64  `json:"revision"`
+}
+
+// authzdStub is a real HTTP server standing in for authzd's lease
+// endpoints (API.md, "Calls"): POST /v1/leases/{lease}/complete, and
+// POST /v1/leases/{lease}/claim with the contract of the real one — the
+// first claim id wins, the same id again succeeds, another is answered
+// 409 lease-claimed, a closed lease 409 lease-closed. The real endpoints
+// live in api/ and authz/ and are tested there against etcd. It records
+// what it receives, checks the bearer credential, and can be told to
+// fail.
 type authzdStub struct {
 	*httptest.Server
 	mu       sync.Mutex
 	received []completion
+	claims   map[string]string // lease → the claim id that won
+	claimed  []claimBody       // every claim request, in order
+	closed   map[string]bool
 	failNext atomic.Int64                  // answer 503 to this many requests first
 	status   atomic.Int64                  // answer this status (not 0) to every request
 	block    atomic.Pointer[chan struct{}] // when set, requests wait for it to close
@@ -44,38 +63,114 @@ type authzdStub struct {
 
 func newAuthzdStub(t *testing.T) *authzdStub {
 	t.Helper()
-	s := &authzdStub{}
+	s := &authzdStub{claims: map[string]string{}, closed: map[string]bool{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/leases/{lease}/complete", func(w http.ResponseWriter, r *http.Request) {
+	gate := func(w http.ResponseWriter, r *http.Request) bool {
 		if b := s.block.Load(); b != nil {
-			<-*b
+			select {
+			case <-*b:
+			case <-r.Context().Done():
+				return false
+			}
+		}
+		if r.Header.Get("Authorization") != "Bearer "+backendCredential {
+			problem(w, http.StatusUnauthorized, "unauthenticated")
+			return false
 		}
 		if s.failNext.Add(-1) >= 0 {
 			http.Error(w, "store unavailable", http.StatusServiceUnavailable)
-			return
+			return false
 		}
 		if code := s.status.Load(); code != 0 {
 			http.Error(w, "no", int(code))
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("POST /v1/leases/{lease}/complete", func(w http.ResponseWriter, r *http.Request) {
+		if !gate(w, r) {
 			return
 		}
-		var c completion
+		var body struct {
+			Outcome fencecheck.Outcome `json:"outcome"`
+			Detail  string             `json:"detail"`
+			Claim   *string            `json:"claim"`
+		}
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c); err != nil {
+		if err := dec.Decode(&body); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		c.Lease = r.PathValue("lease")
-		c.Auth = r.Header.Get("Authorization")
+		c := completion{Lease: r.PathValue("lease"), Outcome: body.Outcome, Detail: body.Detail,
+			Auth: r.Header.Get("Authorization"), HasClaim: body.Claim != nil}
+		if body.Claim != nil {
+			c.Claim = *body.Claim
+		}
 		s.mu.Lock()
 		s.received = append(s.received, c)
+		if s.claims[c.Lease] == c.Claim { // authzd closes a lease only under its claim
+			s.closed[c.Lease] = true
+		}
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"lease":"`+c.Lease+`"}`)
 	})
+	mux.HandleFunc("POST /v1/leases/{lease}/claim", func(w http.ResponseWriter, r *http.Request) {
+		if !gate(w, r) {
+			return
+		}
+		var body claimBody
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || body.Claim == "" || body.Epoch == "" || body.Revision <= 0 {
+			problem(w, http.StatusBadRequest, "invalid-request")
+			return
+		}
+		lease := r.PathValue("lease")
+		s.mu.Lock()
+		s.claimed = append(s.claimed, body)
+		won, taken := s.claims[lease]
+		closed := s.closed[lease]
+		if !taken && !closed {
+			s.claims[lease], won = body.Claim, body.Claim
+		}
+		s.mu.Unlock()
+		switch {
+		case closed:
+			problem(w, http.StatusConflict, "lease-closed")
+		case won == body.Claim:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"lease":"`+lease+`","claim":"`+won+`","claimedAt":"2027-01-15T08:00:00Z"}`)
+		default:
+			problem(w, http.StatusConflict, "lease-claimed")
+		}
+	})
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
+}
+
+// problem answers an RFC 9457 problem of authzd's kind (docs/problems.md).
+func problem(w http.ResponseWriter, status int, slug string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, `{"type":"https://github.com/fcd-authz/fcd/blob/main/docs/problems.md#`+slug+
+		`","title":"`+slug+`","status":`+strconv.Itoa(status)+`}`)
+}
+
+// claimOf returns the claim id that won lease's claim, if any.
+func (s *authzdStub) claimOf(lease string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claims[lease]
+}
+
+// claimRequests returns every claim request received.
+func (s *authzdStub) claimRequests() []claimBody {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]claimBody(nil), s.claimed...)
 }
 
 func (s *authzdStub) completions() []completion {
@@ -141,9 +236,36 @@ var behaviour = map[string]func(w http.ResponseWriter, r *http.Request){
 	},
 }
 
+// backendConfig says how a test backend runs.
+type backendConfig struct {
+	opts fencecheck.MiddlewareOptions
+	// online gives the verifier a Claimer: a real LeaseClient of authzd.
+	// Otherwise the verifier is offline, its process started a minute
+	// ago.
+	online bool
+	// authzd and key are shared by the instances of one pool; nil makes
+	// the backend its own.
+	authzd *authzdStub
+	key    *signingKey
+	// call, if set, answers every tools/call; else the behaviour of the
+	// tool's name.
+	call http.HandlerFunc
+}
+
 func newMCPBackend(t *testing.T, opts fencecheck.MiddlewareOptions) *mcpBackend {
 	t.Helper()
-	b := &mcpBackend{authzd: newAuthzdStub(t), key: newSigningKey(t, jwa.EdDSA, "authzd-1")}
+	return newBackend(t, backendConfig{opts: opts})
+}
+
+func newBackend(t *testing.T, cfg backendConfig) *mcpBackend {
+	t.Helper()
+	b := &mcpBackend{authzd: cfg.authzd, key: cfg.key}
+	if b.authzd == nil {
+		b.authzd = newAuthzdStub(t)
+	}
+	if b.key == nil {
+		b.key = newSigningKey(t, jwa.EdDSA, "authzd-1")
+	}
 	rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{
 		AuthzdURL: b.authzd.URL, Credential: backendCredential, Backoff: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -155,6 +277,10 @@ func newMCPBackend(t *testing.T, opts fencecheck.MiddlewareOptions) *mcpBackend 
 	t.Cleanup(func() { _ = rep.Close(context.Background()) })
 	v := newVerifier(publicSet(t, b.key))
 	v.Now = time.Now // tokens below are issued at the real now
+	v.Started = time.Now().Add(-time.Minute)
+	if cfg.online {
+		v.Claimer = newLeaseClient(t, b.authzd.URL, fencecheck.LeaseClientOptions{})
+	}
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.requests.Add(1)
@@ -176,25 +302,33 @@ func newMCPBackend(t *testing.T, opts fencecheck.MiddlewareOptions) *mcpBackend 
 		if c, ok := fencecheck.ClaimsFromContext(r.Context()); ok {
 			b.claims.Store(c)
 		}
+		if cfg.call != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			cfg.call(w, r)
+			return
+		}
 		behaviour[msg.Params.Name](w, r)
 	})
+	opts := cfg.opts
 	opts.Server = "github"
 	opts.Reporter = rep
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := httptest.NewUnstartedServer(v.Middleware(handler, opts))
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic test's stack trace
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the panic tests' stack traces
 	srv.Start()
 	t.Cleanup(srv.Close)
 	b.url = srv.URL
 	return b
 }
 
-// token is a token for a call of github/<tool> with args, issued now.
+// token is a token for a call of github/<tool> with args, issued and
+// admitted now.
 func (b *mcpBackend) token(t *testing.T, tool, args string) (string, fencecheck.Claims) {
 	t.Helper()
 	c := claimsFor(t, "github/"+tool, args)
-	now := time.Now().Unix()
-	c.IssuedAt, c.NotBefore, c.Expiry = now, now, now+30
+	now := time.Now()
+	c.IssuedAt, c.NotBefore, c.Expiry = now.Unix(), now.Unix(), now.Unix()+30
+	c.Admitted = now.UnixMilli()
 	return b.key.issue(t, c), c
 }
 
@@ -241,6 +375,11 @@ func do(t *testing.T, method, url, body, token string) (*rpcResult, error) {
 	if token != "" {
 		req.Header.Set(fencecheck.Header, token)
 	}
+	return doRequest(req)
+}
+
+// doRequest sends req and reads the answer and its JSON-RPC error.
+func doRequest(req *http.Request) (*rpcResult, error) {
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -323,7 +462,10 @@ func TestMiddlewareToolsCall(t *testing.T) {
 		}
 	})
 
-	t.Run("refused tokens are not reported", func(t *testing.T) {
+	t.Run("offline: refused tokens are not reported", func(t *testing.T) {
+		// Offline there is no claim to tell a release from a call
+		// running elsewhere: nothing is released (online:
+		// TestMiddlewareReleasesRefusedCalls).
 		b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
 		tok, _ := b.token(t, "create_repository", args)
 		wantRefused(t, mustDo(t, "POST", b.url, toolsCall("create_repository", `{"name":"payroll-exports","private":false}`), tok),
@@ -535,4 +677,76 @@ func TestMiddlewareAgreesWithMCPHeaders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMiddlewareIssue10Attack: the attack of issue 10 through the
+// in-process middleware. A genuine token for {"visibility":"private"}
+// comes with a body that a case-insensitive reader takes for those
+// arguments while the MCP SDKs read other ones (or none, running the
+// tool's defaults). Each is refused 403 with its reason before the
+// handler runs, and does not spend the token: the call as formed still
+// runs once, with the arguments that were verified.
+func TestMiddlewareIssue10Attack(t *testing.T) {
+	const args = `{"visibility":"private"}`
+	var ran atomic.Pointer[string]
+	b := newBackend(t, backendConfig{call: func(w http.ResponseWriter, r *http.Request) {
+		// The backend decodes the way the MCP Go SDK does: exact names.
+		var msg struct {
+			Params struct {
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"params"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &msg)
+		got := string(msg.Params.Arguments)
+		ran.Store(&got)
+		answerJSON(200, `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`)(w, r)
+	}})
+	tok, claims := b.token(t, "create_repository", args)
+	params := func(p string) string {
+		return `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_repository",` + p + `}}`
+	}
+	cases := []struct {
+		note, body string
+		reason     fencecheck.Reason
+	}{
+		{"Arguments", params(`"Arguments":` + args), fencecheck.ReasonMemberCase},
+		{"ARGUMENTS", params(`"ARGUMENTS":` + args), fencecheck.ReasonMemberCase},
+		{"argumentſ (U+017F)", params(`"argumentſ":` + args), fencecheck.ReasonMemberCase},
+		{"argument\\u017f escaped", params(`"argument\u017f":` + args), fencecheck.ReasonMemberCase},
+		{"ARGUMENTS beside arguments", params(`"arguments":` + args + `,"ARGUMENTS":{"visibility":"public"}`), fencecheck.ReasonMemberCase},
+		{"arguments twice, the last empty", params(`"arguments":` + args + `,"arguments":{}`), fencecheck.ReasonDuplicateMember},
+		{"arguments twice, the first empty", params(`"arguments":{},"arguments":` + args), fencecheck.ReasonDuplicateMember},
+		{"visibility and viſibility", params(`"arguments":{"visibility":"private","viſibility":"public"}`), fencecheck.ReasonNameCollision},
+		{"Name", params(`"Name":"delete_repository","arguments":` + args), fencecheck.ReasonMemberCase},
+		{"method Tools/call", `{"jsonrpc":"2.0","id":1,"method":"Tools/call","params":{"name":"create_repository","arguments":` + args + `}}`,
+			fencecheck.ReasonMemberCase},
+		{"lone surrogate in an argument", params(`"arguments":{"visibility":"private\ud800"}`), fencecheck.ReasonEncoding},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			wantRefused(t, mustDo(t, "POST", b.url, tc.body, tok), tc.reason)
+			if n := b.requests.Load(); n != 0 {
+				t.Fatalf("handler ran %d times", n)
+			}
+		})
+	}
+	res := mustDo(t, "POST", b.url, params(`"arguments":`+args), tok)
+	if res.status != http.StatusOK {
+		t.Fatalf("the call as formed: %d %s", res.status, res.body)
+	}
+	if got := ran.Load(); got == nil || *got != args {
+		t.Fatalf("the handler ran with arguments %q, want %s", deref(got), args)
+	}
+	got := b.drained(t)
+	if len(got) != 1 || got[0].Lease != claims.ID || got[0].Outcome != fencecheck.OutcomeEffect {
+		t.Fatalf("authzd received %+v, want one effect (and no release: offline)", got)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

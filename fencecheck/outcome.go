@@ -96,10 +96,17 @@ func (a *answerScanner) line(l []byte) {
 	a.data = append(append(a.data, value...), '\n')
 }
 
-// finish judges a plain-JSON body once it is complete.
+// finish judges a plain-JSON body once it is complete, and ends the last
+// line of an event stream that ended with a CR (no LF can follow it).
 func (a *answerScanner) finish() answer {
-	if !a.sse && a.got == answeredNone && !a.overflow {
+	if a.got != answeredNone || a.overflow {
+		return a.got
+	}
+	if !a.sse {
 		a.message(a.buf)
+	} else if n := len(a.buf); n > 0 && a.buf[n-1] == '\r' {
+		a.line(a.buf[:n-1])
+		a.buf = a.buf[:0]
 	}
 	return a.got
 }

@@ -92,3 +92,53 @@ func TestMemoryReplayConcurrent(t *testing.T) {
 		t.Fatalf("%d callers saw the id as new, want 1", fresh.Load())
 	}
 }
+
+// TestMemoryReplayForget: a forgotten id is new again, and the eviction
+// of its first record does not drop the second one early.
+func TestMemoryReplayForget(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	m := fencecheck.NewMemoryReplay(10)
+	m.Now = clk.Now
+	t0 := clk.Now()
+
+	if s, err := m.Seen(ctx, "a", t0.Add(10*time.Second)); s || err != nil {
+		t.Fatalf("first: seen=%v err=%v", s, err)
+	}
+	m.Forget(ctx, "a")
+	if n := m.Len(); n != 0 {
+		t.Fatalf("Len after Forget = %d, want 0", n)
+	}
+	m.Forget(ctx, "never-seen") // a no-op
+	if s, err := m.Seen(ctx, "a", t0.Add(time.Minute)); s || err != nil {
+		t.Fatalf("after Forget: seen=%v err=%v, want new", s, err)
+	}
+	// The first record's expiry passes: the second record stays.
+	clk.Advance(20 * time.Second)
+	if s, _ := m.Seen(ctx, "b", t0.Add(time.Minute)); s {
+		t.Fatal("b seen")
+	}
+	if s, _ := m.Seen(ctx, "a", t0.Add(time.Minute)); !s {
+		t.Fatal("a, recorded again after Forget, was dropped at its first record's expiry")
+	}
+	// And it goes at its own expiry.
+	clk.Advance(time.Minute)
+	if s, err := m.Seen(ctx, "a", t0.Add(2*time.Minute)); s || err != nil {
+		t.Fatalf("after its expiry: seen=%v err=%v", s, err)
+	}
+
+	// A forgotten id frees its room in a full store.
+	full := fencecheck.NewMemoryReplay(1)
+	full.Now = clk.Now
+	exp := clk.Now().Add(time.Minute)
+	if _, err := full.Seen(ctx, "x", exp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := full.Seen(ctx, "y", exp); !errors.Is(err, fencecheck.ErrReplayFull) {
+		t.Fatalf("err = %v, want ErrReplayFull", err)
+	}
+	full.Forget(ctx, "x")
+	if s, err := full.Seen(ctx, "y", exp); s || err != nil {
+		t.Fatalf("after Forget: seen=%v err=%v", s, err)
+	}
+}

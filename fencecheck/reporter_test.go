@@ -40,13 +40,15 @@ func TestReporterRetriesTransientFailures(t *testing.T) {
 	stub := newAuthzdStub(t)
 	stub.failNext.Store(2) // two 503s, then success
 	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{Workers: 1})
-	if !r.Report("lease/with slash", fencecheck.OutcomeEffect, "handler answered 200") {
+	if !r.Report(fencecheck.OutcomeReport{Lease: "lease/with slash", Claim: "cl_1", Outcome: fencecheck.OutcomeEffect, Detail: "answered a result"}) {
 		t.Fatal("dropped")
 	}
 	closeReporter(t, r)
 	got := stub.completions()
-	if len(got) != 1 || got[0].Lease != "lease/with slash" || got[0].Outcome != fencecheck.OutcomeEffect || got[0].Detail != "handler answered 200" {
-		t.Fatalf("authzd received %+v", got)
+	want := completion{Lease: "lease/with slash", Claim: "cl_1", Outcome: fencecheck.OutcomeEffect, Detail: "answered a result",
+		Auth: "Bearer " + backendCredential, HasClaim: true}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("authzd received %+v, want %+v", got, want)
 	}
 	if s := r.Stats(); s.Sent != 1 || s.Failed != 0 || s.Dropped != 0 {
 		t.Fatalf("stats = %+v", s)
@@ -57,7 +59,7 @@ func TestReporterFinalStatusNotRetried(t *testing.T) {
 	stub := newAuthzdStub(t)
 	stub.status.Store(http.StatusForbidden)
 	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{})
-	r.Report("lease-1", fencecheck.OutcomeEffect, "")
+	r.Report(fencecheck.OutcomeReport{Lease: "lease-1", Outcome: fencecheck.OutcomeEffect})
 	closeReporter(t, r)
 	if s := r.Stats(); s.Sent != 0 || s.Failed != 1 {
 		t.Fatalf("stats = %+v", s)
@@ -68,7 +70,7 @@ func TestReporterGivesUpAfterMaxAttempts(t *testing.T) {
 	stub := newAuthzdStub(t)
 	stub.status.Store(http.StatusServiceUnavailable)
 	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{MaxAttempts: 3})
-	r.Report("lease-1", fencecheck.OutcomeUncertain, "")
+	r.Report(fencecheck.OutcomeReport{Lease: "lease-1", Outcome: fencecheck.OutcomeUncertain})
 	closeReporter(t, r)
 	if s := r.Stats(); s.Sent != 0 || s.Failed != 1 {
 		t.Fatalf("stats = %+v", s)
@@ -85,7 +87,7 @@ func TestReporterFullQueueDrops(t *testing.T) {
 	start := time.Now()
 	accepted := 0
 	for range 10 {
-		if r.Report(newJTI(), fencecheck.OutcomeEffect, "") {
+		if r.Report(fencecheck.OutcomeReport{Lease: newJTI(), Outcome: fencecheck.OutcomeEffect}) {
 			accepted++
 		}
 	}
@@ -105,7 +107,7 @@ func TestReporterFullQueueDrops(t *testing.T) {
 	if n := len(stub.completions()); n != accepted {
 		t.Fatalf("authzd received %d, want %d", n, accepted)
 	}
-	if r.Report(newJTI(), fencecheck.OutcomeEffect, "") {
+	if r.Report(fencecheck.OutcomeReport{Lease: newJTI(), Outcome: fencecheck.OutcomeEffect}) {
 		t.Fatal("Report accepted after Close")
 	}
 }
@@ -118,7 +120,7 @@ func TestReporterCloseDeadline(t *testing.T) {
 	stub.Close()
 	r := newTestReporter(t, url, fencecheck.ReporterOptions{Backoff: 50 * time.Millisecond, MaxAttempts: 1000})
 	for range 5 {
-		r.Report(newJTI(), fencecheck.OutcomeEffect, "")
+		r.Report(fencecheck.OutcomeReport{Lease: newJTI(), Outcome: fencecheck.OutcomeEffect})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -138,6 +140,30 @@ func TestNewReporterValidates(t *testing.T) {
 	} {
 		if _, err := fencecheck.NewReporter(o); err == nil {
 			t.Errorf("NewReporter(%+v) accepted", o)
+		}
+	}
+}
+
+// TestReporterBody: an outcome under a claim posts the claim; a release
+// (no claim) posts no claim member at all.
+func TestReporterBody(t *testing.T) {
+	stub := newAuthzdStub(t)
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{Workers: 1})
+	r.Report(fencecheck.OutcomeReport{Lease: "ls_1", Claim: "cl_1", Outcome: fencecheck.OutcomeFailed, Detail: "answered a result with isError"})
+	r.Report(fencecheck.OutcomeReport{Lease: "ls_2", Outcome: fencecheck.OutcomeRejected, Detail: "refused by the fence before the effect: arguments"})
+	closeReporter(t, r)
+	auth := "Bearer " + backendCredential
+	want := []completion{
+		{Lease: "ls_1", Claim: "cl_1", HasClaim: true, Outcome: fencecheck.OutcomeFailed, Detail: "answered a result with isError", Auth: auth},
+		{Lease: "ls_2", Outcome: fencecheck.OutcomeRejected, Detail: "refused by the fence before the effect: arguments", Auth: auth},
+	}
+	got := stub.completions()
+	if len(got) != len(want) {
+		t.Fatalf("authzd received %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("report %d: authzd received %+v, want %+v", i, got[i], want[i])
 		}
 	}
 }

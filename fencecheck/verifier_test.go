@@ -203,6 +203,17 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			delete(m, "aud")
 			return key.issue(t, m)
 		}},
+		{note: "missing fcd_admitted", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
+			m := claimsMap(t, validClaims(t))
+			delete(m, "fcd_admitted")
+			return key.issue(t, m)
+		}},
+		{note: "zero fcd_admitted", want: fencecheck.ReasonClaims, token: with(func(c *fencecheck.Claims) { c.Admitted = 0 })},
+		{note: "fcd_admitted in seconds with a fraction", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
+			m := claimsMap(t, validClaims(t))
+			m["fcd_admitted"] = float64(testEpoch.Unix()) + 0.5
+			return key.issue(t, m)
+		}},
 		{note: "claim of the wrong type", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["aud"] = []string{testPool}
@@ -246,6 +257,10 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			call: call{testTool, `{"name":"payroll-exports","private":true,"topics":["finance","exports"],"visibility":"public"}`}},
 		{note: "arguments with a duplicate member", want: fencecheck.ReasonArguments, token: with(func(*fencecheck.Claims) {}),
 			call: call{testTool, `{"name":"payroll-exports","private":true,"topics":["finance","exports"],"private":false}`}},
+
+		// Offline mode: leases admitted before this process started.
+		{note: "lease admitted before the process started", want: fencecheck.ReasonAdmittedBeforeStart,
+			token: with(func(c *fencecheck.Claims) { c.Admitted = testStarted.Add(-time.Millisecond).UnixMilli() })},
 
 		// Replay.
 		{note: "replayed jti", want: fencecheck.ReasonReplay, token: with(func(*fencecheck.Claims) {}),
@@ -421,5 +436,82 @@ func TestClaimsValidateOrder(t *testing.T) {
 	c.Config = ""
 	if err := c.Validate(); err == nil || err.Error() != "claim fcd_config is missing" {
 		t.Fatalf("Validate = %v", err)
+	}
+}
+
+// TestVerifyOffline: without a Claimer, a token whose lease was admitted
+// before the process started (plus the skew) is refused: an earlier
+// process may have run it, and its replay memory is gone.
+func TestVerifyOffline(t *testing.T) {
+	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	started := testEpoch.Add(-time.Minute)
+	cases := []struct {
+		note     string
+		admitted time.Time
+		skew     time.Duration
+		want     fencecheck.Reason
+	}{
+		{"an hour before the start", started.Add(-time.Hour), 0, fencecheck.ReasonAdmittedBeforeStart},
+		{"a millisecond before the start", started.Add(-time.Millisecond), 0, fencecheck.ReasonAdmittedBeforeStart},
+		{"at the start", started, 0, fencecheck.ReasonAdmittedBeforeStart},
+		{"within the skew after the start", started.Add(fencecheck.DefaultSkew - time.Millisecond), 0, fencecheck.ReasonAdmittedBeforeStart},
+		{"at the start plus the skew", started.Add(fencecheck.DefaultSkew), 0, ""},
+		{"after the start", started.Add(30 * time.Second), 0, ""},
+		{"within a larger skew", started.Add(30 * time.Second), time.Minute, fencecheck.ReasonAdmittedBeforeStart},
+		{"no skew: right after the start", started.Add(time.Millisecond), -1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			v := newVerifier(publicSet(t, key))
+			v.Started = started
+			v.Skew = tc.skew
+			c := validClaims(t)
+			c.Admitted = tc.admitted.UnixMilli()
+			token := key.issue(t, c)
+			_, err := v.Verify(context.Background(), token, testTool, json.RawMessage(testArgs))
+			if got := fencecheck.ReasonOf(err); got != tc.want {
+				t.Fatalf("reason = %q (%v), want %q", got, err, tc.want)
+			}
+			if tc.want == "" {
+				return
+			}
+			// A refused token is refused again the same way: it consumed
+			// nothing, and nothing lets it through.
+			_, err = v.Verify(context.Background(), token, testTool, json.RawMessage(testArgs))
+			if got := fencecheck.ReasonOf(err); got != tc.want {
+				t.Fatalf("again: reason = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestVerifyOfflineStartedAtFirstUse: a zero Started is the verifier's
+// first use (Validate or Verify), by its clock.
+func TestVerifyOfflineStartedAtFirstUse(t *testing.T) {
+	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	clk := newClock()
+	v := newVerifier(publicSet(t, key))
+	v.Started = time.Time{}
+	v.Now = clk.Now
+	if err := v.Validate(); err != nil { // first use, at testEpoch
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	for _, tc := range []struct {
+		admitted time.Time
+		want     fencecheck.Reason
+	}{
+		{testEpoch.Add(-time.Second), fencecheck.ReasonAdmittedBeforeStart},
+		{testEpoch.Add(2 * time.Second), fencecheck.ReasonAdmittedBeforeStart},
+		{testEpoch.Add(30 * time.Second), ""},
+	} {
+		c := validClaims(t)
+		now := clk.Now().Unix()
+		c.IssuedAt, c.NotBefore, c.Expiry = now, now, now+30
+		c.Admitted = tc.admitted.UnixMilli()
+		_, err := v.Verify(context.Background(), key.issue(t, c), testTool, json.RawMessage(testArgs))
+		if got := fencecheck.ReasonOf(err); got != tc.want {
+			t.Errorf("admitted %s after the first use: reason %q (%v), want %q", tc.admitted.Sub(testEpoch), got, err, tc.want)
+		}
 	}
 }
