@@ -83,8 +83,40 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		t.Fatalf("open leases: %v (token revision %v)", ls, claims["fcd_revision"])
 	}
 
-	// The lease's own pool's backend can (the refusals above changed nothing).
-	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"uncertain","detail":"timeout"}`)), http.StatusOK, "")
+	// Before the effect the backend claims the lease: once, for one call.
+	claim := "/v1/leases/" + leaseID + "/claim"
+	claimBody := func(id string, rev any) []byte {
+		b, _ := json.Marshal(map[string]any{"claim": id, "epoch": claims["fcd_epoch"], "revision": rev})
+		return b
+	}
+	f.expect(f.do("POST", claim, api.RoleHost, claimBody("cl_a", claims["fcd_revision"])), http.StatusForbidden, "forbidden-role")
+	f.expect(f.do("POST", claim, api.RoleGateway, claimBody("cl_a", claims["fcd_revision"])), http.StatusForbidden, "forbidden-role")
+	f.expect(f.doAs("POST", claim, f.byID["backend-v1-3"], claimBody("cl_a", claims["fcd_revision"])), http.StatusForbidden, "lease-out-of-scope")
+	f.expect(f.do("POST", claim, api.RoleBackend, []byte(`{"claim":"cl_a"}`)), http.StatusBadRequest, "invalid-request")
+	f.expect(f.do("POST", claim, api.RoleBackend, []byte(`{"claim":"cl_a","epoch":"e","revision":1,"extra":1}`)), http.StatusBadRequest, "malformed-json")
+	f.expect(f.do("POST", claim, api.RoleBackend, claimBody("cl_a", 1)), http.StatusNotFound, "lease-not-found")
+	f.expect(f.do("POST", "/v1/leases/ls_nope/claim", api.RoleBackend, claimBody("cl_a", claims["fcd_revision"])), http.StatusNotFound, "lease-not-found")
+	// An effect cannot be reported for an unclaimed lease.
+	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"effect"}`)), http.StatusConflict, "lease-not-claimed")
+	c := f.doAs("POST", claim, f.byID["backend-v1-4"], claimBody("cl_a", claims["fcd_revision"]))
+	f.expect(c, http.StatusOK, "")
+	if c.body["claim"] != "cl_a" || c.body["lease"] != leaseID {
+		t.Fatalf("claim: %s", c.raw)
+	}
+	f.expect(f.doAs("POST", claim, f.byID["backend-v1-4"], claimBody("cl_a", claims["fcd_revision"])), http.StatusOK, "") // its answer was lost
+	f.expect(f.doAs("POST", claim, f.byID["backend-v1-4"], claimBody("cl_b", claims["fcd_revision"])), http.StatusConflict, "lease-claimed")
+	if ls := openLeases(); len(ls) != 1 || ls[0].(map[string]any)["state"] != "running" ||
+		ls[0].(map[string]any)["claim"].(map[string]any)["id"] != "cl_a" {
+		t.Fatalf("open leases after the claim: %v", ls)
+	}
+	// Running: no token again, no release, no outcome under another claim.
+	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil), http.StatusConflict, "lease-claimed")
+	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"rejected"}`)), http.StatusConflict, "lease-claimed")
+	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"effect","claim":"cl_b"}`)), http.StatusConflict, "lease-claimed")
+
+	// The lease's own pool's backend can, under its claim (the refusals
+	// above changed nothing).
+	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"uncertain","detail":"timeout","claim":"cl_a"}`)), http.StatusOK, "")
 	if ls := openLeases(); len(ls) != 1 || ls[0].(map[string]any)["state"] != "uncertain" {
 		t.Fatalf("open leases after uncertain: %v", ls)
 	}

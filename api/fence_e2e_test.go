@@ -18,10 +18,13 @@ import (
 
 // TestFenceEndToEnd wires the real parts together: authzd's HTTP API on a
 // real embedded etcd, and a backend protected by fencecheck's middleware
-// that fetches authzd's JWKS and reports outcomes to authzd's lease
-// endpoint. An admitted call runs once and its lease closes with the
-// effect; a replay and a call with other arguments never reach the
-// handler.
+// in online mode, which fetches authzd's JWKS, claims each lease at
+// authzd before the effect and reports the outcome under the claim. An
+// admitted call runs once and its lease closes with the effect; a call
+// with other arguments never reaches the handler (and, since the lease was
+// not yet claimed, does not release it here: the intact call comes first
+// in this test); a replay, on this instance or on a second instance with
+// its own memory, never runs.
 func TestFenceEndToEnd(t *testing.T) {
 	f := newFixture(t, 0)
 	snap := f.registerAndSnapshot()
@@ -36,27 +39,37 @@ func TestFenceEndToEnd(t *testing.T) {
 	form := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	f.expect(form, http.StatusCreated, "")
 	src := form.body["source"].(map[string]any)
-	verifier := &fencecheck.Verifier{
-		Pool: "github-v1-4", Artifact: src["artifact"].(map[string]any)["digest"].(string), Config: src["configDigest"].(string),
-		Issuer: "fcd-test", JWKSURL: f.srv.URL + "/.well-known/jwks.json",
-	}
-	if err := verifier.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: f.srv.URL, Credential: string(f.creds[api.RoleBackend])})
+	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend := httptest.NewServer(verifier.Middleware(handler, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
+	newVerifier := func() *fencecheck.Verifier {
+		v := &fencecheck.Verifier{
+			Pool: "github-v1-4", Artifact: src["artifact"].(map[string]any)["digest"].(string), Config: src["configDigest"].(string),
+			Issuer: "fcd-test", JWKSURL: f.srv.URL + "/.well-known/jwks.json", Claimer: claimer,
+		}
+		if err := v.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := httptest.NewServer(newVerifier().Middleware(handler, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
 	defer backend.Close()
+	// A second instance of the pool, with a replay memory of its own.
+	second := httptest.NewServer(newVerifier().Middleware(handler, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
+	defer second.Close()
 
 	adm := f.do("POST", "/v1/formations/"+form.body["id"].(string)+"/admit", api.RoleGateway, nil)
 	f.expect(adm, http.StatusOK, "")
 	token := adm.body["token"].(string)
-	call := func(args string) int {
+	callAt := func(url, args string) int {
 		t.Helper()
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_repository","arguments":%s}}`, args)
-		req, _ := http.NewRequest("POST", backend.URL, bytes.NewReader([]byte(body)))
+		req, _ := http.NewRequest("POST", url, bytes.NewReader([]byte(body)))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(fencecheck.Header, token)
 		resp, err := http.DefaultClient.Do(req)
@@ -66,21 +79,27 @@ func TestFenceEndToEnd(t *testing.T) {
 		defer resp.Body.Close()
 		return resp.StatusCode
 	}
-	if got := call(`{"owner":"octo","repo":"other"}`); got != http.StatusForbidden || effects.Load() != 0 {
-		t.Fatalf("call with other arguments: %d, effects %d", got, effects.Load())
-	}
+	call := func(args string) int { t.Helper(); return callAt(backend.URL, args) }
 	if got := call(`{"repo":"demo","owner":"octo"}`); got != http.StatusOK || effects.Load() != 1 {
 		t.Fatalf("admitted call: %d, effects %d", got, effects.Load())
 	}
+	if got := call(`{"owner":"octo","repo":"other"}`); got != http.StatusForbidden || effects.Load() != 1 {
+		t.Fatalf("call with other arguments: %d, effects %d", got, effects.Load())
+	}
 	if got := call(`{"repo":"demo","owner":"octo"}`); got != http.StatusForbidden || effects.Load() != 1 {
 		t.Fatalf("replay: %d, effects %d", got, effects.Load())
+	}
+	if got := callAt(second.URL, `{"repo":"demo","owner":"octo"}`); got != http.StatusForbidden || effects.Load() != 1 {
+		t.Fatalf("replay on a second instance: %d, effects %d", got, effects.Load())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := rep.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := rep.Stats(); st.Sent != 1 || st.Failed != 0 || st.Dropped != 0 {
+	// The outcome, and the release the refused call asked for (authzd
+	// keeps the running lease: nothing to release).
+	if st := rep.Stats(); st.Sent != 2 || st.Failed != 0 || st.Dropped != 0 {
 		t.Fatalf("reporter stats %+v", st)
 	}
 	// authzd recorded the effect: the lease is closed, the formation

@@ -3,9 +3,13 @@ package api_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"log/slog"
+	"net/http"
+	"strings"
 	"time"
 
+	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
@@ -37,7 +41,7 @@ func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.Format
 	f.t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	f.issuer = iss
-	return authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss, Certificates: f.certificates})
+	return authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss, Certificates: f.certificates, GatewayCaller: f.binding})
 }
 
 // waitPublished waits until the signing key is published in etcd.
@@ -50,4 +54,31 @@ func (f *fixture) waitPublished() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ranWithEffect plays the backend of an admitted call (the answer to an
+// admit): it claims the lease as a fence does before the effect, then
+// reports the effect under its claim.
+func (f *fixture) ranWithEffect(admission reply) {
+	f.t.Helper()
+	tok, _ := admission.body["token"].(string)
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		f.t.Fatalf("admission without a token: %s", admission.raw)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var claims struct {
+		Lease    string `json:"jti"`
+		Epoch    string `json:"fcd_epoch"`
+		Revision int64  `json:"fcd_revision"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		f.t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"claim": "cl_test", "epoch": claims.Epoch, "revision": claims.Revision})
+	f.expect(f.do("POST", "/v1/leases/"+claims.Lease+"/claim", api.RoleBackend, body), http.StatusOK, "")
+	f.expect(f.do("POST", "/v1/leases/"+claims.Lease+"/complete", api.RoleBackend, []byte(`{"outcome":"effect","claim":"cl_test"}`)), http.StatusOK, "")
 }

@@ -47,9 +47,19 @@ type fixture struct {
 	// cfg configured the handler; other transports (the gRPC Check
 	// service) share its use cases.
 	cfg api.Config
+	// binding is the gateway caller binding the use cases enforce.
+	binding authz.CallerBinding
 }
 
+// newFixture serves the API with the gateway caller binding off: the
+// transport tests name formations without an authenticated caller;
+// TestGatewayCallerBinding serves it on (newFixtureBinding).
 func newFixture(t *testing.T, bodyLimit int64) *fixture {
+	t.Helper()
+	return newFixtureBinding(t, bodyLimit, authz.CallerOff)
+}
+
+func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBinding) *fixture {
 	t.Helper()
 	member := etcdtest.Start(t)
 	store := member.Store(t, testPrefix)
@@ -65,7 +75,7 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}}
+	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}, binding: binding}
 	var stored []api.Credential
 	add := func(id string, role api.Role, pools ...string) api.Secret {
 		secret, cred, err := api.NewCredential(id, role)

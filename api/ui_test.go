@@ -363,7 +363,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		f.expect(read, http.StatusCreated, "")
 		a := f.do("POST", "/v1/formations/"+read.body["id"].(string)+"/admit", api.RoleGateway, nil)
 		f.expect(a, http.StatusOK, "")
-		f.expect(f.do("POST", "/v1/leases/"+a.body["lease"].(string)+"/complete", api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusOK, "")
+		f.ranWithEffect(a)
 		id, _ := f.pending(formBody(snap, "ui-c", "github/delete_repository", `{"owner":"octo","repo":"old"}`, "bob", `{"groups":["repo-admins"]}`), 2)
 
 		u := f.openTab(t, browser)

@@ -252,6 +252,13 @@ func (r *Reporter) deliver(rep OutcomeReport) {
 			r.sent.Add(1)
 			return
 		}
+		if rep.Claim == "" && rep.Outcome == OutcomeRejected && errors.Is(err, errNotReleasable) {
+			// A release of a lease another call claimed (it runs there) or
+			// that is closed already: nothing to release, as intended.
+			r.log.Debug("fencecheck: lease not released", "jti", rep.Lease, "err", err)
+			r.sent.Add(1)
+			return
+		}
 		last = err
 		if !retry {
 			break
@@ -291,7 +298,7 @@ func (r *Reporter) post(target string, body []byte) (retry bool, err error) {
 		return true, err
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return false, nil
@@ -299,5 +306,19 @@ func (r *Reporter) post(target string, body []byte) (retry bool, err error) {
 		resp.StatusCode >= 500:
 		return true, fmt.Errorf("authzd answered %s", resp.Status)
 	}
+	if resp.StatusCode == http.StatusConflict {
+		var problem struct {
+			Type string `json:"type"`
+		}
+		_ = json.Unmarshal(msg, &problem)
+		switch problem.Type[strings.LastIndexByte(problem.Type, '#')+1:] {
+		case "lease-claimed", "lease-closed", "lease-uncertain":
+			return false, fmt.Errorf("%w: authzd answered %s", errNotReleasable, problem.Type)
+		}
+	}
 	return false, fmt.Errorf("authzd answered %s: %s", resp.Status, bytes.TrimSpace(msg))
 }
+
+// errNotReleasable: authzd refused a release because the lease is claimed
+// by another call, closed or uncertain.
+var errNotReleasable = errors.New("the lease is not releasable")
