@@ -1,19 +1,30 @@
 // Command gateway measures what fcd adds to an MCP tools/call through real
-// nginx (issue 5, "Benchmark"), in one run, side by side:
+// nginx (issue 5, "Benchmark"), and what the fence's lease claim adds to
+// that (issue 10), in one run, side by side:
 //
-//	(A) fcd:   nginx running examples/gateways/nginx.conf (auth_request
-//	           forward-auth to authzd, which admits the call: an etcd
-//	           transaction and an EdDSA dispatch token) → the real fencecheck
-//	           middleware (token verified against authzd's JWKS, outcome
-//	           reported to authzd asynchronously) → the github v1.4 MCP
-//	           fixture (official MCP Go SDK);
-//	(B) plain: nginx with the same configuration minus fcd (no
-//	           auth_request; see plainNginx for exactly what differs) → the
-//	           same fixture instance, without fencecheck.
+//	(A)  fcd:  nginx running examples/gateways/nginx.conf (auth_basic of
+//	           the client, auth_request forward-auth to authzd, which checks
+//	           the caller and admits the call: an etcd transaction and an
+//	           EdDSA dispatch token) → the real fencecheck middleware in
+//	           online mode (token verified against authzd's JWKS, the lease
+//	           claimed in authzd — a round trip and an etcd transaction —
+//	           before the effect, outcome reported under the claim
+//	           asynchronously) → the github v1.4 MCP fixture (official MCP
+//	           Go SDK);
+//	(A0) fcd, fence offline: the same, but the fence neither claims nor
+//	           reports (fencecheck's offline mode): A/A0 is the claim's cost;
+//	(B)  plain: nginx with the same configuration minus fcd (auth_basic
+//	           kept, no auth_request; see plainNginx for exactly what
+//	           differs) → the same fixture instance, without fencecheck:
+//	           A/B is what fcd adds to a gateway that authenticates its
+//	           clients;
+//	(B0) bare: B without auth_basic, the unprotected path earlier runs
+//	           and the performance budget compare against: A/B0 is what fcd
+//	           and the client authentication of the examples add.
 //
 // The timed operation is one MCP tools/call of github/get_repository by an
 // official MCP Go SDK client, one client session per worker. For A each
-// call carries a fresh formation id (params._meta["dev.fcd/formation"] and,
+// call (and each A0 call) carries a fresh formation id (params._meta["dev.fcd/formation"] and,
 // through gatewaytest.FormationTransport, the Fcd-Formation header), formed
 // ready over authzd's REST API before any timing, one formation per call.
 // B sends the same call without a formation. Any error, refusal or tool
@@ -21,12 +32,12 @@
 //
 //	go run ./bench/gateway [-n1 300] [-n32 2000] [-c 1,32] [-rounds 4] [-warmup N] [-dir DIR]
 //
-// Per concurrency level, after a warm-up of both designs, the timed calls
-// run in rounds of alternating order (A B, B A, ...), so drift favours
-// neither. A's wall time for a round ends when its last call has returned
+// Per concurrency level, after a warm-up of every design, the timed calls
+// run in rounds of rotating order (A A0 B B0, A0 B B0 A, ...), so drift
+// favours none. A's wall time for a round ends when its last call has returned
 // and fencecheck has reported every outcome to authzd, so the background
 // reporting is charged to A and never runs during B's rounds.
-// The summary also gives A/B with that drain excluded (calls only).
+// The summary also gives each ratio with that drain excluded (calls only).
 //
 // Everything but nginx (etcd, authzd, the fixture, fencecheck and the load
 // generator) shares this process and the machine's CPUs with the two nginx
@@ -54,6 +65,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/crypto/bcrypt"
 )
 
 func main() {
@@ -117,16 +129,41 @@ func (o *options) command() string {
 	return cmd
 }
 
-// The designs.
+// The designs, in the order of the first round.
 const (
-	designA = "A"
-	designB = "B"
+	designA  = "A"
+	designA0 = "A0"
+	designB  = "B"
+	designB0 = "B0"
 )
 
+var designs = []string{designA, designA0, designB, designB0}
+
 var designTitle = map[string]string{
-	designA: "A nginx + fcd (forward-auth admission + fencecheck)",
-	designB: "B nginx, no fcd",
+	designA:  "A nginx + fcd (forward-auth admission + fencecheck claiming the lease)",
+	designA0: "A0 nginx + fcd, fence offline (no claim, no report)",
+	designB:  "B nginx, no fcd (auth_basic kept)",
+	designB0: "B0 nginx, no fcd, no client authentication",
 }
+
+// formed says whether design d's calls carry a formation.
+func formed(d string) bool { return d == designA || d == designA0 }
+
+// comparisons are the ratios the summary gives, A against each other
+// design.
+var comparisons = []struct{ other, says string }{
+	{designB, "A/B: what fcd adds to a gateway that authenticates its clients"},
+	{designB0, "A/B0: what fcd and the examples' client authentication add"},
+	{designA0, "A/A0: the lease claim's cost (claim round trip + etcd txn, and the outcome report)"},
+}
+
+// userName and userPassword are the client every nginx authenticates
+// (auth_basic, bcrypt at gatewaytest's cost) and authzd's formations name
+// as principal: the gateway's Fcd-Caller.
+const (
+	userName     = "alice"
+	userPassword = "alice-bench-password"
+)
 
 type bench struct {
 	opts   options
@@ -164,8 +201,9 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		runtime.GOOS, runtime.GOARCH, loadgen.CPUModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
 		kernel(), nginxVersion(), nginxWorkers)
 	fmt.Fprintf(out, "# timed op: MCP tools/call github/%s %s through nginx, official MCP Go SDK client, one session per worker\n", benchTool, benchArgs)
-	fmt.Fprintf(out, "# A: examples/gateways/nginx.conf → authzd /v1/forward_auth (admission, etcd txn, token) → fencecheck → fixture; one fresh ready formation per call\n")
-	fmt.Fprintf(out, "# B: the same nginx.conf without auth_request (plainNginx in bench/gateway/nginx.go) → the same fixture without fencecheck\n")
+	fmt.Fprintf(out, "# A: examples/gateways/nginx.conf (auth_basic) → authzd /v1/forward_auth (caller check, admission, etcd txn, token) → fencecheck online (claim: authzd round trip + etcd txn; outcome report) → fixture; one fresh ready formation per call\n")
+	fmt.Fprintf(out, "# A0: the same, fencecheck offline (no claim, no outcome report) → the same fixture; A/A0 is the claim's cost\n")
+	fmt.Fprintf(out, "# B: the same nginx.conf without auth_request (auth_basic kept; plainNginx in bench/gateway/nginx.go) → the same fixture without fencecheck\n")
 	fmt.Fprintf(out, "# one process holds etcd (data in %s), authzd, fencecheck, the fixture and the load generator; nginx runs apart\n", dir)
 
 	b := &bench{opts: opts, out: out, gw: map[string]*nginx{},
@@ -176,29 +214,37 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return fmt.Errorf("stack: %w", err)
 	}
 	defer b.s.close()
-	data, err := gateways.NewData("127.0.0.1:1", b.s.url, string(b.s.creds[api.RoleGateway]), map[string]string{poolV14: b.s.guarded}, poolV14)
+	user, err := gateways.NewUser(userName, userPassword, bcrypt.MinCost)
 	if err != nil {
 		return err
 	}
-	if b.gw[designA], err = startNginx(dir, "fcd", data, renderFCD); err != nil {
-		return err
+	for _, g := range []struct {
+		d, name, upstream string
+		render            func(gateways.Data) ([]byte, error)
+	}{
+		{designA, "fcd", b.s.guarded, renderFCD},
+		{designA0, "fcd-offline", b.s.offline, renderFCD},
+		{designB, "plain", b.s.bare, renderPlain},
+		{designB0, "bare", b.s.bare, renderPlain},
+	} {
+		data, err := gateways.NewData("127.0.0.1:1", b.s.url, string(b.s.creds[api.RoleGateway]), map[string]string{poolV14: g.upstream}, poolV14)
+		if err != nil {
+			return err
+		}
+		if g.d != designB0 {
+			data.Users = []gateways.User{user}
+		}
+		if b.gw[g.d], err = startNginx(dir, g.name, data, g.render); err != nil {
+			return err
+		}
+		defer b.gw[g.d].stop()
 	}
-	defer b.gw[designA].stop()
-	plain := data
-	plain.Pools = []gateways.Pool{data.Pools[0]}
-	if plain.Pools[0].Endpoint, err = gateways.ParseEndpoint(b.s.bare); err != nil {
-		return err
-	}
-	if b.gw[designB], err = startNginx(dir, "plain", plain, renderPlain); err != nil {
-		return err
-	}
-	defer b.gw[designB].stop()
 
-	// One formation per A call, formed before any timing.
+	// One formation per A and A0 call, formed before any timing.
 	t0, total := time.Now(), 0
 	formed := map[int][]string{}
 	for _, c := range opts.Levels {
-		n := opts.WarmupOps(c) + opts.Ops(c)
+		n := 2 * (opts.WarmupOps(c) + opts.Ops(c))
 		if formed[c], err = b.s.formMany(ctx, fmt.Sprintf("bench-c%d", c), n); err != nil {
 			return fmt.Errorf("forming: %w", err)
 		}
@@ -218,7 +264,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 			return fmt.Errorf("concurrency %d: %w", c, err)
 		}
 		results = append(results, result{c, ph})
-		for _, d := range []string{designA, designB} {
+		for _, d := range designs {
 			if f := ph[d].fails; len(f) > 0 {
 				failed = append(failed, fmt.Sprintf("c=%d design %s: %d calls failed, first: %s", c, d, len(f), f[0]))
 			}
@@ -229,7 +275,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	fmt.Fprintln(out, "| c | design | ops | ops/s | p50 ms | p95 ms | p99 ms |")
 	fmt.Fprintln(out, "|---:|---|---:|---:|---:|---:|---:|")
 	for _, r := range results {
-		for _, d := range []string{designA, designB} {
+		for _, d := range designs {
 			p := r.phases[d]
 			slices.Sort(p.lat)
 			fmt.Fprintf(out, "| %d | %s | %d | %.0f | %.2f | %.2f | %.2f |\n", r.c, designTitle[d], len(p.lat), p.rate(),
@@ -237,17 +283,25 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		}
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| c | A/B throughput | added p50 ms (A − B) | added p95 ms (A − B) | A's report drain ms (in A's time) | A/B throughput, drain excluded |")
-	fmt.Fprintln(out, "|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "| c | comparison | throughput ratio | ratio, A's report drain excluded | added p50 ms | added p95 ms |")
+	fmt.Fprintln(out, "|---:|---|---:|---:|---:|---:|")
 	for _, r := range results {
-		a, bb := r.phases[designA], r.phases[designB]
+		a := r.phases[designA]
 		calls := float64(len(a.lat)) / (a.elapsed - a.drain).Seconds()
-		fmt.Fprintf(out, "| %d | %.2f | %+.2f | %+.2f | %.1f | %.2f |\n", r.c, a.rate()/bb.rate(),
-			loadgen.MS(loadgen.Percentile(a.lat, .50)-loadgen.Percentile(bb.lat, .50)), loadgen.MS(loadgen.Percentile(a.lat, .95)-loadgen.Percentile(bb.lat, .95)), loadgen.MS(a.drain), calls/bb.rate())
+		for _, cmp := range comparisons {
+			o := r.phases[cmp.other]
+			fmt.Fprintf(out, "| %d | %s | %.2f | %.2f | %+.2f | %+.2f |\n", r.c, cmp.says, a.rate()/o.rate(), calls/o.rate(),
+				loadgen.MS(loadgen.Percentile(a.lat, .50)-loadgen.Percentile(o.lat, .50)), loadgen.MS(loadgen.Percentile(a.lat, .95)-loadgen.Percentile(o.lat, .95)))
+		}
+	}
+	fmt.Fprintln(out)
+	for _, r := range results {
+		fmt.Fprintf(out, "# c=%d: A's report drain after its last call, counted in A's time: %.1f ms\n", r.c, loadgen.MS(r.phases[designA].drain))
 	}
 
-	// What ran where: every A call ran under a lease (its token reached the
-	// fixture through fencecheck), no B call did.
+	// What ran where: every A and A0 call ran under a lease (its token
+	// reached the fixture through fencecheck), no B call did; every A call
+	// was claimed and reported.
 	var leased, bare int
 	for _, e := range b.s.rec.Effects(fixtures.Filter{Tool: benchTool}) {
 		if e.Lease != "" {
@@ -256,15 +310,17 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 			bare++
 		}
 	}
-	var wantA, wantB int
+	var wantA, wantA0, wantB int
 	for _, r := range results {
 		wantA += len(r.phases[designA].lat) + opts.WarmupOps(r.c)
-		wantB += len(r.phases[designB].lat) + opts.WarmupOps(r.c)
+		wantA0 += len(r.phases[designA0].lat) + opts.WarmupOps(r.c)
+		wantB += len(r.phases[designB].lat) + len(r.phases[designB0].lat) + 2*opts.WarmupOps(r.c)
 	}
 	sent, rerr := b.s.reported()
-	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A, want %d), %d without (B, want %d); outcome reports sent to authzd: %d\n",
-		leased, wantA, bare, wantB, sent)
-	for _, d := range []string{designA, designB} {
+	claims, cerr := b.s.claims(ctx)
+	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A and A0, want %d), %d without (B and B0, want %d); leases claimed in authzd: %d (A, want %d); outcome reports sent to authzd: %d\n",
+		leased, wantA+wantA0, bare, wantB, claims, wantA, sent)
+	for _, d := range designs {
 		if err := b.gw[d].alive(); err != nil {
 			failed = append(failed, fmt.Sprintf("design %s: %v", d, err))
 		}
@@ -272,8 +328,12 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	switch {
 	case rerr != nil:
 		failed = append(failed, rerr.Error())
-	case leased != wantA || bare != wantB:
-		failed = append(failed, fmt.Sprintf("effects: %d leased, %d bare, want %d and %d", leased, bare, wantA, wantB))
+	case cerr != nil:
+		failed = append(failed, cerr.Error())
+	case leased != wantA+wantA0 || bare != wantB:
+		failed = append(failed, fmt.Sprintf("effects: %d leased, %d bare, want %d and %d", leased, bare, wantA+wantA0, wantB))
+	case claims != uint64(wantA) || sent != uint64(wantA):
+		failed = append(failed, fmt.Sprintf("%d leases claimed and %d outcomes reported, want %d each (A's calls)", claims, sent, wantA))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("the figures above are not valid:\n  %s", strings.Join(failed, "\n  "))
@@ -293,7 +353,7 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 			}
 		}
 	}()
-	for _, d := range []string{designA, designB} {
+	for _, d := range designs {
 		for range c {
 			s, err := b.connect(ctx, d)
 			if err != nil {
@@ -304,24 +364,24 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 	}
 	warm := b.opts.WarmupOps(c)
 	next := func(n int) []string { out := ids[:n]; ids = ids[n:]; return out }
-	for _, d := range []string{designA, designB} {
+	for _, d := range designs {
 		p := b.phase(ctx, d, sessions[d], warm, next)
 		if len(p.fails) > 0 {
 			return nil, fmt.Errorf("warm-up of %s: %d calls failed, first: %s", d, len(p.fails), p.fails[0])
 		}
 	}
-	res := map[string]*phase{designA: {}, designB: {}}
+	res := map[string]*phase{}
+	for _, d := range designs {
+		res[d] = &phase{}
+	}
 	n := b.opts.Ops(c)
 	for r := range b.opts.Rounds {
 		k := n / b.opts.Rounds
 		if r == b.opts.Rounds-1 {
 			k = n - k*(b.opts.Rounds-1)
 		}
-		order := []string{designA, designB}
-		if r%2 == 1 {
-			order = []string{designB, designA}
-		}
-		for _, d := range order {
+		for i := range designs {
+			d := designs[(r+i)%len(designs)]
 			p := b.phase(ctx, d, sessions[d], k, next)
 			t := res[d]
 			t.lat = append(t.lat, p.lat...)
@@ -334,11 +394,12 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 }
 
 // phase runs n calls of design d over the sessions (one worker each).
-// For A, it takes n formation ids from next and, after the last call,
-// waits until fencecheck reported every outcome (counted in elapsed).
+// For A and A0, it takes n formation ids from next; for A, after the last
+// call, it waits until fencecheck reported every outcome (counted in
+// elapsed).
 func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next func(int) []string) *phase {
 	var ids []string
-	if d == designA {
+	if formed(d) {
 		ids = next(n)
 	}
 	lats := make([][]time.Duration, len(ss))
@@ -401,7 +462,8 @@ func (b *bench) connect(ctx context.Context, d string) (*session, error) {
 		// FormationTransport copies _meta's formation id into the
 		// Fcd-Formation header (what a host in front of forward-auth
 		// does); B's calls carry none, and pass through the same code.
-		HTTPClient:           &http.Client{Transport: gatewaytest.FormationTransport(b.client)},
+		// Every nginx authenticates the client (auth_basic).
+		HTTPClient:           &http.Client{Transport: gatewaytest.FormationTransport(gatewaytest.BasicAuth(b.client, userName, userPassword))},
 		DisableStandaloneSSE: true,
 	}
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -419,7 +481,7 @@ func (s *session) close() {
 	}
 }
 
-// call sends the timed tools/call; id is the formation (A) or "" (B). A
+// call sends the timed tools/call; id is the formation (A, A0) or "" (B). A
 // call that errs or returns a tool error is a failure; after a transport
 // error the session is replaced, as a real host must (the SDK client ends
 // its session on a gateway's non-JSON-RPC refusal). There should be none.

@@ -27,12 +27,20 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []string{
 		"# reproduce: go run ./bench/gateway -n1 6 -n32 12 -c 1,4 -rounds 2 -warmup 2 -dir ",
 		"# machine: ",
-		"| 1 | A nginx + fcd (forward-auth admission + fencecheck) | 6 |",
-		"| 1 | B nginx, no fcd | 6 |",
-		"| 4 | A nginx + fcd (forward-auth admission + fencecheck) | 12 |",
-		"| 4 | B nginx, no fcd | 12 |",
-		"| c | A/B throughput | added p50 ms (A − B) | added p95 ms (A − B) |",
-		"# fixture effects: 22 under a lease (A, want 22), 22 without (B, want 22); outcome reports sent to authzd: 22",
+		"| 1 | A nginx + fcd (forward-auth admission + fencecheck claiming the lease) | 6 |",
+		"| 1 | A0 nginx + fcd, fence offline (no claim, no report) | 6 |",
+		"| 1 | B nginx, no fcd (auth_basic kept) | 6 |",
+		"| 1 | B0 nginx, no fcd, no client authentication | 6 |",
+		"| 4 | A nginx + fcd (forward-auth admission + fencecheck claiming the lease) | 12 |",
+		"| 4 | A0 nginx + fcd, fence offline (no claim, no report) | 12 |",
+		"| 4 | B nginx, no fcd (auth_basic kept) | 12 |",
+		"| 4 | B0 nginx, no fcd, no client authentication | 12 |",
+		"| c | comparison | throughput ratio | ratio, A's report drain excluded | added p50 ms | added p95 ms |",
+		"| 1 | A/B: what fcd adds to a gateway that authenticates its clients | ",
+		"| 4 | A/B0: what fcd and the examples' client authentication add | ",
+		"| 4 | A/A0: the lease claim's cost (claim round trip + etcd txn, and the outcome report) | ",
+		"# c=4: A's report drain after its last call, counted in A's time: ",
+		"# fixture effects: 44 under a lease (A and A0, want 44), 44 without (B and B0, want 44); leases claimed in authzd: 22 (A, want 22); outcome reports sent to authzd: 22",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -58,11 +66,21 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// TestPlainConfig: design B's nginx.conf has no trace of fcd.
+// TestPlainConfig: design B's nginx.conf has no trace of fcd and
+// authenticates the client; design B0's (no users) does not.
 func TestPlainConfig(t *testing.T) {
 	d, err := gatewaysData()
 	if err != nil {
 		t.Fatal(err)
+	}
+	b0 := d
+	b0.Users = nil
+	bare, err := renderPlain(b0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(bare, []byte("auth_basic")) {
+		t.Errorf("B0's nginx.conf authenticates:\n%s", bare)
 	}
 	text, err := renderPlain(d)
 	if err != nil {
@@ -73,7 +91,7 @@ func TestPlainConfig(t *testing.T) {
 			t.Errorf("plain nginx.conf contains %q:\n%s", absent, text)
 		}
 	}
-	for _, present := range []string{"listen 127.0.0.1:8080;", "server 127.0.0.1:9001;", "proxy_pass http://fcd_pool_github-v1-4;", "keepalive 16;"} {
+	for _, present := range []string{"auth_basic_user_file fcd-users;", "listen 127.0.0.1:8080;", "server 127.0.0.1:9001;", "proxy_pass http://fcd_pool_github-v1-4;", "keepalive 16;"} {
 		if !bytes.Contains(text, []byte(present)) {
 			t.Errorf("plain nginx.conf lacks %q:\n%s", present, text)
 		}
@@ -81,5 +99,7 @@ func TestPlainConfig(t *testing.T) {
 }
 
 func gatewaysData() (gateways.Data, error) {
-	return gateways.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", "cred", map[string]string{poolV14: "http://127.0.0.1:9001"}, poolV14)
+	d, err := gateways.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", "cred", map[string]string{poolV14: "http://127.0.0.1:9001"}, poolV14)
+	d.Users = []gateways.User{{Name: "alice", Hash: "$2y$04$abcdefghijklmnopqrstuu5qrpJ0CSlPGVsdMqGJSUaqxL6vsbN7u"}}
+	return d, err
 }

@@ -20,13 +20,16 @@ import (
 
 // plainNginx is design B's nginx.conf: examples/gateways/nginx.conf with
 // fcd taken out and nothing else changed. Same global settings, access log,
-// temporary paths, body limit, upstream (keepalive 16) and proxy settings
-// (HTTP/1.1 keep-alive, buffering off, Host and X-Forwarded-* headers).
-// What differs: no auth_request (no subrequest to authzd, no
-// /_fcd_forward_auth location, no fcd_authzd upstream), no
-// auth_request_set, no Fcd-Dispatch-Token / Fcd-Target request headers, no
-// 401/403 problem locations, and proxy_pass names the default pool's
-// upstream directly instead of through the $fcd_target map.
+// temporary paths, body limit, client authentication (auth_basic against
+// the same bcrypt user file: a gateway authenticates its clients with or
+// without fcd; design B0, without users, leaves it out too), upstream
+// (keepalive 16) and proxy settings (HTTP/1.1 keep-alive, buffering off,
+// Host and X-Forwarded-* headers). What differs: no auth_request (no
+// subrequest to authzd, no /_fcd_forward_auth location, no fcd_authzd
+// upstream), no auth_request_set, no Fcd-Caller, Fcd-Dispatch-Token or
+// Fcd-Target request headers, no 401/403 problem locations, and proxy_pass
+// names the default pool's upstream directly instead of through the
+// $fcd_target map.
 const plainNginx = `pid nginx.pid;
 error_log error.log notice;
 
@@ -56,6 +59,11 @@ http {
         listen {{.Listen.HostPort}};
 
         location / {
+{{- if .Users}}
+            auth_basic "gateway";
+            auth_basic_user_file fcd-users;
+{{- end}}
+
             proxy_pass http://fcd_pool_{{.DefaultPool.Name}};
 
             proxy_http_version 1.1;
@@ -110,7 +118,7 @@ func nginxVersion() string {
 // internal/gatewaytest does.
 func renderFCD(d gateways.Data) ([]byte, error) { return gateways.Render(gateways.Nginx, d) }
 
-// renderPlain renders plainNginx (design B).
+// renderPlain renders plainNginx (designs B and, without users, B0).
 func renderPlain(d gateways.Data) ([]byte, error) {
 	tmpl, err := template.New("plain").Option("missingkey=error").Parse(plainNginx)
 	if err != nil {
@@ -146,6 +154,13 @@ func startNginx(parent, name string, data gateways.Data, render func(gateways.Da
 	}
 	conf := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(conf, text, 0o600); err != nil {
+		return nil, err
+	}
+	users, err := gateways.Htpasswd(data.Users)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, gateways.NginxUsers), users, 0o600); err != nil {
 		return nil, err
 	}
 	global := fmt.Sprintf("daemon off; worker_processes %d;", nginxWorkers)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The stack below is internal/e2e's startStack (stack_test.go), reduced to
@@ -31,10 +34,13 @@ import (
 // etcd member, authzd's full api.New handler over real HTTP with a
 // credential per role, the embedded default policies and a published EdDSA
 // signing key; the v1.4 manifest registered (signed by a trusted registrar
-// key) over REST; the github v1.4 fixture served over real HTTP twice, once
-// behind the real fencecheck middleware (keys from authzd's JWKS, outcomes
-// reported to authzd with a backend credential) for design A, once bare for
-// design B. One fixture instance serves both, so the backend is the same.
+// key) over REST; the github v1.4 fixture served over real HTTP three
+// times: behind the real fencecheck middleware in online mode (keys from
+// authzd's JWKS, each lease claimed in authzd before the effect, outcomes
+// reported under the claim, with a backend credential) for design A; behind
+// the same middleware in offline mode (no claim, no report) for design A0;
+// bare for design B. One fixture instance serves all three, so the backend
+// is the same.
 
 const (
 	issuerName = "fcd-bench-gateway"
@@ -50,11 +56,12 @@ type stack struct {
 	http  *http.Client
 	rec   *fixtures.Recorder
 	rep   *fencecheck.Reporter
-	// guarded and bare are the base URLs of the fixture behind fencecheck
-	// and without it.
-	guarded, bare string
-	snapshot      string
-	closers       []func()
+	// guarded, offline and bare are the base URLs of the fixture behind
+	// fencecheck online (claims), behind fencecheck offline, and without
+	// it.
+	guarded, offline, bare string
+	snapshot               string
+	closers                []func()
 }
 
 // close stops everything started, in reverse order.
@@ -73,6 +80,10 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		}
 	}()
 	quiet := slog.New(slog.DiscardHandler)
+	// No lease of this run can be older than its store: the offline fence
+	// counts as started before it, so that no admission of the run falls
+	// within its skew after the start (admitted_before_start).
+	offlineStarted := time.Now().Add(-time.Minute)
 
 	clientAddr, err := loadgen.FreeAddr()
 	if err != nil {
@@ -181,21 +192,35 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		defer cancel()
 		_ = s.rep.Close(cctx)
 	})
-	v := rel.Verifier(0)
-	v.Issuer, v.JWKSURL = issuerName, s.url+"/.well-known/jwks.json"
-	if err := v.Validate(); err != nil {
+	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend])})
+	if err != nil {
 		return nil, err
 	}
+	online, offline := rel.Verifier(0), rel.Verifier(0)
+	online.Claimer = claimer
+	offline.Started = offlineStarted
 	fx := fixtures.MustNew("github", "v1.4", fixtures.Options{Sink: s.rec, Logger: quiet})
-	guarded := v.Middleware(fx, fencecheck.MiddlewareOptions{Server: "github", Reporter: s.rep, Timeout: 10 * time.Second, Logger: quiet})
-	muxA, muxB := http.NewServeMux(), http.NewServeMux()
-	muxA.Handle("/mcp", guarded)
-	muxB.Handle("/mcp", fx)
-	if s.guarded, err = serve(s, muxA); err != nil {
-		return nil, err
+	var guardedA, guardedA0 http.Handler
+	for _, g := range []struct {
+		v   *fencecheck.Verifier
+		rep fencecheck.OutcomeReporter
+		h   *http.Handler
+	}{{online, s.rep, &guardedA}, {offline, nil, &guardedA0}} {
+		g.v.Issuer, g.v.JWKSURL = issuerName, s.url+"/.well-known/jwks.json"
+		if err := g.v.Validate(); err != nil {
+			return nil, err
+		}
+		*g.h = g.v.Middleware(fx, fencecheck.MiddlewareOptions{Server: "github", Reporter: g.rep, Timeout: 10 * time.Second, Logger: quiet})
 	}
-	if s.bare, err = serve(s, muxB); err != nil {
-		return nil, err
+	for _, m := range []struct {
+		h   http.Handler
+		url *string
+	}{{guardedA, &s.guarded}, {guardedA0, &s.offline}, {fx, &s.bare}} {
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", m.h)
+		if *m.url, err = serve(s, mux); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -307,4 +332,43 @@ func (s *stack) waitReported(ctx context.Context, n uint64) error {
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
+}
+
+// claims is how many leases authzd says a backend claimed
+// (fcd_lease_claims_total{result="claimed_now"} on its /metrics), and an
+// error if any claim was refused.
+func (s *stack) claims(ctx context.Context) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", s.url+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("authzd /metrics: %w", err)
+	}
+	var claimed uint64
+	var refused []string
+	for _, m := range families["fcd_lease_claims_total"].GetMetric() {
+		result, n := "", m.GetCounter().GetValue()
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "result" {
+				result = l.GetValue()
+			}
+		}
+		if result == "claimed_now" {
+			claimed = uint64(n)
+		} else if n > 0 {
+			refused = append(refused, fmt.Sprintf("%s: %.0f", result, n))
+		}
+	}
+	if len(refused) > 0 {
+		return claimed, fmt.Errorf("authzd refused lease claims: %s", strings.Join(refused, ", "))
+	}
+	return claimed, nil
 }
