@@ -1,0 +1,111 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the store. Callers match them with errors.Is.
+var (
+	// ErrUnavailable: etcd did not answer in time or has no quorum. Nothing
+	// may be dispatched on this answer.
+	ErrUnavailable = errors.New("lease: store unavailable")
+	// ErrEpochNotFound: no epoch has this id.
+	ErrEpochNotFound = errors.New("lease: epoch not found")
+	// ErrSnapshotNotFound: no snapshot has this id.
+	ErrSnapshotNotFound = errors.New("lease: snapshot not found")
+	// ErrToolNotFound: the snapshot does not list this tool.
+	ErrToolNotFound = errors.New("lease: tool not in snapshot")
+	// ErrNoActiveEpochs: a snapshot was asked for but no ACTIVE epoch
+	// matches.
+	ErrNoActiveEpochs = errors.New("lease: no active epochs to snapshot")
+	// ErrTooLarge: a record exceeds what etcd accepts in one request.
+	ErrTooLarge = errors.New("lease: record too large for the store")
+	// ErrCorrupt: a stored record does not decode or fails its digest check.
+	ErrCorrupt = errors.New("lease: stored record is corrupt")
+)
+
+// Errors of admission and the lease lifecycle.
+var (
+	// ErrLeaseNotFound: no lease has this id.
+	ErrLeaseNotFound = errors.New("lease: lease not found")
+	// ErrLeaseClosed: the lease was already completed or released.
+	ErrLeaseClosed = errors.New("lease: lease already closed")
+	// ErrLeaseUncertain: the lease's outcome is unknown; only an operator's
+	// resolution or a newer backend generation releases it.
+	ErrLeaseUncertain = errors.New("lease: lease outcome is uncertain")
+	// ErrLeaseNotUncertain: a resolution for a lease that is not uncertain.
+	ErrLeaseNotUncertain = errors.New("lease: lease is not uncertain")
+	// ErrStaleGeneration: a generation not newer than the recorded one.
+	ErrStaleGeneration = errors.New("lease: generation is not newer than the recorded one")
+)
+
+// Errors of claims.
+var (
+	// ErrLeaseClaimed: another call claimed the lease first (a replay on
+	// another instance, after a restart or a re-admission), or an outcome
+	// was reported under another claim than the lease's.
+	ErrLeaseClaimed = errors.New("lease: lease already claimed by another call")
+	// ErrLeaseNotClaimed: an outcome other than rejected was reported for
+	// a lease no backend claimed, or under a claim the lease does not
+	// have: no effect can have run under it.
+	ErrLeaseNotClaimed = errors.New("lease: lease was not claimed")
+)
+
+// Errors of certificates.
+var (
+	// ErrCertificateNotFound: no certificate has this id.
+	ErrCertificateNotFound = errors.New("lease: certificate not found")
+	// ErrCertificateRevoked: the certificate was revoked already.
+	ErrCertificateRevoked = errors.New("lease: certificate already revoked")
+)
+
+// Errors of formations.
+var (
+	// ErrFormationNotFound: no formation has this id (or it was collected).
+	ErrFormationNotFound = errors.New("lease: formation not found")
+	// ErrConflict: a compare-and-swap update lost to concurrent writers too
+	// many times in a row.
+	ErrConflict = errors.New("lease: too many concurrent updates")
+)
+
+// StateError reports a lifecycle call on an epoch that is not in the state
+// the call needs (drain of a DRAINING epoch, retire of an ACTIVE one).
+type StateError struct {
+	Epoch string
+	State State
+	Want  State
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("lease: epoch %s is %s, want %s", e.Epoch, e.State, e.Want)
+}
+
+// RetireBlockedError reports a retire refused because lease markers still
+// exist under the epoch.
+type RetireBlockedError struct {
+	Epoch     string
+	Active    int
+	Uncertain int
+}
+
+func (e *RetireBlockedError) Error() string {
+	return fmt.Sprintf("lease: epoch %s still has %d active and %d uncertain leases", e.Epoch, e.Active, e.Uncertain)
+}
+
+// DependencyError reports an admission refused by the session ledger: a
+// required tool has not completed, or an exclusive tool is admitted or
+// completed in the session.
+type DependencyError struct {
+	Tool string
+	// Exclusive is false for an unmet requires, true for an exclusive
+	// conflict.
+	Exclusive bool
+}
+
+func (e *DependencyError) Error() string {
+	if e.Exclusive {
+		return fmt.Sprintf("lease: %s is exclusive with this tool and was already admitted or ran in the session", e.Tool)
+	}
+	return fmt.Sprintf("lease: required tool %s has not completed with a result in the session", e.Tool)
+}
