@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -46,9 +47,9 @@ func (s *server) claimLease(w http.ResponseWriter, r *http.Request) {
 }
 
 type completeRequest struct {
-	Outcome authz.Outcome `json:"outcome"`
-	Detail  string        `json:"detail"`
-	Claim   string        `json:"claim"`
+	Outcome record.Outcome `json:"outcome"`
+	Detail  string         `json:"detail"`
+	Claim   string         `json:"claim"`
 }
 
 func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
@@ -69,8 +70,8 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 }
 
 type resolveRequest struct {
-	Outcome authz.Outcome `json:"outcome"`
-	Reason  string        `json:"reason"`
+	Outcome record.Outcome `json:"outcome"`
+	Reason  string         `json:"reason"`
 }
 
 func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {

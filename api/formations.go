@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/go-chi/chi/v5"
 )
 
@@ -40,7 +41,7 @@ func (s *server) createFormation(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/v1/formations/"+f.ID)
 	status := http.StatusCreated
-	if f.Status == authz.StatusDenied {
+	if f.Status == record.StatusDenied {
 		status = http.StatusForbidden
 	}
 	writeJSON(w, status, f)
@@ -56,7 +57,7 @@ func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
-	fs, err := s.formations.List(r.Context(), authz.Status(r.URL.Query().Get("status")))
+	fs, err := s.formations.List(r.Context(), record.Status(r.URL.Query().Get("status")))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -66,9 +67,9 @@ func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
 
 // approvalRequest is the body of POST /v1/formations/{id}/approvals.
 type approvalRequest struct {
-	Decision authz.ApprovalDecision `json:"decision"`
-	Digest   string                 `json:"digest"`
-	Reason   string                 `json:"reason"`
+	Decision record.ApprovalDecision `json:"decision"`
+	Digest   string                  `json:"digest"`
+	Reason   string                  `json:"reason"`
 }
 
 // approveFormation records a human decision bound to the digest the

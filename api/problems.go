@@ -10,6 +10,8 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // ProblemBase prefixes every problem type; the fragment is the stable slug
@@ -95,34 +97,34 @@ func problemRules() []problemRule {
 				return nil
 			}},
 		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
-		{match: is(authz.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
-		{match: is(authz.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
-		{match: as[*authz.LintError](), status: 422, slug: "lint-failed", title: "Manifest fails MCP+ lint",
+		{match: is(manifest.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
+		{match: is(manifest.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
+		{match: as[*manifest.LintError](), status: 422, slug: "lint-failed", title: "Manifest fails MCP+ lint",
 			ext: func(err error) map[string]any {
-				var le *authz.LintError
+				var le *manifest.LintError
 				errors.As(err, &le)
 				return map[string]any{"findings": le.Findings}
 			}},
 		{match: is(authz.ErrBadRequest), status: 400, slug: "invalid-request", title: "Invalid request"},
 		{match: is(authz.ErrBadReference), status: 422, slug: "unknown-reference", title: "Unknown snapshot or tool"},
-		{match: as[*authz.ArgumentError](), status: 422, slug: "invalid-arguments", title: "Arguments do not satisfy the tool's input schema",
+		{match: as[*manifest.ArgumentError](), status: 422, slug: "invalid-arguments", title: "Arguments do not satisfy the tool's input schema",
 			ext: func(err error) map[string]any {
-				var ae *authz.ArgumentError
+				var ae *manifest.ArgumentError
 				errors.As(err, &ae)
 				return map[string]any{"violations": ae.Violations}
 			}},
-		{match: is(authz.ErrBadSignature), status: 401, slug: "bad-signature", title: "Signature invalid"},
-		{match: is(authz.ErrUntrustedSigner), status: 403, slug: "untrusted-signer", title: "Signer not trusted"},
+		{match: is(manifest.ErrBadSignature), status: 401, slug: "bad-signature", title: "Signature invalid"},
+		{match: is(manifest.ErrUntrustedSigner), status: 403, slug: "untrusted-signer", title: "Signer not trusted"},
 		{match: is(authz.ErrCertificateMismatch), status: 422, slug: "certificate-mismatch", title: "Certificate does not fit the registered epochs"},
 		{match: is(authz.ErrCertificateExpired), status: 422, slug: "certificate-expired", title: "Certificate has expired"},
-		{match: is(authz.ErrCertificateNotFound), status: 404, slug: "certificate-not-found", title: "Certificate not found"},
-		{match: is(authz.ErrCertificateRevoked), status: 409, slug: "certificate-revoked", title: "Certificate already revoked"},
+		{match: is(record.ErrCertificateNotFound), status: 404, slug: "certificate-not-found", title: "Certificate not found"},
+		{match: is(record.ErrCertificateRevoked), status: 409, slug: "certificate-revoked", title: "Certificate already revoked"},
 		{match: is(authz.ErrCertificatesDisabled), status: 503, slug: "certificates-disabled", title: "No compatibility issuer keys are configured",
 			retryAfter: noRetry},
-		{match: is(authz.ErrEpochNotFound), status: 404, slug: "epoch-not-found", title: "Epoch not found"},
-		{match: is(authz.ErrSnapshotNotFound), status: 404, slug: "snapshot-not-found", title: "Snapshot not found"},
-		{match: is(authz.ErrToolNotFound), status: 404, slug: "tool-not-found", title: "Tool not in snapshot"},
-		{match: is(authz.ErrFormationNotFound), status: 404, slug: "formation-not-found", title: "Formation not found"},
+		{match: is(record.ErrEpochNotFound), status: 404, slug: "epoch-not-found", title: "Epoch not found"},
+		{match: is(record.ErrSnapshotNotFound), status: 404, slug: "snapshot-not-found", title: "Snapshot not found"},
+		{match: is(record.ErrToolNotFound), status: 404, slug: "tool-not-found", title: "Tool not in snapshot"},
+		{match: is(record.ErrFormationNotFound), status: 404, slug: "formation-not-found", title: "Formation not found"},
 		{match: is(authz.ErrSelfApproval), status: 403, slug: "self-approval", title: "Self-approval is not allowed"},
 		{match: is(authz.ErrDigestMismatch), status: 409, slug: "digest-mismatch", title: "Digest does not match the formation"},
 		{match: is(authz.ErrNotPending), status: 409, slug: "not-pending", title: "Formation is not pending approval"},
@@ -133,53 +135,53 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrCallerMismatch), status: 403, slug: "caller-mismatch", title: "The gateway's caller is not the formation's principal"},
 		{match: is(authz.ErrFormationRequired), status: 403, slug: "formation-required", title: "A tools/call needs a formation"},
 		{match: is(authz.ErrPolicyNowDenies), status: 403, slug: "policy-denies", title: "The policy in force now denies the call"},
-		{match: func(err error) bool { var de *authz.DependencyError; return errors.As(err, &de) && !de.Exclusive },
+		{match: func(err error) bool { var de *record.DependencyError; return errors.As(err, &de) && !de.Exclusive },
 			status: 403, slug: "dependency-unmet", title: "A required tool has not completed in the session",
 			ext: func(err error) map[string]any {
-				var de *authz.DependencyError
+				var de *record.DependencyError
 				errors.As(err, &de)
 				return map[string]any{"tool": de.Tool}
 			}},
-		{match: func(err error) bool { var de *authz.DependencyError; return errors.As(err, &de) && de.Exclusive },
+		{match: func(err error) bool { var de *record.DependencyError; return errors.As(err, &de) && de.Exclusive },
 			status: 403, slug: "exclusive-conflict", title: "An exclusive tool was already admitted or completed in the session",
 			ext: func(err error) map[string]any {
-				var de *authz.DependencyError
+				var de *record.DependencyError
 				errors.As(err, &de)
 				return map[string]any{"tool": de.Tool}
 			}},
 		{match: is(authz.ErrSourceDraining), status: 409, slug: "source-draining", title: "Source epoch is draining", retryAfter: "5"},
 		{match: is(authz.ErrSourceStale), status: 410, slug: "source-stale", title: "Source epoch is stale and no successor is eligible"},
-		{match: is(authz.ErrLeaseNotFound), status: 404, slug: "lease-not-found", title: "Lease not found"},
-		{match: is(authz.ErrLeaseClosed), status: 409, slug: "lease-closed", title: "Lease already closed"},
+		{match: is(record.ErrLeaseNotFound), status: 404, slug: "lease-not-found", title: "Lease not found"},
+		{match: is(record.ErrLeaseClosed), status: 409, slug: "lease-closed", title: "Lease already closed"},
 		{match: is(authz.ErrLeaseOutOfScope), status: 403, slug: "lease-out-of-scope", title: "Lease is of a pool this credential may not report for"},
-		{match: is(authz.ErrLeaseUncertain), status: 409, slug: "lease-uncertain", title: "Lease outcome is uncertain"},
-		{match: is(authz.ErrLeaseNotUncertain), status: 409, slug: "lease-not-uncertain", title: "Lease is not uncertain"},
-		{match: is(authz.ErrLeaseClaimed), status: 409, slug: "lease-claimed", title: "Lease already claimed by another call"},
-		{match: is(authz.ErrLeaseNotClaimed), status: 409, slug: "lease-not-claimed", title: "Lease was not claimed"},
-		{match: is(authz.ErrStaleGeneration), status: 409, slug: "stale-generation", title: "Generation is not newer"},
+		{match: is(record.ErrLeaseUncertain), status: 409, slug: "lease-uncertain", title: "Lease outcome is uncertain"},
+		{match: is(record.ErrLeaseNotUncertain), status: 409, slug: "lease-not-uncertain", title: "Lease is not uncertain"},
+		{match: is(record.ErrLeaseClaimed), status: 409, slug: "lease-claimed", title: "Lease already claimed by another call"},
+		{match: is(record.ErrLeaseNotClaimed), status: 409, slug: "lease-not-claimed", title: "Lease was not claimed"},
+		{match: is(record.ErrStaleGeneration), status: 409, slug: "stale-generation", title: "Generation is not newer"},
 		{match: is(errRouteNotFound), status: 404, slug: "not-found", title: "Not found"},
 		{match: is(errMethodNotAllowed), status: 405, slug: "method-not-allowed", title: "Method not allowed"},
-		{match: as[*authz.StateError](), status: 409, slug: "epoch-state-conflict", title: "Epoch is not in the required state",
+		{match: as[*record.StateError](), status: 409, slug: "epoch-state-conflict", title: "Epoch is not in the required state",
 			ext: func(err error) map[string]any {
-				var se *authz.StateError
+				var se *record.StateError
 				errors.As(err, &se)
 				return map[string]any{"epoch": se.Epoch, "state": se.State, "requiredState": se.Want}
 			}},
-		{match: as[*authz.RetireBlockedError](), status: 409, slug: "leases-outstanding", title: "Lease markers remain under the epoch",
+		{match: as[*record.RetireBlockedError](), status: 409, slug: "leases-outstanding", title: "Lease markers remain under the epoch",
 			ext: func(err error) map[string]any {
-				var rb *authz.RetireBlockedError
+				var rb *record.RetireBlockedError
 				errors.As(err, &rb)
 				return map[string]any{"epoch": rb.Epoch, "activeLeases": rb.Active, "uncertainLeases": rb.Uncertain}
 			}},
-		{match: is(authz.ErrNoActiveEpochs), status: 409, slug: "no-active-epochs", title: "No ACTIVE epoch to snapshot"},
-		{match: is(authz.ErrTooLarge), status: 413, slug: "record-too-large", title: "Record too large for the store"},
-		{match: is(authz.ErrConflict), status: 503, slug: "contention", title: "Too many concurrent updates",
+		{match: is(record.ErrNoActiveEpochs), status: 409, slug: "no-active-epochs", title: "No ACTIVE epoch to snapshot"},
+		{match: is(record.ErrTooLarge), status: 413, slug: "record-too-large", title: "Record too large for the store"},
+		{match: is(record.ErrConflict), status: 503, slug: "contention", title: "Too many concurrent updates",
 			detail: "the record was updated concurrently too many times in a row; retry"},
 		{match: is(authz.ErrSigningKeyUnpublished), status: 503, slug: "signing-key-unpublished", title: "Signing key not published",
 			retryAfter: "1"},
 		{match: is(authz.ErrAdmissionDisabled), status: 503, slug: "admission-disabled", title: "Admission is not configured",
 			retryAfter: noRetry},
-		{match: is(authz.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
+		{match: is(record.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
 			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)"},
 	}
 }

@@ -6,18 +6,19 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/go-chi/chi/v5"
 )
 
 // registerResponse is the answer to POST /v1/manifests.
 type registerResponse struct {
-	Epoch    string          `json:"epoch"`
-	State    authz.State     `json:"state"`
-	Server   string          `json:"server"`
-	Release  string          `json:"release"`
-	Pool     string          `json:"pool"`
-	Findings []authz.Finding `json:"findings"`
+	Epoch    string             `json:"epoch"`
+	State    record.State       `json:"state"`
+	Server   string             `json:"server"`
+	Release  string             `json:"release"`
+	Pool     string             `json:"pool"`
+	Findings []manifest.Finding `json:"findings"`
 }
 
 // registerManifest takes a signed manifest: a JWS in compact or JSON
@@ -40,7 +41,7 @@ func (s *server) registerManifest(w http.ResponseWriter, r *http.Request) {
 	}
 	findings := reg.Findings
 	if findings == nil {
-		findings = []authz.Finding{}
+		findings = []manifest.Finding{}
 	}
 	writeJSON(w, status, registerResponse{
 		Epoch: reg.Epoch.ID, State: reg.Epoch.State, Server: reg.Epoch.Server,
@@ -49,7 +50,7 @@ func (s *server) registerManifest(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listEpochs(w http.ResponseWriter, r *http.Request) {
-	f := authz.EpochFilter{Server: r.URL.Query().Get("server"), State: authz.State(r.URL.Query().Get("state"))}
+	f := record.EpochFilter{Server: r.URL.Query().Get("server"), State: record.State(r.URL.Query().Get("state"))}
 	if f.State != "" && !f.State.Valid() {
 		s.problem(w, r, fmt.Errorf("%w: state=%q (ACTIVE, DRAINING or STALE)", errBadParameter, f.State))
 		return
@@ -60,7 +61,7 @@ func (s *server) listEpochs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if eps == nil {
-		eps = []*authz.Epoch{}
+		eps = []*record.Epoch{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"epochs": eps})
 }
@@ -77,7 +78,7 @@ func (s *server) showEpoch(w http.ResponseWriter, r *http.Request) {
 // leaseView is an open lease as operators see it: the stored lease and
 // the etcd revision of its admission (the token's fcd_revision claim).
 type leaseView struct {
-	*authz.Lease
+	*record.Lease
 	Revision int64 `json:"revision"`
 }
 

@@ -11,17 +11,11 @@ import (
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // Errors of admission and the lease lifecycle.
 var (
-	ErrLeaseNotFound     = lease.ErrLeaseNotFound
-	ErrLeaseClosed       = lease.ErrLeaseClosed
-	ErrLeaseUncertain    = lease.ErrLeaseUncertain
-	ErrLeaseNotUncertain = lease.ErrLeaseNotUncertain
-	ErrStaleGeneration   = lease.ErrStaleGeneration
-	ErrLeaseClaimed      = lease.ErrLeaseClaimed
-	ErrLeaseNotClaimed   = lease.ErrLeaseNotClaimed
 
 	// ErrNotApproved: the formation lacks the approvals it needs.
 	ErrNotApproved = errors.New("authz: formation is not approved")
@@ -42,28 +36,6 @@ var (
 	ErrLeaseOutOfScope = errors.New("authz: the reporter may not report outcomes for this lease's pool")
 	// ErrAdmissionDisabled: this server has no signing key.
 	ErrAdmissionDisabled = errors.New("authz: admission is not configured (no signing key)")
-)
-
-// DependencyError: a required tool has not completed in the session, or an
-// exclusive tool was admitted or completed there.
-type DependencyError = lease.DependencyError
-
-// Lease is an open admission.
-type Lease = lease.Lease
-
-// Claim is a backend's claim on a lease, taken before the effect.
-type Claim = lease.Claim
-
-// Outcome is how a lease closes.
-type Outcome = lease.Outcome
-
-// Outcomes.
-const (
-	OutcomeEffect    = lease.OutcomeEffect
-	OutcomeFailed    = lease.OutcomeFailed
-	OutcomeRejected  = lease.OutcomeRejected
-	OutcomeUncertain = lease.OutcomeUncertain
-	OutcomeNoEffect  = lease.OutcomeNoEffect
 )
 
 // Admission is a granted admission: the dispatch token and where it goes.
@@ -100,13 +72,13 @@ func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
 
 // admitChecked is Admit with a check of the formation as read, before
 // anything else (a gateway's caller binding); its error is returned as is.
-func (f *Formations) admitChecked(ctx context.Context, id string, check func(*Formation) error) (*Admission, error) {
+func (f *Formations) admitChecked(ctx context.Context, id string, check func(*record.Formation) error) (*Admission, error) {
 	a, err := f.admit(ctx, id, check)
 	f.metrics.admissions.WithLabelValues(admissionResult(a, err)).Inc()
 	return a, err
 }
 
-func (f *Formations) admit(ctx context.Context, id string, check func(*Formation) error) (*Admission, error) {
+func (f *Formations) admit(ctx context.Context, id string, check func(*record.Formation) error) (*Admission, error) {
 	if f.issuer == nil {
 		return nil, ErrAdmissionDisabled
 	}
@@ -121,7 +93,7 @@ func (f *Formations) admit(ctx context.Context, id string, check func(*Formation
 			if attempt < 8 {
 				continue
 			}
-			return nil, fmt.Errorf("authz: admit %s: %w", id, ErrConflict)
+			return nil, fmt.Errorf("authz: admit %s: %w", id, record.ErrConflict)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("authz: admit %s: %w", id, err)
@@ -130,7 +102,7 @@ func (f *Formations) admit(ctx context.Context, id string, check func(*Formation
 	}
 }
 
-func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, check func(*Formation) error) (*Admission, error) {
+func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, check func(*record.Formation) error) (*Admission, error) {
 	rec, rev, ok := f.ready.take(id)
 	if !cached || !ok {
 		var err error
@@ -148,22 +120,22 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, chec
 	}
 	now := f.now().UTC()
 	switch rec.Status {
-	case lease.StatusAdmitted:
+	case record.StatusAdmitted:
 		return f.reissue(ctx, rec, now)
-	case lease.StatusReady:
-	case lease.StatusPendingApproval:
+	case record.StatusReady:
+	case record.StatusPendingApproval:
 		if !now.Before(rec.ExpiresAt) {
 			return nil, ErrExpired
 		}
 		return nil, fmt.Errorf("%w: %d of %d approvals", ErrNotApproved, approvedBy(rec), rec.ApprovalsRequired)
-	case lease.StatusDenied:
+	case record.StatusDenied:
 		return nil, ErrFormationDenied
-	case lease.StatusExpired:
+	case record.StatusExpired:
 		return nil, ErrExpired
-	case lease.StatusUncertain:
-		return nil, ErrLeaseUncertain
+	case record.StatusUncertain:
+		return nil, record.ErrLeaseUncertain
 	default: // completed, rejected
-		return nil, fmt.Errorf("%w: formation is %s", ErrLeaseClosed, rec.Status)
+		return nil, fmt.Errorf("%w: formation is %s", record.ErrLeaseClosed, rec.Status)
 	}
 	if !now.Before(rec.ExpiresAt) {
 		return nil, ErrExpired
@@ -183,16 +155,16 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, chec
 	}
 	// The source always wins while it is ACTIVE.
 	a, err := f.admitTo(ctx, rec, rev, rec.Source, nil, now)
-	var se *lease.StateError
+	var se *record.StateError
 	if !errors.As(err, &se) {
 		return a, err
 	}
 	switch {
-	case se.State == lease.StateDraining:
+	case se.State == record.StateDraining:
 		// A draining source never substitutes: its open leases may still
 		// run there.
 		return nil, ErrSourceDraining
-	case se.State != lease.StateStale:
+	case se.State != record.StateStale:
 		return nil, fmt.Errorf("%w: source epoch %s is %s", ErrSourceStale, se.Epoch, se.State)
 	case rec.Successor == nil:
 		return nil, ErrSourceStale
@@ -213,7 +185,7 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, chec
 // admitTo runs the admission transaction of rec to target: its source, or
 // (with the certificate it relies on) its successor once the source is
 // STALE. A *lease.StateError is returned as is for the caller to map.
-func (f *Formations) admitTo(ctx context.Context, rec *Formation, rev int64, target lease.Target, cert *lease.CertificateRecord, now time.Time) (*Admission, error) {
+func (f *Formations) admitTo(ctx context.Context, rec *record.Formation, rev int64, target record.Target, cert *record.Certificate, now time.Time) (*Admission, error) {
 	gen, err := f.generation(ctx, target.Pool)
 	if err != nil {
 		return nil, err
@@ -222,7 +194,7 @@ func (f *Formations) admitTo(ctx context.Context, rec *Formation, rev int64, tar
 	if err != nil {
 		return nil, err
 	}
-	l := &lease.Lease{
+	l := &record.Lease{
 		ID: lid, Formation: rec.ID, Session: rec.Session, Tool: rec.Tool, ArgumentDigest: rec.ArgumentDigest,
 		Target: target, Generation: gen, AdmittedAt: now,
 	}
@@ -240,7 +212,7 @@ func (f *Formations) admitTo(ctx context.Context, rec *Formation, rev int64, tar
 	}
 	err = f.store.Admit(ctx, req)
 	switch {
-	case errors.Is(err, lease.ErrUnavailable):
+	case errors.Is(err, record.ErrUnavailable):
 		// The commit may or may not have happened: read back.
 		return f.readBack(ctx, rec.ID, lid, now, err)
 	case err != nil:
@@ -293,7 +265,7 @@ func policyDigest(d Decider) (string, bool) {
 // obligation of more approvals than were given, refuses the admission; a
 // refusal of the successor takes the successor away (successorAllowed
 // false) and leaves the source.
-func (f *Formations) recheck(ctx context.Context, rec *Formation) (successorAllowed bool, err error) {
+func (f *Formations) recheck(ctx context.Context, rec *record.Formation) (successorAllowed bool, err error) {
 	if d, ok := policyDigest(f.decider); ok && d == rec.Decision.PolicyDigest {
 		return true, nil
 	}
@@ -314,7 +286,7 @@ func (f *Formations) recheck(ctx context.Context, rec *Formation) (successorAllo
 	}
 	if rec.Successor != nil {
 		switch in.Successor, err = f.successorPolicyInput(ctx, rec.Successor); {
-		case errors.Is(err, lease.ErrCertificateNotFound) || errors.Is(err, lease.ErrEpochNotFound):
+		case errors.Is(err, record.ErrCertificateNotFound) || errors.Is(err, record.ErrEpochNotFound):
 			// The admission of the successor refuses it anyway; decide
 			// the call as if it had none.
 			in.Formation.Successor = nil
@@ -332,13 +304,13 @@ func (f *Formations) recheck(ctx context.Context, rec *Formation) (successorAllo
 	if d.Approvals > approvedBy(rec) {
 		return false, fmt.Errorf("%w: it now needs %d approvals, the formation has %d", ErrPolicyNowDenies, d.Approvals, approvedBy(rec))
 	}
-	return in.Successor != nil && d.Successor != nil && d.Successor.Verdict == lease.VerdictAllow, nil
+	return in.Successor != nil && d.Successor != nil && d.Successor.Verdict == record.VerdictAllow, nil
 }
 
-func reasons(d lease.Decision) string {
+func reasons(d record.Decision) string {
 	var out []string
 	for _, e := range d.Engines {
-		if e.Verdict != lease.VerdictAllow {
+		if e.Verdict != record.VerdictAllow {
 			out = append(out, fmt.Sprintf("%s: %v %v %s", e.Engine, e.Rules, e.Reasons, e.Error))
 		}
 	}
@@ -349,24 +321,24 @@ func reasons(d lease.Decision) string {
 // lease and jti while the lease is open, within the report grace after
 // the admission. Past it the lease is taken for unreported: marked
 // uncertain (see SweepUnreported), and no token is issued.
-func (f *Formations) reissue(ctx context.Context, rec *Formation, now time.Time) (*Admission, error) {
+func (f *Formations) reissue(ctx context.Context, rec *record.Formation, now time.Time) (*Admission, error) {
 	l, err := f.store.OpenLease(ctx, rec.Lease)
 	if err != nil {
 		return nil, err
 	}
-	if cutoff := now.Add(-f.grace); l.State == lease.LeaseAdmitted && l.AdmittedAt.Before(cutoff) {
+	if cutoff := now.Add(-f.grace); l.State == record.LeaseAdmitted && l.AdmittedAt.Before(cutoff) {
 		if _, err := f.store.MarkLeaseUnreported(ctx, l.ID, cutoff); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: admitted %s ago and never reported", ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
+		return nil, fmt.Errorf("%w: admitted %s ago and never reported", record.ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
 	}
 	switch l.State {
-	case lease.LeaseUncertain:
-		return nil, ErrLeaseUncertain
-	case lease.LeaseRunning:
+	case record.LeaseUncertain:
+		return nil, record.ErrLeaseUncertain
+	case record.LeaseRunning:
 		// The call is running (or ran) under this lease: its outcome will
 		// be reported; a second token could only be refused at the fence.
-		return nil, fmt.Errorf("%w: the call is running; its outcome will be reported", ErrLeaseClaimed)
+		return nil, fmt.Errorf("%w: the call is running; its outcome will be reported", record.ErrLeaseClaimed)
 	}
 	a, err := f.token(l, now)
 	if a != nil {
@@ -383,7 +355,7 @@ func (f *Formations) readBack(ctx context.Context, id, lid string, now time.Time
 	if err != nil {
 		return nil, cause
 	}
-	if rec.Status == lease.StatusAdmitted && rec.Lease == lid {
+	if rec.Status == record.StatusAdmitted && rec.Lease == lid {
 		l, err := f.store.OpenLease(ctx, lid)
 		if err != nil {
 			return nil, cause
@@ -394,15 +366,11 @@ func (f *Formations) readBack(ctx context.Context, id, lid string, now time.Time
 }
 
 // token signs the dispatch token of an open lease.
-func (f *Formations) token(l *lease.Lease, now time.Time) (*Admission, error) {
-	artifact := l.Target.Artifact.Digest
-	if artifact == "" {
-		artifact = l.Target.Artifact.Image
-	}
+func (f *Formations) token(l *record.Lease, now time.Time) (*Admission, error) {
 	tok, exp, err := f.issuer.sign(fencecheck.Claims{
 		Audience: l.Target.Pool, Subject: l.Session, ID: l.ID,
 		Formation: l.Formation, Tool: l.Tool, ArgumentDigest: l.ArgumentDigest,
-		Epoch: l.Target.Epoch, Artifact: artifact, Config: l.Target.ConfigDigest,
+		Epoch: l.Target.Epoch, Artifact: l.Target.Artifact.ID(), Config: l.Target.ConfigDigest,
 		Generation: l.Generation, Revision: l.Revision, Cluster: l.Cluster,
 		Admitted: l.AdmittedAt.UnixMilli(),
 	}, now)
@@ -430,7 +398,7 @@ type ClaimRequest struct {
 // claim is refused with ErrLeaseClaimed (the fence answers replay); a
 // retry of the same claim is answered as the first. A lease of another
 // pool than the claimant's is refused with ErrLeaseOutOfScope.
-func (f *Formations) Claim(ctx context.Context, req ClaimRequest) (*Claim, error) {
+func (f *Formations) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, error) {
 	if req.Lease == "" || len(req.Lease) > maxIDLength || req.Epoch == "" || len(req.Epoch) > maxIDLength ||
 		req.Revision <= 0 || req.Claim == "" || len(req.Claim) > lease.MaxClaimIDLength {
 		return nil, fmt.Errorf("%w: a claim needs epoch, revision (> 0) and claim (1-%d bytes)", ErrBadRequest, lease.MaxClaimIDLength)
@@ -458,8 +426,8 @@ func claimResult(err error) string {
 		err   error
 		label string
 	}{
-		{ErrLeaseClaimed, "claimed"}, {ErrLeaseClosed, "closed"}, {ErrLeaseUncertain, "uncertain"},
-		{ErrLeaseNotFound, "not_found"}, {ErrLeaseOutOfScope, "out_of_scope"}, {ErrUnavailable, "unavailable"},
+		{record.ErrLeaseClaimed, "claimed"}, {record.ErrLeaseClosed, "closed"}, {record.ErrLeaseUncertain, "uncertain"},
+		{record.ErrLeaseNotFound, "not_found"}, {ErrLeaseOutOfScope, "out_of_scope"}, {record.ErrUnavailable, "unavailable"},
 	} {
 		if errors.Is(err, c.err) {
 			return c.label
@@ -474,7 +442,7 @@ func claimResult(err error) string {
 // CompleteRequest is an outcome a backend reports for a lease.
 type CompleteRequest struct {
 	Lease   string
-	Outcome Outcome
+	Outcome record.Outcome
 	Detail  string
 	// Claim is the id the lease was claimed under; empty for a release of
 	// an unclaimed lease (outcome rejected).
@@ -494,18 +462,18 @@ type CompleteRequest struct {
 // retirement until resolved. A claimed lease takes outcomes only under its
 // claim (ErrLeaseClaimed); an unclaimed one only rejected, without a claim
 // (a release: ErrLeaseNotClaimed otherwise).
-func (f *Formations) Complete(ctx context.Context, req CompleteRequest) (*Lease, error) {
+func (f *Formations) Complete(ctx context.Context, req CompleteRequest) (*record.Lease, error) {
 	switch req.Outcome {
-	case OutcomeEffect, OutcomeFailed, OutcomeRejected, OutcomeUncertain:
+	case record.OutcomeEffect, record.OutcomeFailed, record.OutcomeRejected, record.OutcomeUncertain:
 	default:
 		return nil, fmt.Errorf("%w: outcome must be effect, failed, rejected or uncertain", ErrBadRequest)
 	}
 	if len(req.Claim) > lease.MaxClaimIDLength {
 		return nil, fmt.Errorf("%w: claim longer than %d bytes", ErrBadRequest, lease.MaxClaimIDLength)
 	}
-	var allow func(*lease.Lease) error
+	var allow func(*record.Lease) error
 	if len(req.Pools) > 0 {
-		allow = func(l *lease.Lease) error {
+		allow = func(l *record.Lease) error {
 			if !slices.Contains(req.Pools, l.Target.Pool) {
 				return fmt.Errorf("%w: lease %s is of pool %s", ErrLeaseOutOfScope, l.ID, l.Target.Pool)
 			}
@@ -543,7 +511,7 @@ func (f *Formations) SweepUnreported(ctx context.Context) ([]string, error) {
 		wait += f.issuer.Lifetime()
 	}
 	marked, err := f.store.MarkUnreported(ctx, f.now().UTC().Add(-wait))
-	f.metrics.outcomes.WithLabelValues(string(OutcomeUncertain), "sweeper").Add(float64(len(marked)))
+	f.metrics.outcomes.WithLabelValues(string(record.OutcomeUncertain), "sweeper").Add(float64(len(marked)))
 	if err != nil {
 		return marked, fmt.Errorf("authz: sweep unreported leases: %w", err)
 	}
@@ -570,8 +538,8 @@ func (f *Formations) RunSweeper(ctx context.Context, interval time.Duration) {
 
 // Resolve is an operator's resolution of an uncertain lease: effect or
 // no_effect; either releases the marker.
-func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome Outcome, reason string) (*Lease, error) {
-	if outcome != OutcomeEffect && outcome != OutcomeNoEffect {
+func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
+	if outcome != record.OutcomeEffect && outcome != record.OutcomeNoEffect {
 		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}
 	l, err := f.store.CloseLease(ctx, lease.CloseRequest{Lease: leaseID, Outcome: outcome, Resolve: true, Keep: f.retention})
@@ -596,7 +564,7 @@ func (f *Formations) SetGeneration(ctx context.Context, pool string, gen int64) 
 	}
 	released, err := f.store.SetGeneration(ctx, pool, gen, f.retention)
 	f.generations.Delete(pool)
-	f.metrics.outcomes.WithLabelValues(string(lease.OutcomeReleased), "generation").Add(float64(len(released)))
+	f.metrics.outcomes.WithLabelValues(string(record.OutcomeReleased), "generation").Add(float64(len(released)))
 	if err != nil {
 		return released, fmt.Errorf("authz: generation of %s: %w", pool, err)
 	}

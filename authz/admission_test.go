@@ -14,6 +14,7 @@ import (
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
@@ -87,7 +88,7 @@ func (e *admitEnv) claims(t *testing.T, tok string) fencecheck.Claims {
 	return c
 }
 
-func (e *admitEnv) ready(t *testing.T, session, tool, args string, attrs map[string]any, approvers ...string) *authz.Formation {
+func (e *admitEnv) ready(t *testing.T, session, tool, args string, attrs map[string]any, approvers ...string) *record.Formation {
 	t.Helper()
 	f, err := e.form(t, session, tool, args, "alice", attrs)
 	if err != nil {
@@ -98,7 +99,7 @@ func (e *admitEnv) ready(t *testing.T, session, tool, args string, attrs map[str
 			t.Fatal(err)
 		}
 	}
-	if f.Status != authz.StatusReady {
+	if f.Status != record.StatusReady {
 		t.Fatalf("%s not ready: %s (%+v)", tool, f.Status, f.Decision)
 	}
 	return f
@@ -116,7 +117,7 @@ func (e *admitEnv) claimRequest(t *testing.T, a *authz.Admission, claim string) 
 }
 
 // claim claims a's lease under claim, as a backend does before the effect.
-func (e *admitEnv) claim(t *testing.T, a *authz.Admission, claim string) (*authz.Claim, error) {
+func (e *admitEnv) claim(t *testing.T, a *authz.Admission, claim string) (*record.Claim, error) {
 	t.Helper()
 	return e.forms.Claim(context.Background(), e.claimRequest(t, a, claim))
 }
@@ -133,7 +134,7 @@ func (e *admitEnv) mustClaim(t *testing.T, a *authz.Admission) string {
 
 // report claims a's lease and reports outcome under the claim, as a
 // backend whose call ran does; it returns the claim id.
-func (e *admitEnv) report(t *testing.T, a *authz.Admission, outcome authz.Outcome) string {
+func (e *admitEnv) report(t *testing.T, a *authz.Admission, outcome record.Outcome) string {
 	t.Helper()
 	id := e.mustClaim(t, a)
 	if _, err := e.forms.Complete(context.Background(), authz.CompleteRequest{Lease: a.Lease, Outcome: outcome, Claim: id}); err != nil {
@@ -143,7 +144,7 @@ func (e *admitEnv) report(t *testing.T, a *authz.Admission, outcome authz.Outcom
 }
 
 // complete reports outcome for lease under claim.
-func (e *admitEnv) complete(lease, claim string, outcome authz.Outcome) (*authz.Lease, error) {
+func (e *admitEnv) complete(lease, claim string, outcome record.Outcome) (*record.Lease, error) {
 	return e.forms.Complete(context.Background(), authz.CompleteRequest{Lease: lease, Outcome: outcome, Claim: claim, Detail: "test"})
 }
 
@@ -168,7 +169,7 @@ func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := e.forms.Get(ctx, f.ID)
-	if got.Status != authz.StatusAdmitted || got.Lease != a.Lease {
+	if got.Status != record.StatusAdmitted || got.Lease != a.Lease {
 		t.Fatalf("formation after admission: %s lease %s", got.Status, got.Lease)
 	}
 
@@ -190,17 +191,17 @@ func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 
 	// Completing (under the backend's claim) releases the lease; a closed
 	// lease is not re-admitted.
-	claim := e.report(t, a, authz.OutcomeEffect)
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrLeaseClosed) {
+	claim := e.report(t, a, record.OutcomeEffect)
+	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("admission after completion: %v", err)
 	}
-	if _, err := e.complete(a.Lease, claim, authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseClosed) {
+	if _, err := e.complete(a.Lease, claim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("second completion: %v", err)
 	}
-	if _, err := e.complete("ls_nope", claim, authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseNotFound) {
+	if _, err := e.complete("ls_nope", claim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseNotFound) {
 		t.Fatalf("unknown lease: %v", err)
 	}
-	if got, _ := e.forms.Get(ctx, f.ID); got.Status != lease.StatusCompleted {
+	if got, _ := e.forms.Get(ctx, f.ID); got.Status != record.StatusCompleted {
 		t.Fatalf("formation after effect: %s", got.Status)
 	}
 }
@@ -218,7 +219,7 @@ func TestAdmitRefusals(t *testing.T) {
 	}{
 		{"pending approval", pending.ID, authz.ErrNotApproved},
 		{"denied", denied.ID, authz.ErrFormationDenied},
-		{"unknown", "fm_nope", authz.ErrFormationNotFound},
+		{"unknown", "fm_nope", record.ErrFormationNotFound},
 	} {
 		if _, err := e.forms.Admit(ctx, tc.id); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.note, err, tc.want)
@@ -252,23 +253,23 @@ func TestAdmitAgainstLifecycle(t *testing.T) {
 	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 1, 0) {
 		t.Fatalf("retire with an open lease: %v", err)
 	}
-	claim := e.report(t, a1, authz.OutcomeUncertain)
+	claim := e.report(t, a1, record.OutcomeUncertain)
 	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 0, 1) {
 		t.Fatalf("retire with an uncertain lease: %v", err)
 	}
-	if _, err := e.forms.Admit(ctx, f1.ID); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.forms.Admit(ctx, f1.ID); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("re-admission of an uncertain call: %v", err)
 	}
-	if _, err := e.complete(a1.Lease, claim, authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.complete(a1.Lease, claim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("backend completion of an uncertain lease: %v", err)
 	}
-	if _, err := e.forms.Resolve(ctx, a1.Lease, authz.OutcomeNoEffect, "checked the backend"); err != nil {
+	if _, err := e.forms.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.forms.Resolve(ctx, a1.Lease, authz.OutcomeNoEffect, "again"); !errors.Is(err, authz.ErrLeaseClosed) {
+	if _, err := e.forms.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "again"); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("second resolution: %v", err)
 	}
-	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != lease.StateStale {
+	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire after resolution: %s %v", st, err)
 	}
 	// STALE, and no successor was captured: 410.
@@ -278,7 +279,7 @@ func TestAdmitAgainstLifecycle(t *testing.T) {
 }
 
 func isBlocked(err error, active, uncertain int) bool {
-	var rb *lease.RetireBlockedError
+	var rb *record.RetireBlockedError
 	return errors.As(err, &rb) && rb.Active == active && rb.Uncertain == uncertain
 }
 
@@ -293,7 +294,7 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	if c := e.claims(t, a.Token); c.Generation != 0 {
 		t.Fatalf("generation %d before any was recorded", c.Generation)
 	}
-	e.report(t, a, authz.OutcomeUncertain)
+	e.report(t, a, record.OutcomeUncertain)
 	released, err := e.forms.SetGeneration(ctx, "github-v1-4", 2)
 	if err != nil || len(released) != 1 || released[0] != a.Lease {
 		t.Fatalf("generation 2 released %v, %v", released, err)
@@ -301,7 +302,7 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	if again, err := e.forms.SetGeneration(ctx, "github-v1-4", 2); err != nil || len(again) != 0 {
 		t.Fatalf("same generation again (finishing a release) = %v, %v", again, err)
 	}
-	if _, err := e.forms.SetGeneration(ctx, "github-v1-4", 1); !errors.Is(err, authz.ErrStaleGeneration) {
+	if _, err := e.forms.SetGeneration(ctx, "github-v1-4", 1); !errors.Is(err, record.ErrStaleGeneration) {
 		t.Fatalf("older generation: %v", err)
 	}
 	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
@@ -326,10 +327,10 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	if err != nil || len(released) != 1 || released[0] != a2.Lease {
 		t.Fatalf("generation 10 released %v, %v", released, err)
 	}
-	if _, err := e.claim(t, a2, "cl_late"); !errors.Is(err, authz.ErrLeaseClosed) {
+	if _, err := e.claim(t, a2, "cl_late"); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("claim after release: %v", err)
 	}
-	if _, err := e.complete(a2.Lease, "cl_late", authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseClosed) {
+	if _, err := e.complete(a2.Lease, "cl_late", record.OutcomeEffect); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("report after release: %v", err)
 	}
 }
@@ -351,13 +352,13 @@ func TestSessionOrderingAtAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.report(t, ax, authz.OutcomeEffect)
+	e.report(t, ax, record.OutcomeEffect)
 	delX := e.ready(t, "x", "github/delete_repository", `{"owner":"o","repo":"r"}`, admins, "bob", "carol")
 	createX := e.ready(t, "x", "github/create_repository", `{"name":"n"}`, nil, "bob")
 	if _, err := e.forms.Admit(ctx, createX.ID); err != nil {
 		t.Fatal(err)
 	}
-	var de *authz.DependencyError
+	var de *record.DependencyError
 	if _, err := e.forms.Admit(ctx, delX.ID); !errors.As(err, &de) || !de.Exclusive || de.Tool != "github/create_repository" {
 		t.Fatalf("exclusive conflict at admission: %v", err)
 	}
@@ -379,7 +380,7 @@ func TestSessionOrderingAtAdmission(t *testing.T) {
 	if _, err := e2.forms.Admit(ctx, delY.ID); !errors.As(err, &de) {
 		t.Fatalf("requires only admitted, not completed: %v", err)
 	}
-	e2.report(t, ay, authz.OutcomeEffect)
+	e2.report(t, ay, record.OutcomeEffect)
 	if _, err := e2.forms.Admit(ctx, delY.ID); err != nil {
 		t.Fatalf("delete after get_repository completed: %v", err)
 	}
@@ -427,7 +428,7 @@ func TestAdmissionRacesDrain(t *testing.T) {
 			close(start)
 			wg.Wait()
 			ep, err := e.store.GetEpoch(ctx, epoch)
-			if err != nil || ep.State != lease.StateDraining {
+			if err != nil || ep.State != record.StateDraining {
 				t.Fatalf("epoch %+v %v", ep, err)
 			}
 			admitted := 0
@@ -521,7 +522,7 @@ func TestAdmissionFailsClosedWithoutEtcd(t *testing.T) {
 	ctx := context.Background()
 	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
 	e.member.Stop()
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrUnavailable) {
+	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("admission with etcd down: %v", err)
 	}
 	e.member.Restart()
@@ -611,9 +612,9 @@ type formsClaimer struct {
 func (c formsClaimer) Claim(ctx context.Context, cl *fencecheck.Claims, id string) error {
 	_, err := c.forms.Claim(ctx, authz.ClaimRequest{Lease: cl.ID, Epoch: cl.Epoch, Revision: cl.Revision, Claim: id, Pools: c.pools})
 	switch {
-	case errors.Is(err, authz.ErrLeaseClaimed):
+	case errors.Is(err, record.ErrLeaseClaimed):
 		return fmt.Errorf("%w: %v", fencecheck.ErrAlreadyClaimed, err)
-	case errors.Is(err, authz.ErrLeaseClosed), errors.Is(err, authz.ErrLeaseUncertain), errors.Is(err, authz.ErrLeaseNotFound):
+	case errors.Is(err, record.ErrLeaseClosed), errors.Is(err, record.ErrLeaseUncertain), errors.Is(err, record.ErrLeaseNotFound):
 		return fmt.Errorf("%w: %v", fencecheck.ErrLeaseGone, err)
 	}
 	return err
@@ -657,7 +658,7 @@ func TestTokensPassFencecheck(t *testing.T) {
 				t.Fatalf("fencecheck refused an admitted call: %v", err)
 			}
 			l, err := e.store.OpenLease(ctx, a.Lease)
-			if err != nil || l.State != lease.LeaseRunning || l.Claim == nil || l.Claim.ID != c.ClaimID || c.ClaimID == "" {
+			if err != nil || l.State != record.LeaseRunning || l.Claim == nil || l.Claim.ID != c.ClaimID || c.ClaimID == "" {
 				t.Fatalf("lease after the fence accepted its token: %+v %v (claim id %q)", l, err, c.ClaimID)
 			}
 			for note, v := range map[string]*fencecheck.Verifier{"same instance": v, "another instance": other} {
@@ -673,7 +674,7 @@ func TestTokensPassFencecheck(t *testing.T) {
 			if _, err := v.Verify(ctx, d.Token, "github/get_repository", json.RawMessage(`{"owner":"octo","repo":"other"}`)); fencecheck.ReasonOf(err) != fencecheck.ReasonArguments {
 				t.Fatalf("token for other arguments: %v", err)
 			}
-			if l, err := e.store.OpenLease(ctx, d.Lease); err != nil || l.State != lease.LeaseAdmitted || l.Claim != nil {
+			if l, err := e.store.OpenLease(ctx, d.Lease); err != nil || l.State != record.LeaseAdmitted || l.Claim != nil {
 				t.Fatalf("a refused call claimed its lease: %+v %v", l, err)
 			}
 		})
@@ -724,7 +725,7 @@ func TestAdmissionNeedsAPublishedKey(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
 	f, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, "alice", nil)
-	if err != nil || f.Status != authz.StatusReady {
+	if err != nil || f.Status != record.StatusReady {
 		t.Fatalf("form: %v %+v", err, f)
 	}
 	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrAdmissionDisabled) {
@@ -744,7 +745,7 @@ func TestAdmissionNeedsAPublishedKey(t *testing.T) {
 	}
 	got, _ := e.forms.Get(ctx, f.ID)
 	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
-	if got.Status != authz.StatusReady || ep.ActiveLeases != 0 {
+	if got.Status != record.StatusReady || ep.ActiveLeases != 0 {
 		t.Fatalf("refused admission left status %s and %d leases", got.Status, ep.ActiveLeases)
 	}
 	if _, err := authz.NewTokenIssuer(func() jwk.Key { k, _ := key.PublicKey(); return k }(), "", 0); err == nil {
@@ -768,14 +769,14 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	reported := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"reported"}`, nil)
 	var leases []string
 	var admissions []*authz.Admission
-	for _, f := range []*authz.Formation{retried, lost, reported} {
+	for _, f := range []*record.Formation{retried, lost, reported} {
 		a, err := e.forms.Admit(ctx, f.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		leases, admissions = append(leases, a.Lease), append(admissions, a)
 	}
-	state := func(id string) lease.LeaseState {
+	state := func(id string) record.LeaseState {
 		t.Helper()
 		l, err := e.store.OpenLease(ctx, id)
 		if err != nil {
@@ -791,16 +792,16 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	if marked, err := e.forms.SweepUnreported(ctx); err != nil || len(marked) != 0 {
 		t.Fatalf("sweep within the grace marked %v (%v)", marked, err)
 	}
-	e.report(t, admissions[2], authz.OutcomeEffect)
+	e.report(t, admissions[2], record.OutcomeEffect)
 
 	e.clock.Advance(time.Minute + time.Second) // past the grace
-	if _, err := e.forms.Admit(ctx, retried.ID); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.forms.Admit(ctx, retried.ID); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("re-admission past the grace: %v, want ErrLeaseUncertain", err)
 	}
-	if st := state(leases[0]); st != lease.LeaseUncertain {
+	if st := state(leases[0]); st != record.LeaseUncertain {
 		t.Fatalf("the late-retried lease is %s, want uncertain", st)
 	}
-	if st := state(leases[1]); st != lease.LeaseAdmitted {
+	if st := state(leases[1]); st != record.LeaseAdmitted {
 		t.Fatalf("the lost lease is %s before the sweep deadline", st)
 	}
 
@@ -809,18 +810,18 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	if err != nil || len(marked) != 1 || marked[0] != leases[1] {
 		t.Fatalf("sweep marked %v (%v), want only %s", marked, err, leases[1])
 	}
-	if st := state(leases[1]); st != lease.LeaseUncertain {
+	if st := state(leases[1]); st != record.LeaseUncertain {
 		t.Fatalf("the lost lease is %s after the sweep", st)
 	}
-	if f, _ := e.forms.Get(ctx, lost.ID); f.Status != lease.StatusUncertain {
+	if f, _ := e.forms.Get(ctx, lost.ID); f.Status != record.StatusUncertain {
 		t.Fatalf("the lost call is %s", f.Status)
 	}
 	// A report that comes after the mark does not close it: only an
 	// operator's resolution (or a newer generation) does.
-	if _, err := e.complete(leases[1], "cl_late", authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.complete(leases[1], "cl_late", record.OutcomeEffect); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("late report: %v", err)
 	}
-	if _, err := e.claim(t, admissions[1], "cl_late"); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.claim(t, admissions[1], "cl_late"); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("late claim: %v", err)
 	}
 	epoch := lost.Source.Epoch
@@ -831,11 +832,11 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 		t.Fatalf("retire with two unreported leases: %v", err)
 	}
 	for _, id := range leases[:2] {
-		if _, err := e.forms.Resolve(ctx, id, authz.OutcomeNoEffect, "checked the backend"); err != nil {
+		if _, err := e.forms.Resolve(ctx, id, record.OutcomeNoEffect, "checked the backend"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != lease.StateStale {
+	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire after resolution: %s %v", st, err)
 	}
 	if marked, err := e.forms.SweepUnreported(ctx); err != nil || len(marked) != 0 {
@@ -863,7 +864,7 @@ func TestRunSweeperMarksOnItsOwn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.State == lease.LeaseUncertain {
+		if l.State == record.LeaseUncertain {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -7,14 +7,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // Errors of certificates.
 var (
-	ErrCertificateNotFound = lease.ErrCertificateNotFound
-	ErrCertificateRevoked  = lease.ErrCertificateRevoked
 	// ErrCertificateMismatch: a verified certificate does not fit the
 	// registry: an epoch is not registered, the epochs belong to
 	// different servers, or an epoch does not declare the tool.
@@ -25,9 +23,6 @@ var (
 	// ErrCertificatesDisabled: no compatibility issuer keys are configured.
 	ErrCertificatesDisabled = errors.New("authz: no compatibility issuer keys are configured")
 )
-
-// CertificateRecord is a registered compatibility certificate.
-type CertificateRecord = lease.CertificateRecord
 
 // WithCertificateIssuers makes the registry accept compatibility
 // certificates signed by the keys of issuers (a trust set separate from the
@@ -55,7 +50,7 @@ func (r *Registry) now() time.Time {
 // the issuer keys, checks it against the registry (both epochs registered,
 // of one server, both declaring the tool) and stores it. Registering it
 // again returns the stored record with created false.
-func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*CertificateRecord, bool, error) {
+func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*record.Certificate, bool, error) {
 	if r.issuers == nil {
 		return nil, false, ErrCertificatesDisabled
 	}
@@ -70,7 +65,7 @@ func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*Certif
 	var server string
 	for _, id := range []string{c.Source, c.Target} {
 		ep, err := r.store.GetEpoch(ctx, id)
-		if errors.Is(err, lease.ErrEpochNotFound) {
+		if errors.Is(err, record.ErrEpochNotFound) {
 			return nil, false, fmt.Errorf("%w: epoch %s is not registered", ErrCertificateMismatch, id)
 		}
 		if err != nil {
@@ -96,19 +91,19 @@ func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*Certif
 
 // RevokeCertificate revokes a certificate. A formation that captured its
 // successor through it loses that successor: admission checks it again.
-func (r *Registry) RevokeCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
+func (r *Registry) RevokeCertificate(ctx context.Context, id string) (*record.Certificate, error) {
 	return r.store.RevokeCertificate(ctx, id)
 }
 
 // Certificate returns a registered certificate, revoked or not.
-func (r *Registry) Certificate(ctx context.Context, id string) (*CertificateRecord, error) {
+func (r *Registry) Certificate(ctx context.Context, id string) (*record.Certificate, error) {
 	return r.store.GetCertificate(ctx, id)
 }
 
 // Certificates lists registered certificates, revoked ones included,
 // ordered by id: those for calls formed on source (every source when
 // empty) of tool (every tool when empty; a tool needs a source).
-func (r *Registry) Certificates(ctx context.Context, source, tool string) ([]*CertificateRecord, error) {
+func (r *Registry) Certificates(ctx context.Context, source, tool string) ([]*record.Certificate, error) {
 	if source == "" && tool != "" {
 		return nil, fmt.Errorf("%w: tool needs source", ErrBadRequest)
 	}

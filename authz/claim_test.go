@@ -11,6 +11,7 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -23,7 +24,7 @@ func testCtx(t *testing.T) context.Context {
 
 // leaseState returns an open lease's state and claim id, or the error
 // of reading it (ErrLeaseClosed once it closed).
-func (e *admitEnv) leaseState(t *testing.T, id string) (lease.LeaseState, string, error) {
+func (e *admitEnv) leaseState(t *testing.T, id string) (record.LeaseState, string, error) {
 	t.Helper()
 	l, err := e.store.OpenLease(testCtx(t), id)
 	if err != nil {
@@ -35,7 +36,7 @@ func (e *admitEnv) leaseState(t *testing.T, id string) (lease.LeaseState, string
 	return l.State, l.Claim.ID, nil
 }
 
-func (e *admitEnv) status(t *testing.T, id string) authz.Status {
+func (e *admitEnv) status(t *testing.T, id string) record.Status {
 	t.Helper()
 	f, err := e.forms.Get(testCtx(t), id)
 	if err != nil {
@@ -46,7 +47,7 @@ func (e *admitEnv) status(t *testing.T, id string) authz.Status {
 
 // admitRead admits a fresh read call in session and returns its
 // formation and admission.
-func (e *admitEnv) admitRead(t *testing.T, session string) (*authz.Formation, *authz.Admission) {
+func (e *admitEnv) admitRead(t *testing.T, session string) (*record.Formation, *authz.Admission) {
 	t.Helper()
 	f := e.ready(t, session, "github/get_repository", fmt.Sprintf(`{"owner":"o","repo":%q}`, session), nil)
 	a, err := e.forms.Admit(testCtx(t), f.ID)
@@ -72,10 +73,10 @@ func TestClaimThroughFormations(t *testing.T) {
 	if err != nil || c.ID != "cl_first" || !c.At.Equal(e.clock.Now()) {
 		t.Fatalf("first claim: %+v %v (clock %s)", c, err, e.clock.Now())
 	}
-	if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != lease.LeaseRunning || claim != "cl_first" {
+	if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != record.LeaseRunning || claim != "cl_first" {
 		t.Fatalf("claimed lease: %s %q %v", st, claim, err)
 	}
-	if st := e.status(t, f.ID); st != authz.StatusAdmitted {
+	if st := e.status(t, f.ID); st != record.StatusAdmitted {
 		t.Fatalf("a running call's formation is %s", st)
 	}
 	e.clock.Advance(time.Second)
@@ -95,10 +96,10 @@ func TestClaimThroughFormations(t *testing.T) {
 		req  authz.ClaimRequest
 		want error
 	}{
-		{"another claim of the running lease", with(a, func(*authz.ClaimRequest) {}), authz.ErrLeaseClaimed},
+		{"another claim of the running lease", with(a, func(*authz.ClaimRequest) {}), record.ErrLeaseClaimed},
 		{"a claimant of another pool", with(open, func(r *authz.ClaimRequest) { r.Pools = []string{"gitlab-v2"} }), authz.ErrLeaseOutOfScope},
-		{"another admission's revision", with(open, func(r *authz.ClaimRequest) { r.Revision = e.claims(t, a.Token).Revision }), authz.ErrLeaseNotFound},
-		{"an unknown lease", with(open, func(r *authz.ClaimRequest) { r.Lease = unknown }), authz.ErrLeaseNotFound},
+		{"another admission's revision", with(open, func(r *authz.ClaimRequest) { r.Revision = e.claims(t, a.Token).Revision }), record.ErrLeaseNotFound},
+		{"an unknown lease", with(open, func(r *authz.ClaimRequest) { r.Lease = unknown }), record.ErrLeaseNotFound},
 		{"no claim id", with(open, func(r *authz.ClaimRequest) { r.Claim = "" }), authz.ErrBadRequest},
 		{"a claim id too long", with(open, func(r *authz.ClaimRequest) { r.Claim = strings.Repeat("c", lease.MaxClaimIDLength+1) }), authz.ErrBadRequest},
 		{"no revision", with(open, func(r *authz.ClaimRequest) { r.Revision = 0 }), authz.ErrBadRequest},
@@ -106,7 +107,7 @@ func TestClaimThroughFormations(t *testing.T) {
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			type snap struct {
-				st    lease.LeaseState
+				st    record.LeaseState
 				claim string
 			}
 			before := map[string]snap{}
@@ -127,17 +128,17 @@ func TestClaimThroughFormations(t *testing.T) {
 
 	// An outcome from a reporter of another pool is refused, and tells
 	// nothing about the lease.
-	l, err := e.forms.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: authz.OutcomeEffect, Claim: "cl_first", Pools: []string{"gitlab-v2"}})
+	l, err := e.forms.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: "cl_first", Pools: []string{"gitlab-v2"}})
 	if !errors.Is(err, authz.ErrLeaseOutOfScope) || l != nil {
 		t.Fatalf("report from another pool: %+v %v", l, err)
 	}
-	if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != lease.LeaseRunning || claim != "cl_first" {
+	if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != record.LeaseRunning || claim != "cl_first" {
 		t.Fatalf("after the out-of-scope report: %s %q %v", st, claim, err)
 	}
-	if _, err := e.forms.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: authz.OutcomeEffect, Claim: "cl_first", Pools: []string{"github-v1-4"}}); err != nil {
+	if _, err := e.forms.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: "cl_first", Pools: []string{"github-v1-4"}}); err != nil {
 		t.Fatalf("report from its pool under its claim: %v", err)
 	}
-	if st := e.status(t, f.ID); st != lease.StatusCompleted {
+	if st := e.status(t, f.ID); st != record.StatusCompleted {
 		t.Fatalf("formation after the effect: %s", st)
 	}
 }
@@ -159,10 +160,10 @@ func TestReadmissionAfterClaim(t *testing.T) {
 	for _, advance := range []time.Duration{0, time.Minute, 6 * time.Minute} { // the last past the report grace
 		e.clock.Advance(advance)
 		got, err := e.forms.Admit(ctx, f.ID)
-		if !errors.Is(err, authz.ErrLeaseClaimed) || got != nil {
+		if !errors.Is(err, record.ErrLeaseClaimed) || got != nil {
 			t.Fatalf("re-admission of a claimed lease (+%s): %+v %v", advance, got, err)
 		}
-		if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != lease.LeaseRunning || claim != "cl_"+a.Lease {
+		if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != record.LeaseRunning || claim != "cl_"+a.Lease {
 			t.Fatalf("after the refused re-admission: %s %q %v", st, claim, err)
 		}
 	}
@@ -202,7 +203,7 @@ func TestConcurrentClaimsOnTwoReplicas(t *testing.T) {
 				t.Fatalf("round %d: claims %d and %d both succeeded", round, winner, i)
 			case err == nil:
 				winner = i
-			case !errors.Is(err, authz.ErrLeaseClaimed):
+			case !errors.Is(err, record.ErrLeaseClaimed):
 				t.Fatalf("round %d: claim %d: %v", round, i, err)
 			}
 		}
@@ -210,14 +211,14 @@ func TestConcurrentClaimsOnTwoReplicas(t *testing.T) {
 			t.Fatalf("round %d: no claim succeeded", round)
 		}
 		claim := fmt.Sprint("cl_", winner)
-		if st, got, err := e.leaseState(t, a.Lease); err != nil || st != lease.LeaseRunning || got != claim {
+		if st, got, err := e.leaseState(t, a.Lease); err != nil || st != record.LeaseRunning || got != claim {
 			t.Fatalf("round %d: lease %s %q %v, winner %s", round, st, got, err, claim)
 		}
 		loser := fmt.Sprint("cl_", (winner+1)%n)
-		if _, err := replicas[round%2].Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: authz.OutcomeEffect, Claim: loser}); !errors.Is(err, authz.ErrLeaseClaimed) {
+		if _, err := replicas[round%2].Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: loser}); !errors.Is(err, record.ErrLeaseClaimed) {
 			t.Fatalf("round %d: a loser's report: %v", round, err)
 		}
-		if _, err := replicas[round%2].Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: authz.OutcomeEffect, Claim: claim}); err != nil {
+		if _, err := replicas[round%2].Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: claim}); err != nil {
 			t.Fatalf("round %d: the winner's report: %v", round, err)
 		}
 	}
@@ -238,37 +239,37 @@ func TestCompleteRules(t *testing.T) {
 		want    error
 	}{
 		{"running, effect under another claim", true, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.complete(a.Lease, "cl_b", authz.OutcomeEffect)
+			_, err := e.complete(a.Lease, "cl_b", record.OutcomeEffect)
 			return err
-		}, authz.ErrLeaseClaimed},
+		}, record.ErrLeaseClaimed},
 		{"running, release (rejected, no claim)", true, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.complete(a.Lease, "", authz.OutcomeRejected)
+			_, err := e.complete(a.Lease, "", record.OutcomeRejected)
 			return err
-		}, authz.ErrLeaseClaimed},
+		}, record.ErrLeaseClaimed},
 		{"running, resolved by an operator", true, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.forms.Resolve(testCtx(t), a.Lease, authz.OutcomeNoEffect, "looked")
+			_, err := e.forms.Resolve(testCtx(t), a.Lease, record.OutcomeNoEffect, "looked")
 			return err
-		}, authz.ErrLeaseNotUncertain},
+		}, record.ErrLeaseNotUncertain},
 		{"running, an outcome a backend may not report", true, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.complete(a.Lease, "cl_a", authz.OutcomeNoEffect)
+			_, err := e.complete(a.Lease, "cl_a", record.OutcomeNoEffect)
 			return err
 		}, authz.ErrBadRequest},
 		{"unclaimed, effect", false, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.complete(a.Lease, "", authz.OutcomeEffect)
+			_, err := e.complete(a.Lease, "", record.OutcomeEffect)
 			return err
-		}, authz.ErrLeaseNotClaimed},
+		}, record.ErrLeaseNotClaimed},
 		{"unclaimed, failed under a claim it lacks", false, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.complete(a.Lease, "cl_a", authz.OutcomeFailed)
+			_, err := e.complete(a.Lease, "cl_a", record.OutcomeFailed)
 			return err
-		}, authz.ErrLeaseNotClaimed},
+		}, record.ErrLeaseNotClaimed},
 		{"unclaimed, uncertain", false, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.complete(a.Lease, "", authz.OutcomeUncertain)
+			_, err := e.complete(a.Lease, "", record.OutcomeUncertain)
 			return err
-		}, authz.ErrLeaseNotClaimed},
+		}, record.ErrLeaseNotClaimed},
 		{"unclaimed, resolved by an operator", false, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.forms.Resolve(testCtx(t), a.Lease, authz.OutcomeEffect, "looked")
+			_, err := e.forms.Resolve(testCtx(t), a.Lease, record.OutcomeEffect, "looked")
 			return err
-		}, authz.ErrLeaseNotUncertain},
+		}, record.ErrLeaseNotUncertain},
 		{"unclaimed, claimed with the token of another epoch", false, func(t *testing.T, a *authz.Admission) error {
 			req := e.claimRequest(t, a, "cl_x")
 			req.Epoch = "sha256:" + strings.Repeat("0", 64)
@@ -279,14 +280,14 @@ func TestCompleteRules(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			f, a := e.admitRead(t, fmt.Sprint("rules", i))
 			want := struct {
-				st    lease.LeaseState
+				st    record.LeaseState
 				claim string
-			}{lease.LeaseAdmitted, ""}
+			}{record.LeaseAdmitted, ""}
 			if tc.claimed {
 				if _, err := e.claim(t, a, "cl_a"); err != nil {
 					t.Fatal(err)
 				}
-				want.st, want.claim = lease.LeaseRunning, "cl_a"
+				want.st, want.claim = record.LeaseRunning, "cl_a"
 			}
 			err := tc.call(t, a)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
@@ -295,7 +296,7 @@ func TestCompleteRules(t *testing.T) {
 			if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != want.st || claim != want.claim {
 				t.Fatalf("the refused call changed the lease: %s %q %v, want %+v", st, claim, err, want)
 			}
-			if st := e.status(t, f.ID); st != authz.StatusAdmitted {
+			if st := e.status(t, f.ID); st != record.StatusAdmitted {
 				t.Fatalf("the refused call changed the formation: %s", st)
 			}
 		})
@@ -305,29 +306,29 @@ func TestCompleteRules(t *testing.T) {
 		ctx := testCtx(t)
 		f := e.ready(t, "order", "github/get_repository", `{"owner":"o","repo":"order"}`, nil)
 		never, _ := lease.NewLeaseID()
-		if _, err := e.complete(never, "cl_a", authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseNotFound) {
+		if _, err := e.complete(never, "cl_a", record.OutcomeEffect); !errors.Is(err, record.ErrLeaseNotFound) {
 			t.Fatalf("outcome before admission: %v", err)
 		}
-		if _, err := e.forms.Claim(ctx, authz.ClaimRequest{Lease: never, Epoch: f.Source.Epoch, Revision: 1, Claim: "cl_a"}); !errors.Is(err, authz.ErrLeaseNotFound) {
+		if _, err := e.forms.Claim(ctx, authz.ClaimRequest{Lease: never, Epoch: f.Source.Epoch, Revision: 1, Claim: "cl_a"}); !errors.Is(err, record.ErrLeaseNotFound) {
 			t.Fatalf("claim before admission: %v", err)
 		}
-		if st := e.status(t, f.ID); st != authz.StatusReady {
+		if st := e.status(t, f.ID); st != record.StatusReady {
 			t.Fatalf("formation after the early calls: %s", st)
 		}
 		a, err := e.forms.Admit(ctx, f.ID)
 		if err != nil {
 			t.Fatalf("admission after the early calls: %v", err)
 		}
-		claim := e.report(t, a, authz.OutcomeEffect)
+		claim := e.report(t, a, record.OutcomeEffect)
 		for _, id := range []string{claim, "cl_late"} {
-			if _, err := e.claim(t, a, id); !errors.Is(err, authz.ErrLeaseClosed) {
+			if _, err := e.claim(t, a, id); !errors.Is(err, record.ErrLeaseClosed) {
 				t.Fatalf("claim %s after the outcome: %v", id, err)
 			}
 		}
-		if _, err := e.complete(a.Lease, claim, authz.OutcomeFailed); !errors.Is(err, authz.ErrLeaseClosed) {
+		if _, err := e.complete(a.Lease, claim, record.OutcomeFailed); !errors.Is(err, record.ErrLeaseClosed) {
 			t.Fatalf("a second outcome: %v", err)
 		}
-		if st := e.status(t, f.ID); st != lease.StatusCompleted {
+		if st := e.status(t, f.ID); st != record.StatusCompleted {
 			t.Fatalf("formation after the late calls: %s", st)
 		}
 	})
@@ -335,13 +336,13 @@ func TestCompleteRules(t *testing.T) {
 	t.Run("release", func(t *testing.T) {
 		ctx := testCtx(t)
 		f, a := e.admitRead(t, "release")
-		if _, err := e.complete(a.Lease, "", authz.OutcomeRejected); err != nil {
+		if _, err := e.complete(a.Lease, "", record.OutcomeRejected); err != nil {
 			t.Fatalf("release of an unclaimed lease: %v", err)
 		}
-		if st := e.status(t, f.ID); st != lease.StatusRejected {
+		if st := e.status(t, f.ID); st != record.StatusRejected {
 			t.Fatalf("released formation: %s", st)
 		}
-		if _, _, err := e.leaseState(t, a.Lease); !errors.Is(err, authz.ErrLeaseClosed) {
+		if _, _, err := e.leaseState(t, a.Lease); !errors.Is(err, record.ErrLeaseClosed) {
 			t.Fatalf("lease after release: %v", err)
 		}
 		ls, err := e.store.EpochLeases(ctx, a.Target.Epoch)
@@ -353,10 +354,10 @@ func TestCompleteRules(t *testing.T) {
 				t.Fatalf("the released lease's marker is still listed: %+v", l)
 			}
 		}
-		if _, err := e.claim(t, a, "cl_after"); !errors.Is(err, authz.ErrLeaseClosed) {
+		if _, err := e.claim(t, a, "cl_after"); !errors.Is(err, record.ErrLeaseClosed) {
 			t.Fatalf("claim after release: %v", err)
 		}
-		if got, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrLeaseClosed) || got != nil {
+		if got, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) || got != nil {
 			t.Fatalf("re-admission after release: %+v %v", got, err)
 		}
 	})
@@ -371,16 +372,16 @@ func TestCompleteRules(t *testing.T) {
 func TestOutcomesMeetRequiresOnlyByEffect(t *testing.T) {
 	e := newAdmitEnv(t, allowAll(t))
 	for _, tc := range []struct {
-		outcome authz.Outcome
+		outcome record.Outcome
 		release bool // reported without a claim: the fence refused the call
-		status  authz.Status
+		status  record.Status
 		met     bool
 	}{
-		{authz.OutcomeEffect, false, lease.StatusCompleted, true},
-		{authz.OutcomeFailed, false, lease.StatusFailed, false},
-		{authz.OutcomeRejected, false, lease.StatusRejected, false},
-		{authz.OutcomeRejected, true, lease.StatusRejected, false},
-		{authz.OutcomeUncertain, false, lease.StatusUncertain, false},
+		{record.OutcomeEffect, false, record.StatusCompleted, true},
+		{record.OutcomeFailed, false, record.StatusFailed, false},
+		{record.OutcomeRejected, false, record.StatusRejected, false},
+		{record.OutcomeRejected, true, record.StatusRejected, false},
+		{record.OutcomeUncertain, false, record.StatusUncertain, false},
 	} {
 		note := string(tc.outcome)
 		if tc.release {
@@ -392,7 +393,7 @@ func TestOutcomesMeetRequiresOnlyByEffect(t *testing.T) {
 			get, a := e.admitRead(t, session)
 			del := e.ready(t, session, "github/delete_repository", `{"owner":"o","repo":"r"}`, nil, "bob")
 			if tc.release {
-				if _, err := e.complete(a.Lease, "", authz.OutcomeRejected); err != nil {
+				if _, err := e.complete(a.Lease, "", record.OutcomeRejected); err != nil {
 					t.Fatal(err)
 				}
 			} else {
@@ -402,11 +403,11 @@ func TestOutcomesMeetRequiresOnlyByEffect(t *testing.T) {
 				t.Fatalf("formation of get_repository: %s, want %s", st, tc.status)
 			}
 			_, _, err := e.leaseState(t, a.Lease)
-			if released := errors.Is(err, authz.ErrLeaseClosed); released != (tc.outcome != authz.OutcomeUncertain) {
+			if released := errors.Is(err, record.ErrLeaseClosed); released != (tc.outcome != record.OutcomeUncertain) {
 				t.Fatalf("marker released: %v (%v)", released, err)
 			}
 			d, err := e.forms.Admit(ctx, del.ID)
-			var de *authz.DependencyError
+			var de *record.DependencyError
 			switch {
 			case tc.met && err != nil:
 				t.Fatalf("dependent after an effect: %v", err)
@@ -424,19 +425,19 @@ func TestExclusiveAfterOutcome(t *testing.T) {
 	e := newAdmitEnv(t, allowAll(t))
 	for _, tc := range []struct {
 		note     string
-		outcome  authz.Outcome
+		outcome  record.Outcome
 		release  bool
 		excluded bool
 	}{
-		{"effect", authz.OutcomeEffect, false, true},
-		{"failed", authz.OutcomeFailed, false, true},
-		{"released", authz.OutcomeRejected, true, false},
+		{"effect", record.OutcomeEffect, false, true},
+		{"failed", record.OutcomeFailed, false, true},
+		{"released", record.OutcomeRejected, true, false},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			ctx := testCtx(t)
 			session := "excl-" + tc.note
 			_, get := e.admitRead(t, session)
-			e.report(t, get, authz.OutcomeEffect) // meets delete's requires
+			e.report(t, get, record.OutcomeEffect) // meets delete's requires
 			create := e.ready(t, session, "github/create_repository", `{"name":"n"}`, nil, "bob")
 			del := e.ready(t, session, "github/delete_repository", `{"owner":"o","repo":"r"}`, nil, "bob")
 			a, err := e.forms.Admit(ctx, create.ID)
@@ -444,14 +445,14 @@ func TestExclusiveAfterOutcome(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.release {
-				if _, err := e.complete(a.Lease, "", authz.OutcomeRejected); err != nil {
+				if _, err := e.complete(a.Lease, "", record.OutcomeRejected); err != nil {
 					t.Fatal(err)
 				}
 			} else {
 				e.report(t, a, tc.outcome)
 			}
 			_, err = e.forms.Admit(ctx, del.ID)
-			var de *authz.DependencyError
+			var de *record.DependencyError
 			switch {
 			case tc.excluded && (!errors.As(err, &de) || !de.Exclusive || de.Tool != "github/create_repository"):
 				t.Fatalf("delete after a create that %s: %v, want exclusive", tc.note, err)
@@ -475,16 +476,16 @@ func TestRunningAndFailedLeasesAndTheEpoch(t *testing.T) {
 	if _, err := e.store.Retire(ctx, a.Target.Epoch, 0); !isBlocked(err, 1, 0) {
 		t.Fatalf("retire with a running lease: %v", err)
 	}
-	if _, err := e.complete(a.Lease, claim, authz.OutcomeFailed); err != nil {
+	if _, err := e.complete(a.Lease, claim, record.OutcomeFailed); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.status(t, f.ID); st != lease.StatusFailed {
+	if st := e.status(t, f.ID); st != record.StatusFailed {
 		t.Fatalf("formation after a failed outcome: %s", st)
 	}
-	if st, err := e.store.Retire(ctx, a.Target.Epoch, 0); err != nil || st != lease.StateStale {
+	if st, err := e.store.Retire(ctx, a.Target.Epoch, 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire after the failed outcome: %s %v", st, err)
 	}
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrLeaseClosed) {
+	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("re-admission of a failed call: %v", err)
 	}
 }
@@ -514,15 +515,15 @@ func TestSweeperMarksRunningLeasesByClaimTime(t *testing.T) {
 	if len(marked) != len(want) || !want[marked[0]] || !want[marked[len(marked)-1]] {
 		t.Fatalf("sweep marked %v, want %s and %s", marked, early.Lease, idle.Lease)
 	}
-	if st, claim, err := e.leaseState(t, early.Lease); err != nil || st != lease.LeaseUncertain || claim != earlyClaim {
+	if st, claim, err := e.leaseState(t, early.Lease); err != nil || st != record.LeaseUncertain || claim != earlyClaim {
 		t.Fatalf("early lease: %s %q %v", st, claim, err)
 	}
-	if st, claim, err := e.leaseState(t, late.Lease); err != nil || st != lease.LeaseRunning || claim != lateClaim {
+	if st, claim, err := e.leaseState(t, late.Lease); err != nil || st != record.LeaseRunning || claim != lateClaim {
 		t.Fatalf("late lease: %s %q %v", st, claim, err)
 	}
 	// The early lease's report comes too late: only a resolution closes
 	// it now.
-	if _, err := e.complete(early.Lease, earlyClaim, authz.OutcomeEffect); !errors.Is(err, authz.ErrLeaseUncertain) {
+	if _, err := e.complete(early.Lease, earlyClaim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("report after the mark: %v", err)
 	}
 
@@ -532,7 +533,7 @@ func TestSweeperMarksRunningLeasesByClaimTime(t *testing.T) {
 		t.Fatalf("second sweep marked %v (%v), want %s", marked, err, late.Lease)
 	}
 	for _, id := range []string{early.Lease, late.Lease, idle.Lease} {
-		if _, err := e.forms.Resolve(ctx, id, authz.OutcomeNoEffect, "checked"); err != nil {
+		if _, err := e.forms.Resolve(ctx, id, record.OutcomeNoEffect, "checked"); err != nil {
 			t.Fatalf("resolve %s: %v", id, err)
 		}
 	}

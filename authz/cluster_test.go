@@ -9,7 +9,7 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
-	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -35,7 +35,7 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 
 	_, iss := newIssuer(t, storeA, jwa.EdDSA)
 	forms := authz.NewFormations(storeA, defaultSet(t), authz.FormationConfig{Issuer: iss, Logger: quiet})
-	form := func(repo string) (*authz.Formation, error) {
+	form := func(repo string) (*record.Formation, error) {
 		return forms.Form(ctx, authz.FormRequest{Snapshot: snap.ID, Session: "s-" + repo, Tool: "github/get_repository",
 			Arguments: json.RawMessage(`{"owner":"o","repo":"` + repo + `"}`), Host: "host-1"})
 	}
@@ -71,10 +71,10 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 
 	c.Members[1].Stop()
 	c.Members[2].Stop()
-	if _, err := forms.Admit(ctx, pending.ID); !errors.Is(err, authz.ErrUnavailable) {
+	if _, err := forms.Admit(ctx, pending.ID); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("admission without quorum: %v, want ErrUnavailable", err)
 	}
-	if _, err := form("no-quorum"); !errors.Is(err, authz.ErrUnavailable) {
+	if _, err := form("no-quorum"); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("formation without quorum: %v, want ErrUnavailable", err)
 	}
 	if err := authz.NewRegistry(storeA, nil, quiet).Ready(ctx); err == nil {
@@ -96,14 +96,14 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 	}
 
 	c.Members[2].Restart()
-	var drained lease.State
+	var drained record.State
 	for range 300 {
 		if drained, err = storeB.Drain(ctx, epoch); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil || drained != lease.StateDraining {
+	if err != nil || drained != record.StateDraining {
 		t.Fatalf("drain through member 2: %s %v", drained, err)
 	}
 	if _, err := admit(late.ID); !errors.Is(err, authz.ErrSourceDraining) {

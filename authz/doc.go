@@ -1,9 +1,9 @@
 // Package authz holds fcd's use cases: registering epochs, freezing
-// catalogs, and (as they land) forming, deciding, approving, admitting and
-// completing calls. Transports (package api, the CLI) decode a request,
-// call one use case here and map its error; they hold no logic of their
-// own.
+// catalogs, forming, deciding, approving, admitting and completing calls.
+// Transports (package api, the CLI) decode a request, call one use case
+// here and map its error; they hold no logic of their own.
 //
-// The errors a caller must tell apart are exported here, so that a
-// transport depends on this package alone.
+// The records the use cases take and return, and the store's refusals,
+// are package record's; the errors the use cases add are exported here.
+// A transport matches both with errors.Is and errors.As.
 package authz

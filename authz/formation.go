@@ -15,36 +15,12 @@ import (
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/santhosh-tekuri/jsonschema/v6"
-)
-
-// Types of formations, named here so transports need no other package.
-type (
-	Formation        = lease.Formation
-	Status           = lease.Status
-	Principal        = lease.Principal
-	Decision         = lease.Decision
-	Approval         = lease.Approval
-	ApprovalDecision = lease.ApprovalDecision
-	ArgumentError    = manifest.ArgumentError
-)
-
-// Formation statuses.
-const (
-	StatusPendingApproval = lease.StatusPendingApproval
-	StatusReady           = lease.StatusReady
-	StatusAdmitted        = lease.StatusAdmitted
-	StatusCompleted       = lease.StatusCompleted
-	StatusFailed          = lease.StatusFailed
-	StatusRejected        = lease.StatusRejected
-	StatusDenied          = lease.StatusDenied
-	StatusExpired         = lease.StatusExpired
 )
 
 // Errors of formations and approvals.
 var (
-	ErrFormationNotFound = lease.ErrFormationNotFound
-	ErrConflict          = lease.ErrConflict
 	// ErrBadReference: a formation names a snapshot or tool that does not
 	// exist; the request cannot be processed as given.
 	ErrBadReference = errors.New("authz: formation references an unknown snapshot or tool")
@@ -65,7 +41,7 @@ var (
 // Decider decides a formation by policy. Implementations never fail: an
 // evaluation error is a deny recorded in the decision.
 type Decider interface {
-	Decide(ctx context.Context, in *policy.Input) lease.Decision
+	Decide(ctx context.Context, in *policy.Input) record.Decision
 }
 
 // FormationConfig configures [Formations]. Zero fields mean defaults.
@@ -214,13 +190,13 @@ func (r *FormRequest) validate() error {
 // Form records a formed call and decides it. A call the policy denies is
 // stored too (status denied, kept for audit) and returned without error;
 // the caller tells the outcome from Status.
-func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, error) {
+func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formation, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
 	tool, epoch, err := f.store.ResolveTool(ctx, req.Snapshot, req.Tool)
 	if err != nil {
-		if errors.Is(err, lease.ErrSnapshotNotFound) || errors.Is(err, lease.ErrToolNotFound) {
+		if errors.Is(err, record.ErrSnapshotNotFound) || errors.Is(err, record.ErrToolNotFound) {
 			return nil, fmt.Errorf("%w: %w", ErrBadReference, err)
 		}
 		return nil, fmt.Errorf("authz: form: %w", err)
@@ -264,24 +240,21 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 	if err != nil {
 		return nil, err
 	}
-	principal := lease.Principal{ID: req.PrincipalID, Attributes: req.Attributes, Host: req.Host}
+	principal := record.Principal{ID: req.PrincipalID, Attributes: req.Attributes, Host: req.Host}
 	if principal.ID == "" {
 		principal.ID = req.Host
 	}
 	d := tool.Descriptor
-	rec := &Formation{Call: lease.Call{
+	rec := &record.Formation{Call: record.Call{
 		ID: id, Session: req.Session, Principal: principal, Snapshot: req.Snapshot, Tool: req.Tool,
 		DescriptorDigest: tool.DescriptorDigest, Arguments: canonArgs, ArgumentDigest: argDigest,
-		Source: lease.Target{
-			Epoch: epoch.ID, Server: epoch.Server, Release: epoch.Release, Pool: epoch.Pool,
-			Artifact: epoch.Artifact, ConfigDigest: epoch.ConfigDigest,
-		},
-		Metadata: lease.Metadata{
+		Source: epoch.Target(),
+		Metadata: record.Metadata{
 			Summary: d.Summary, SideEffects: d.SideEffects, RequiresApproval: d.RequiresApproval,
 			FailureModes: d.FailureModes, Dependencies: d.Dependencies,
 		},
 		CreatedAt: now, ExpiresAt: now.Add(f.ttl),
-	}, Approvals: []lease.Approval{}}
+	}, Approvals: []record.Approval{}}
 	in := &policy.Input{
 		Phase:   policy.PhaseFormation,
 		Tool:    policy.NewToolInput(epoch.Server, d),
@@ -294,11 +267,11 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 	rec.ApprovalsRequired = requiredApprovals(rec)
 	switch {
 	case !rec.Decision.Allowed():
-		rec.Status = lease.StatusDenied
+		rec.Status = record.StatusDenied
 	case rec.ApprovalsRequired > 0:
-		rec.Status = lease.StatusPendingApproval
+		rec.Status = record.StatusPendingApproval
 	default:
-		rec.Status = lease.StatusReady
+		rec.Status = record.StatusReady
 	}
 	rec.UpdatedAt = now
 	rev, err := f.store.CreateFormation(ctx, rec, f.ttl+f.retention)
@@ -320,7 +293,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*Formation, err
 // the larger of the policy's obligation and one for requiresApproval —
 // and, whatever the policy or the descriptor says, at least one for a
 // write or delete. This is the code-level MCP+ invariant.
-func requiredApprovals(f *Formation) int {
+func requiredApprovals(f *record.Formation) int {
 	n := f.Decision.Approvals
 	if (f.Metadata.RequiresApproval || f.Metadata.SideEffects.Mutating()) && n < 1 {
 		n = 1
@@ -329,10 +302,10 @@ func requiredApprovals(f *Formation) int {
 }
 
 // approvedBy counts the distinct approvers that approved f.
-func approvedBy(f *Formation) int {
+func approvedBy(f *record.Formation) int {
 	seen := map[string]bool{}
 	for _, a := range f.Approvals {
-		if a.Decision == lease.Approve && a.Digest == f.Digest {
+		if a.Decision == record.Approve && a.Digest == f.Digest {
 			seen[NormalizeIdentity(a.Approver)] = true
 		}
 	}
@@ -342,21 +315,21 @@ func approvedBy(f *Formation) int {
 // ready reports whether f may be admitted as far as approvals go: allowed
 // by policy and approved by enough distinct approvers, never fewer than
 // one for a write or delete.
-func ready(f *Formation) bool {
+func ready(f *record.Formation) bool {
 	return f.Decision.Allowed() && approvedBy(f) >= requiredApprovals(f)
 }
 
 // view returns f as callers should see it now: a formation past its
 // expiry that was not admitted is expired.
-func (f *Formations) view(rec *Formation) *Formation {
+func (f *Formations) view(rec *record.Formation) *record.Formation {
 	if rec.Status.Expires() && !f.now().Before(rec.ExpiresAt) {
-		rec.Status = lease.StatusExpired
+		rec.Status = record.StatusExpired
 	}
 	return rec
 }
 
 // Get returns one formation.
-func (f *Formations) Get(ctx context.Context, id string) (*Formation, error) {
+func (f *Formations) Get(ctx context.Context, id string) (*record.Formation, error) {
 	rec, err := f.store.GetFormation(ctx, id)
 	if err != nil {
 		return nil, err
@@ -365,7 +338,7 @@ func (f *Formations) Get(ctx context.Context, id string) (*Formation, error) {
 }
 
 // List returns the formations in status (all when empty), oldest first.
-func (f *Formations) List(ctx context.Context, status Status) ([]*Formation, error) {
+func (f *Formations) List(ctx context.Context, status record.Status) ([]*record.Formation, error) {
 	if status != "" && !status.Valid() {
 		return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, status)
 	}
@@ -373,7 +346,7 @@ func (f *Formations) List(ctx context.Context, status Status) ([]*Formation, err
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Formation, 0, len(all))
+	out := make([]*record.Formation, 0, len(all))
 	for _, rec := range all {
 		if rec = f.view(rec); status == "" || rec.Status == status {
 			out = append(out, rec)
@@ -386,7 +359,7 @@ func (f *Formations) List(ctx context.Context, status Status) ([]*Formation, err
 type ApprovalRequest struct {
 	// Approver is the authenticated approver credential id.
 	Approver string
-	Decision ApprovalDecision
+	Decision record.ApprovalDecision
 	// Digest is the formation digest the approver saw.
 	Digest string
 	Reason string
@@ -397,26 +370,26 @@ type ApprovalRequest struct {
 // formed the call; one deny ends the formation as denied; an expired
 // formation cannot be approved. Concurrent decisions are ordered by etcd
 // and none is lost.
-func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest) (*Formation, error) {
-	if req.Decision != lease.Approve && req.Decision != lease.Deny {
+func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest) (*record.Formation, error) {
+	if req.Decision != record.Approve && req.Decision != record.Deny {
 		return nil, fmt.Errorf("%w: decision must be approve or deny", ErrBadRequest)
 	}
 	if req.Approver == "" || req.Digest == "" || len(req.Reason) > 4096 {
 		return nil, fmt.Errorf("%w: approver and digest are required, reason at most 4096 bytes", ErrBadRequest)
 	}
 	var expired bool
-	rec, rev, err := f.store.UpdateFormation(ctx, id, func(rec *Formation) error {
+	rec, rev, err := f.store.UpdateFormation(ctx, id, func(rec *record.Formation) error {
 		now := f.now().UTC()
 		expired = false
 		if rec.Status.Expires() && !now.Before(rec.ExpiresAt) {
 			// Persist what the clock already decided, then refuse.
-			rec.Status, rec.UpdatedAt, expired = lease.StatusExpired, now, true
+			rec.Status, rec.UpdatedAt, expired = record.StatusExpired, now, true
 			return nil
 		}
 		switch {
-		case rec.Status == lease.StatusExpired:
+		case rec.Status == record.StatusExpired:
 			return ErrExpired
-		case rec.Status != lease.StatusPendingApproval:
+		case rec.Status != record.StatusPendingApproval:
 			return fmt.Errorf("%w: status is %s", ErrNotPending, rec.Status)
 		case req.Digest != rec.Digest:
 			return ErrDigestMismatch
@@ -428,14 +401,14 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 				return ErrDuplicateApprover
 			}
 		}
-		rec.Approvals = append(rec.Approvals, lease.Approval{
+		rec.Approvals = append(rec.Approvals, record.Approval{
 			Approver: req.Approver, Decision: req.Decision, Digest: req.Digest, Reason: req.Reason, At: now,
 		})
 		switch {
-		case req.Decision == lease.Deny:
-			rec.Status = lease.StatusDenied
+		case req.Decision == record.Deny:
+			rec.Status = record.StatusDenied
 		case ready(rec):
-			rec.Status = lease.StatusReady
+			rec.Status = record.StatusReady
 		}
 		rec.UpdatedAt = now
 		return nil
@@ -462,14 +435,14 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 type readyCache struct{ entries boundedMap[readyEntry] }
 
 type readyEntry struct {
-	rec *Formation
+	rec *record.Formation
 	rev int64
 }
 
 const maxReadyCache = 1 << 16
 
-func (c *readyCache) put(rec *Formation, rev int64) {
-	if rec.Status != lease.StatusReady {
+func (c *readyCache) put(rec *record.Formation, rev int64) {
+	if rec.Status != record.StatusReady {
 		c.entries.delete(rec.ID)
 		return
 	}
@@ -477,7 +450,7 @@ func (c *readyCache) put(rec *Formation, rev int64) {
 }
 
 // take returns a copy of a cached ready formation and its revision.
-func (c *readyCache) take(id string) (*Formation, int64, bool) {
+func (c *readyCache) take(id string) (*record.Formation, int64, bool) {
 	e, ok := c.entries.get(id)
 	if !ok {
 		return nil, 0, false

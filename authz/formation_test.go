@@ -23,6 +23,7 @@ import (
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/record"
 )
 
 const prefix = "/authztest/"
@@ -128,7 +129,7 @@ func defaultSet(t testing.TB) *policy.Set {
 	return set
 }
 
-func (e *env) form(t *testing.T, session, tool, args, principal string, attrs map[string]any) (*authz.Formation, error) {
+func (e *env) form(t *testing.T, session, tool, args, principal string, attrs map[string]any) (*record.Formation, error) {
 	t.Helper()
 	return e.forms.Form(context.Background(), authz.FormRequest{
 		Snapshot: e.snapshot, Session: session, Tool: tool, Arguments: json.RawMessage(args),
@@ -154,14 +155,14 @@ func TestFormDecidesOverTheRecord(t *testing.T) {
 		tool      string
 		args      string
 		attrs     map[string]any
-		status    authz.Status
+		status    record.Status
 		approvals int
 	}{
-		{"read is ready", "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, nil, authz.StatusReady, 0},
-		{"write waits for one approval", "s1", "github/create_repository", `{"name":"demo"}`, nil, authz.StatusPendingApproval, 1},
-		{"delete without the attribute is denied", "s-met", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, nil, authz.StatusDenied, 0},
-		{"delete with an unmet requires is denied", "s2", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, admins, authz.StatusDenied, 0},
-		{"delete by an admin after get_repository waits for two", "s-met", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, admins, authz.StatusPendingApproval, 2},
+		{"read is ready", "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, nil, record.StatusReady, 0},
+		{"write waits for one approval", "s1", "github/create_repository", `{"name":"demo"}`, nil, record.StatusPendingApproval, 1},
+		{"delete without the attribute is denied", "s-met", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, nil, record.StatusDenied, 0},
+		{"delete with an unmet requires is denied", "s2", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, admins, record.StatusDenied, 0},
+		{"delete by an admin after get_repository waits for two", "s-met", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, admins, record.StatusPendingApproval, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
@@ -172,7 +173,7 @@ func TestFormDecidesOverTheRecord(t *testing.T) {
 			if f.Status != tc.status {
 				t.Fatalf("status %s, want %s; decision %+v", f.Status, tc.status, f.Decision)
 			}
-			if tc.status != authz.StatusDenied && f.ApprovalsRequired != tc.approvals {
+			if tc.status != record.StatusDenied && f.ApprovalsRequired != tc.approvals {
 				t.Fatalf("approvals %d, want %d", f.ApprovalsRequired, tc.approvals)
 			}
 			if f.Decision.PolicyDigest == "" || len(f.Decision.Engines) != 2 {
@@ -204,7 +205,7 @@ func TestFormDecidesOverTheRecord(t *testing.T) {
 
 func TestFormRefusesBadInput(t *testing.T) {
 	e := newEnv(t, nil, nil)
-	var argErr *authz.ArgumentError
+	var argErr *manifest.ArgumentError
 	cases := []struct {
 		note  string
 		req   authz.FormRequest
@@ -248,7 +249,7 @@ func TestFormRefusesBadInput(t *testing.T) {
 
 func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
 
-func approve(e *env, f *authz.Formation, approver string, d authz.ApprovalDecision) (*authz.Formation, error) {
+func approve(e *env, f *record.Formation, approver string, d record.ApprovalDecision) (*record.Formation, error) {
 	return e.forms.Approve(context.Background(), f.ID, authz.ApprovalRequest{Approver: approver, Decision: d, Digest: f.Digest, Reason: "looked at it"})
 }
 
@@ -258,7 +259,7 @@ func TestApprovals(t *testing.T) {
 	ctx := context.Background()
 
 	write, err := e.form(t, "s", "github/create_repository", `{"name":"demo"}`, "alice", nil)
-	if err != nil || write.Status != authz.StatusPendingApproval {
+	if err != nil || write.Status != record.StatusPendingApproval {
 		t.Fatalf("write: %+v %v", write, err)
 	}
 	if _, err := e.forms.Approve(ctx, write.ID, authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "sha256:other"}); !errors.Is(err, authz.ErrDigestMismatch) {
@@ -271,7 +272,7 @@ func TestApprovals(t *testing.T) {
 		t.Fatalf("bad decision: %v", err)
 	}
 	got, err := approve(e, write, "bob", "approve")
-	if err != nil || got.Status != authz.StatusReady || len(got.Approvals) != 1 {
+	if err != nil || got.Status != record.StatusReady || len(got.Approvals) != 1 {
 		t.Fatalf("approve: %+v %v", got, err)
 	}
 	if _, err := approve(e, write, "carol", "approve"); !errors.Is(err, authz.ErrNotPending) {
@@ -282,27 +283,27 @@ func TestApprovals(t *testing.T) {
 	if err != nil || del.ApprovalsRequired != 2 {
 		t.Fatalf("delete: %+v %v", del, err)
 	}
-	if got, err := approve(e, del, "bob", "approve"); err != nil || got.Status != authz.StatusPendingApproval {
+	if got, err := approve(e, del, "bob", "approve"); err != nil || got.Status != record.StatusPendingApproval {
 		t.Fatalf("first of two: %+v %v", got, err)
 	}
 	if _, err := approve(e, del, "bob", "approve"); !errors.Is(err, authz.ErrDuplicateApprover) {
 		t.Fatalf("same approver twice: %v", err)
 	}
-	if got, err := approve(e, del, "carol", "approve"); err != nil || got.Status != authz.StatusReady {
+	if got, err := approve(e, del, "carol", "approve"); err != nil || got.Status != record.StatusReady {
 		t.Fatalf("second of two: %+v %v", got, err)
 	}
 
 	denied, _ := e.form(t, "s", "github/create_repository", `{"name":"other"}`, "alice", nil)
-	if got, err := approve(e, denied, "bob", "deny"); err != nil || got.Status != authz.StatusDenied {
+	if got, err := approve(e, denied, "bob", "deny"); err != nil || got.Status != record.StatusDenied {
 		t.Fatalf("deny: %+v %v", got, err)
 	}
 	if _, err := approve(e, denied, "carol", "approve"); !errors.Is(err, authz.ErrNotPending) {
 		t.Fatalf("approve after a deny: %v", err)
 	}
-	if _, err := e.forms.Approve(ctx, "fm_nope", authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "x"}); !errors.Is(err, authz.ErrFormationNotFound) {
+	if _, err := e.forms.Approve(ctx, "fm_nope", authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "x"}); !errors.Is(err, record.ErrFormationNotFound) {
 		t.Fatalf("unknown formation: %v", err)
 	}
-	pending, err := e.forms.List(ctx, authz.StatusPendingApproval)
+	pending, err := e.forms.List(ctx, record.StatusPendingApproval)
 	if err != nil || len(pending) != 0 {
 		t.Fatalf("pending list: %d %v", len(pending), err)
 	}
@@ -315,7 +316,7 @@ func TestApprovalAfterExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(15*time.Minute + time.Second)
-	if got, _ := e.forms.Get(context.Background(), f.ID); got.Status != authz.StatusExpired {
+	if got, _ := e.forms.Get(context.Background(), f.ID); got.Status != record.StatusExpired {
 		t.Fatalf("status after expiry: %s", got.Status)
 	}
 	if _, err := approve(e, f, "bob", "approve"); !errors.Is(err, authz.ErrExpired) {
@@ -323,7 +324,7 @@ func TestApprovalAfterExpiry(t *testing.T) {
 	}
 	// The expiry is now stored, not only computed.
 	stored, err := e.store.GetFormation(context.Background(), f.ID)
-	if err != nil || stored.Status != lease.StatusExpired || len(stored.Approvals) != 0 {
+	if err != nil || stored.Status != record.StatusExpired || len(stored.Approvals) != 0 {
 		t.Fatalf("stored after refused approval: %+v %v", stored, err)
 	}
 	if _, err := approve(e, f, "carol", "approve"); !errors.Is(err, authz.ErrExpired) {
@@ -365,7 +366,7 @@ func TestConcurrentApprovalsAreOrderedAndNoneLost(t *testing.T) {
 			}
 		}
 		got, _ := e.forms.Get(context.Background(), f.ID)
-		if okCarol != 1 || got.Status != authz.StatusReady || len(got.Approvals) != 2 {
+		if okCarol != 1 || got.Status != record.StatusReady || len(got.Approvals) != 2 {
 			t.Fatalf("round %d: carol ok %d, status %s, approvals %+v", round, okCarol, got.Status, got.Approvals)
 		}
 	}
@@ -396,28 +397,28 @@ func TestMutatingCallsNeverReadyWithoutApproval(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		tool, args string
-		want       authz.Status
+		want       record.Status
 	}{
-		{"github/get_repository", `{"owner":"o","repo":"r"}`, authz.StatusReady},
-		{"github/create_repository", `{"name":"n"}`, authz.StatusPendingApproval},
-		{"github/delete_repository", `{"owner":"o","repo":"r"}`, authz.StatusPendingApproval},
+		{"github/get_repository", `{"owner":"o","repo":"r"}`, record.StatusReady},
+		{"github/create_repository", `{"name":"n"}`, record.StatusPendingApproval},
+		{"github/delete_repository", `{"owner":"o","repo":"r"}`, record.StatusPendingApproval},
 	} {
 		f, err := e.form(t, "s", tc.tool, tc.args, "alice", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.Decision.Approvals != 0 || f.Decision.Verdict != lease.VerdictAllow {
+		if f.Decision.Approvals != 0 || f.Decision.Verdict != record.VerdictAllow {
 			t.Fatalf("%s: the allow-all policy did not allow with zero approvals: %+v", tc.tool, f.Decision)
 		}
 		if f.Status != tc.want {
 			t.Fatalf("%s: status %s, want %s", tc.tool, f.Status, tc.want)
 		}
-		if tc.want == authz.StatusPendingApproval {
+		if tc.want == record.StatusPendingApproval {
 			if f.ApprovalsRequired != 1 {
 				t.Fatalf("%s: approvals required %d, want 1", tc.tool, f.ApprovalsRequired)
 			}
 			got, err := approve(e, f, "bob", "approve")
-			if err != nil || got.Status != authz.StatusReady {
+			if err != nil || got.Status != record.StatusReady {
 				t.Fatalf("%s: after one approval: %+v %v", tc.tool, got, err)
 			}
 		}
@@ -500,7 +501,7 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 		}
 	}()
 	const workers, each = 4, 10
-	results := make(chan *authz.Formation, workers*each)
+	results := make(chan *record.Formation, workers*each)
 	var formers sync.WaitGroup
 	for w := range workers {
 		formers.Add(1)
@@ -528,7 +529,7 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 			t.Fatalf("formation decided by unknown policy %s", f.Decision.PolicyDigest)
 		}
 		seen[version]++
-		if len(f.Decision.Engines) != 2 || !f.Decision.Allowed() || f.Status != authz.StatusPendingApproval || f.ApprovalsRequired != 1 {
+		if len(f.Decision.Engines) != 2 || !f.Decision.Allowed() || f.Status != record.StatusPendingApproval || f.ApprovalsRequired != 1 {
 			t.Fatalf("formation %+v", f)
 		}
 	}
@@ -575,21 +576,21 @@ func TestFormationsFailClosedWithoutEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.member.Stop()
-	if _, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, "alice", nil); !errors.Is(err, authz.ErrUnavailable) {
+	if _, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, "alice", nil); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("form with etcd down: %v", err)
 	}
-	if _, err := approve(e, w, "bob", "approve"); !errors.Is(err, authz.ErrUnavailable) {
+	if _, err := approve(e, w, "bob", "approve"); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("approve with etcd down: %v", err)
 	}
 	e.member.Restart()
-	var got *authz.Formation
+	var got *record.Formation
 	for range 100 {
 		if got, err = approve(e, w, "bob", "approve"); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil || got.Status != authz.StatusReady || len(got.Approvals) != 1 {
+	if err != nil || got.Status != record.StatusReady || len(got.Approvals) != 1 {
 		t.Fatalf("approval after the outage: %+v %v", got, err)
 	}
 	if all, _ := e.forms.List(ctx, ""); len(all) != 1 {

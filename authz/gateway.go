@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // Errors of gateway decisions.
@@ -29,10 +30,6 @@ var (
 	// Nothing is admitted.
 	ErrCallerMismatch = errors.New("authz: the gateway's caller is not the principal of the formation")
 )
-
-// MetaFormation is the key of a tools/call's params._meta that carries its
-// formation id, for gateways that forward the body.
-const MetaFormation = fencecheck.MetaFormation
 
 // GateRequest is one request of an MCP session that a gateway asks about
 // before proxying it, as the gateway's transport (forward-auth, Envoy
@@ -112,7 +109,7 @@ func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, e
 	if msg.Formation != "" {
 		if id != "" && id != msg.Formation {
 			return d, fmt.Errorf("%w: the formation header and params._meta[%q] name different formations",
-				ErrBadRequest, MetaFormation)
+				ErrBadRequest, fencecheck.MetaFormation)
 		}
 		id = msg.Formation
 	}
@@ -121,9 +118,9 @@ func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, e
 			return d, fmt.Errorf("%w: a formation id is 1-%d characters without control characters", ErrBadRequest, maxIDLength)
 		}
 		d.Formation = id
-		var check func(*Formation) error
+		var check func(*record.Formation) error
 		if f.caller != CallerOff {
-			check = func(rec *Formation) error { return checkCaller(req.Caller, rec.Principal.ID) }
+			check = func(rec *record.Formation) error { return checkCaller(req.Caller, rec.Principal.ID) }
 		}
 		a, err := f.admitChecked(ctx, d.Formation, check)
 		d.Admission = a
@@ -179,15 +176,15 @@ func checkCaller(caller, principal string) error {
 // answered ErrFormationDenied. In both cases the formation is returned
 // with the error, so that the caller can name it: after approval, admit it
 // by id. When Form itself fails, no formation is returned.
-func (f *Formations) FormAndAdmit(ctx context.Context, req FormRequest) (*Formation, *Admission, error) {
+func (f *Formations) FormAndAdmit(ctx context.Context, req FormRequest) (*record.Formation, *Admission, error) {
 	rec, err := f.Form(ctx, req)
 	if err != nil {
 		return nil, nil, err
 	}
 	switch rec.Status {
-	case StatusDenied:
+	case record.StatusDenied:
 		return rec, nil, fmt.Errorf("authz: admit %s: %w", rec.ID, ErrFormationDenied)
-	case StatusPendingApproval:
+	case record.StatusPendingApproval:
 		return rec, nil, fmt.Errorf("authz: admit %s: %w: 0 of %d approvals", rec.ID, ErrNotApproved, rec.ApprovalsRequired)
 	}
 	a, err := f.Admit(ctx, rec.ID)

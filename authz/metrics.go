@@ -3,9 +3,8 @@ package authz
 import (
 	"errors"
 
+	"github.com/fcd-authz/fcd/record"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fcd-authz/fcd/lease"
 )
 
 // metrics count what the use cases decide, for operators: how many calls
@@ -73,7 +72,7 @@ func admissionResult(a *Admission, err error) string {
 		}
 		return resultSource
 	}
-	var dep *DependencyError
+	var dep *record.DependencyError
 	switch {
 	case errors.Is(err, ErrSourceDraining):
 		return "source_draining"
@@ -89,17 +88,17 @@ func admissionResult(a *Admission, err error) string {
 		return "expired"
 	case errors.As(err, &dep):
 		return "dependency"
-	case errors.Is(err, ErrLeaseUncertain), errors.Is(err, ErrLeaseClosed):
+	case errors.Is(err, record.ErrLeaseUncertain), errors.Is(err, record.ErrLeaseClosed):
 		return "lease_closed_or_uncertain"
-	case errors.Is(err, ErrLeaseClaimed):
+	case errors.Is(err, record.ErrLeaseClaimed):
 		return "lease_claimed"
 	case errors.Is(err, ErrCallerMismatch):
 		return "caller_mismatch"
-	case errors.Is(err, lease.ErrUnavailable):
+	case errors.Is(err, record.ErrUnavailable):
 		return "store_unavailable"
-	case errors.Is(err, ErrFormationNotFound):
+	case errors.Is(err, record.ErrFormationNotFound):
 		return "not_found"
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, record.ErrConflict):
 		return "conflict"
 	}
 	return "other"

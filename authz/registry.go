@@ -9,17 +9,7 @@ import (
 
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
-)
-
-// Types of the registry, named here so transports need no other package.
-type (
-	Epoch        = lease.Epoch
-	EpochFilter  = lease.EpochFilter
-	State        = lease.State
-	Snapshot     = lease.Snapshot
-	SnapshotTool = lease.SnapshotTool
-	FullTool     = lease.FullTool
-	Finding      = manifest.Finding
+	"github.com/fcd-authz/fcd/record"
 )
 
 // MaxRetireWait bounds how long one retire call may wait for lease markers
@@ -49,11 +39,11 @@ func NewRegistry(store *lease.Store, verifier *manifest.Verifier, log *slog.Logg
 
 // Registration is the outcome of registering a manifest.
 type Registration struct {
-	Epoch *Epoch
+	Epoch *record.Epoch
 	// Created is false when the same manifest was registered before.
 	Created bool
 	// Findings are the lint warnings of an accepted manifest.
-	Findings []Finding
+	Findings []manifest.Finding
 }
 
 // Register verifies a signed manifest (JWS) against the trusted registrar
@@ -67,7 +57,7 @@ func (r *Registry) Register(ctx context.Context, jws []byte) (*Registration, err
 	}
 	findings := manifest.Lint(sm.Manifest)
 	if manifest.HasErrors(findings) {
-		return nil, fmt.Errorf("authz: register %s: %w", sm.Manifest.Server.Name, &LintError{Findings: findings})
+		return nil, fmt.Errorf("authz: register %s: %w", sm.Manifest.Server.Name, &manifest.LintError{Findings: findings})
 	}
 	ep, created, err := r.store.RegisterEpoch(ctx, sm)
 	if err != nil {
@@ -80,23 +70,23 @@ func (r *Registry) Register(ctx context.Context, jws []byte) (*Registration, err
 }
 
 // Epochs lists epochs.
-func (r *Registry) Epochs(ctx context.Context, f EpochFilter) ([]*Epoch, error) {
+func (r *Registry) Epochs(ctx context.Context, f record.EpochFilter) ([]*record.Epoch, error) {
 	return r.store.ListEpochs(ctx, f)
 }
 
 // Epoch shows one epoch with its manifest.
-func (r *Registry) Epoch(ctx context.Context, id string) (*Epoch, error) {
+func (r *Registry) Epoch(ctx context.Context, id string) (*record.Epoch, error) {
 	return r.store.GetEpoch(ctx, id)
 }
 
 // Leases returns the open leases of an epoch (admitted or uncertain):
 // what holds its retirement back.
-func (r *Registry) Leases(ctx context.Context, epoch string) ([]*lease.Lease, error) {
+func (r *Registry) Leases(ctx context.Context, epoch string) ([]*record.Lease, error) {
 	return r.store.EpochLeases(ctx, epoch)
 }
 
 // Drain moves an ACTIVE epoch to DRAINING.
-func (r *Registry) Drain(ctx context.Context, id string) (State, error) {
+func (r *Registry) Drain(ctx context.Context, id string) (record.State, error) {
 	return r.store.Drain(ctx, id)
 }
 
@@ -105,7 +95,7 @@ var ErrWaitTooLong = errors.New("authz: retire wait too long")
 
 // Retire moves a DRAINING epoch to STALE once no lease marker remains,
 // waiting up to wait for markers to clear.
-func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (State, error) {
+func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (record.State, error) {
 	if wait < 0 || wait > MaxRetireWait {
 		return "", fmt.Errorf("%w: %s (at most %s)", ErrWaitTooLong, wait, MaxRetireWait)
 	}
@@ -113,24 +103,24 @@ func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (S
 }
 
 // CreateSnapshot freezes the ACTIVE catalog, optionally of some servers.
-func (r *Registry) CreateSnapshot(ctx context.Context, servers []string) (*Snapshot, error) {
+func (r *Registry) CreateSnapshot(ctx context.Context, servers []string) (*record.Snapshot, error) {
 	s, _, err := r.store.CreateSnapshot(ctx, servers)
 	return s, err
 }
 
 // Snapshot returns a snapshot's summary view.
-func (r *Registry) Snapshot(ctx context.Context, id string) (*Snapshot, error) {
+func (r *Registry) Snapshot(ctx context.Context, id string) (*record.Snapshot, error) {
 	return r.store.GetSnapshot(ctx, id)
 }
 
 // SnapshotFull returns a snapshot with every full descriptor.
-func (r *Registry) SnapshotFull(ctx context.Context, id string) ([]FullTool, error) {
+func (r *Registry) SnapshotFull(ctx context.Context, id string) ([]record.FullTool, error) {
 	_, full, err := r.store.GetSnapshotFull(ctx, id)
 	return full, err
 }
 
 // SnapshotTool returns one tool of a snapshot, named "server/tool".
-func (r *Registry) SnapshotTool(ctx context.Context, id, name string) (*FullTool, error) {
+func (r *Registry) SnapshotTool(ctx context.Context, id, name string) (*record.FullTool, error) {
 	return r.store.SnapshotTool(ctx, id, name)
 }
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // A successor is captured at formation and nowhere else (property P5 of
@@ -25,9 +25,9 @@ import (
 
 // candidate is a certificate eligible to give a formation its successor.
 type candidate struct {
-	rec    *lease.CertificateRecord
+	rec    *record.Certificate
 	signed *manifest.SignedCertificate
-	target *lease.Epoch
+	target *record.Epoch
 }
 
 // successorCandidate returns the certificate that gives a call of tool
@@ -39,7 +39,7 @@ type candidate struct {
 // under that tool's input schema. Among eligible certificates the one
 // issued last wins; then the one that expires last; then the smallest id
 // — a rule of the certificates alone, so every replica picks the same.
-func (f *Formations) successorCandidate(ctx context.Context, source *lease.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
+func (f *Formations) successorCandidate(ctx context.Context, source *record.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
 	if f.issuers == nil {
 		return nil, nil
 	}
@@ -72,7 +72,7 @@ func (f *Formations) successorCandidate(ctx context.Context, source *lease.Epoch
 
 // eligible checks one certificate record for a formation; nil means it
 // does not apply, an error that the store could not answer.
-func (f *Formations) eligible(ctx context.Context, rec *lease.CertificateRecord, source *lease.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
+func (f *Formations) eligible(ctx context.Context, rec *record.Certificate, source *record.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
 	if rec.Revoked || rec.Certificate == nil {
 		return nil, nil
 	}
@@ -93,17 +93,17 @@ func (f *Formations) eligible(ctx context.Context, rec *lease.CertificateRecord,
 		return nil, nil
 	}
 	target, err := f.store.EpochNow(ctx, sc.Certificate.Target)
-	if errors.Is(err, lease.ErrEpochNotFound) {
+	if errors.Is(err, record.ErrEpochNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if target.State != lease.StateActive || target.Server != source.Server {
+	if target.State != record.StateActive || target.Server != source.Server {
 		return nil, nil
 	}
 	td := target.Manifest.Tool(tool)
-	i := slices.IndexFunc(target.Tools, func(t lease.EpochTool) bool { return t.Name == tool })
+	i := slices.IndexFunc(target.Tools, func(t record.EpochTool) bool { return t.Name == tool })
 	if td == nil || i < 0 {
 		return nil, nil
 	}
@@ -118,7 +118,7 @@ func (f *Formations) eligible(ctx context.Context, rec *lease.CertificateRecord,
 // validity, and its JWS still verifies against the issuer keys in force
 // (an issuer removed from the trust set takes its certificates with it).
 // It returns the verified certificate, or why it is not usable.
-func (f *Formations) usable(rec *lease.CertificateRecord, now time.Time) (*manifest.SignedCertificate, string) {
+func (f *Formations) usable(rec *record.Certificate, now time.Time) (*manifest.SignedCertificate, string) {
 	if f.issuers == nil {
 		return nil, "no compatibility issuer keys are configured"
 	}
@@ -145,13 +145,10 @@ func (f *Formations) usable(rec *lease.CertificateRecord, now time.Time) (*manif
 }
 
 // successorOf is the record's successor for a candidate.
-func successorOf(c *candidate) *lease.Successor {
+func successorOf(c *candidate) *record.Successor {
 	e, cert := c.target, c.signed.Certificate
-	return &lease.Successor{
-		Target: lease.Target{
-			Epoch: e.ID, Server: e.Server, Release: e.Release, Pool: e.Pool,
-			Artifact: e.Artifact, ConfigDigest: e.ConfigDigest,
-		},
+	return &record.Successor{
+		Target:      e.Target(),
 		Certificate: c.rec.ID, Issuer: c.signed.KeyID, Effects: cert.Effects,
 		Profile: cert.Profile, ExpiresAt: cert.ExpiresAt,
 	}
@@ -172,7 +169,7 @@ func successorInput(c *candidate) *policy.SuccessorInput {
 // digest taken again and the call decided once more without it, so the
 // stored decision is always over the stored record. The refusal is kept in
 // the decision (Successor, and each engine's answer).
-func (f *Formations) decide(ctx context.Context, rec *Formation, in *policy.Input, cand *candidate) error {
+func (f *Formations) decide(ctx context.Context, rec *record.Formation, in *policy.Input, cand *candidate) error {
 	var err error
 	if cand != nil {
 		rec.Successor = successorOf(cand)
@@ -183,13 +180,13 @@ func (f *Formations) decide(ctx context.Context, rec *Formation, in *policy.Inpu
 	}
 	in.Formation = policy.FormationInput{Call: rec.Call, Digest: rec.Digest}
 	rec.Decision = f.decider.Decide(ctx, in)
-	if cand == nil || (rec.Decision.Successor != nil && rec.Decision.Successor.Verdict == lease.VerdictAllow) {
+	if cand == nil || (rec.Decision.Successor != nil && rec.Decision.Successor.Verdict == record.VerdictAllow) {
 		return nil
 	}
 	refused := rec.Decision
 	if refused.Successor == nil {
 		// A decider that did not answer on the candidate did not allow it.
-		refused.Successor = &lease.SuccessorDecision{Certificate: cand.rec.ID, Epoch: cand.target.ID, Verdict: lease.VerdictDeny}
+		refused.Successor = &record.SuccessorDecision{Certificate: cand.rec.ID, Epoch: cand.target.ID, Verdict: record.VerdictDeny}
 	}
 	rec.Successor, in.Successor = nil, nil
 	if rec.Digest, err = rec.Call.Digest(); err != nil {
@@ -213,13 +210,13 @@ func (f *Formations) decide(ctx context.Context, rec *Formation, in *policy.Inpu
 // still needs besides what the transaction compares: its certificate is
 // registered, unrevoked, unexpired and still verifies. It returns the
 // certificate record as read, whose revision the transaction compares.
-func (f *Formations) successorAdmission(ctx context.Context, rec *Formation, now time.Time) (*lease.CertificateRecord, error) {
+func (f *Formations) successorAdmission(ctx context.Context, rec *record.Formation, now time.Time) (*record.Certificate, error) {
 	s := rec.Successor
 	if s == nil {
 		return nil, ErrSourceStale
 	}
 	cert, err := f.store.GetCertificate(ctx, s.Certificate)
-	if errors.Is(err, lease.ErrCertificateNotFound) {
+	if errors.Is(err, record.ErrCertificateNotFound) {
 		return nil, fmt.Errorf("%w: certificate %s is not registered", ErrSourceStale, s.Certificate)
 	}
 	if err != nil {
@@ -237,7 +234,7 @@ func (f *Formations) successorAdmission(ctx context.Context, rec *Formation, now
 
 // successorPolicyInput rebuilds the policy input's successor member of an
 // admitted-phase re-check from the record and the store.
-func (f *Formations) successorPolicyInput(ctx context.Context, s *lease.Successor) (*policy.SuccessorInput, error) {
+func (f *Formations) successorPolicyInput(ctx context.Context, s *record.Successor) (*policy.SuccessorInput, error) {
 	target, err := f.store.EpochNow(ctx, s.Epoch)
 	if err != nil {
 		return nil, err
@@ -264,7 +261,7 @@ type verifiedCache struct {
 
 const maxVerifiedCache = 4096
 
-func (c *verifiedCache) get(rec *lease.CertificateRecord) (*manifest.SignedCertificate, bool) {
+func (c *verifiedCache) get(rec *record.Certificate) (*manifest.SignedCertificate, bool) {
 	sc, ok := c.entries.get(rec.ID)
 	if !ok || sc.JWS != rec.JWS {
 		return nil, false

@@ -12,8 +12,8 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
@@ -136,7 +136,7 @@ func (s *succEnv) certify(t testing.TB, c cert) string {
 }
 
 // create forms a create_repository call approved by bob.
-func (s *succEnv) create(t *testing.T, name string, private *bool) *authz.Formation {
+func (s *succEnv) create(t *testing.T, name string, private *bool) *record.Formation {
 	t.Helper()
 	args := map[string]any{"name": name}
 	if private != nil {
@@ -152,7 +152,7 @@ func (s *succEnv) retire(t *testing.T, release string) {
 	if _, err := s.store.Drain(ctx, s.epochs[release]); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := s.store.Retire(ctx, s.epochs[release], 0); err != nil || st != lease.StateStale {
+	if st, err := s.store.Retire(ctx, s.epochs[release], 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire %s: %s %v", release, st, err)
 	}
 }
@@ -160,7 +160,7 @@ func (s *succEnv) retire(t *testing.T, release string) {
 var yes = func() *bool { b := true; return &b }()
 
 // checkRecord checks that the record's digest covers what it holds.
-func checkRecord(t *testing.T, f *authz.Formation) {
+func checkRecord(t *testing.T, f *record.Formation) {
 	t.Helper()
 	d, err := f.Call.Digest()
 	if err != nil || d != f.Digest {
@@ -252,7 +252,7 @@ func TestSuccessorCapture(t *testing.T) {
 				sc.Release != "v1.3.0" || sc.Effects["visibility"] != "private" || sc.Issuer != s.issuerKey.KeyID() {
 				t.Fatalf("successor %+v, want v1.3 through %s", sc, want)
 			}
-			if d := f.Decision.Successor; d == nil || d.Verdict != lease.VerdictAllow || d.Certificate != want {
+			if d := f.Decision.Successor; d == nil || d.Verdict != record.VerdictAllow || d.Certificate != want {
 				t.Fatalf("decision on the successor: %+v", d)
 			}
 			// The approval was bound to the digest that covers the successor.
@@ -275,11 +275,11 @@ func TestPolicyRefusesSuccessor(t *testing.T) {
 	if f.Successor != nil {
 		t.Fatalf("captured %+v, want the successor refused", f.Successor)
 	}
-	if d := f.Decision.Successor; d == nil || d.Verdict != lease.VerdictDeny || d.Certificate != id || d.Epoch != s.epochs["v1.3"] {
+	if d := f.Decision.Successor; d == nil || d.Verdict != record.VerdictDeny || d.Certificate != id || d.Epoch != s.epochs["v1.3"] {
 		t.Fatalf("decision on the successor: %+v", d)
 	}
 	for _, e := range f.Decision.Engines {
-		if e.Successor == nil || e.Successor.Verdict != lease.VerdictDeny || !slices.Contains(e.Successor.Rules, "deny-successor-public") {
+		if e.Successor == nil || e.Successor.Verdict != record.VerdictDeny || !slices.Contains(e.Successor.Rules, "deny-successor-public") {
 			t.Fatalf("%s on the successor: %+v", e.Engine, e.Successor)
 		}
 	}
@@ -317,7 +317,7 @@ func TestPolicyChangeRefusesSuccessorAtAdmission(t *testing.T) {
 	if err := pm.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if g := s.create(t, "g", yes); g.Successor != nil || g.Decision.Successor == nil || g.Decision.Successor.Verdict != lease.VerdictDeny {
+	if g := s.create(t, "g", yes); g.Successor != nil || g.Decision.Successor == nil || g.Decision.Successor.Verdict != record.VerdictDeny {
 		t.Fatalf("formed under the refusing policy: successor %+v, decision %+v", g.Successor, g.Decision.Successor)
 	}
 	s.retire(t, "v1.4")
@@ -405,7 +405,7 @@ func TestSuccessorAdmission(t *testing.T) {
 	pending := s.create(t, "pending", yes)
 	later := s.create(t, "later", yes)
 	omitted := s.create(t, "omitted", nil)
-	for _, f := range []*authz.Formation{early, pending, later} {
+	for _, f := range []*record.Formation{early, pending, later} {
 		if f.Successor == nil {
 			t.Fatalf("%s has no successor", f.ID)
 		}
@@ -418,7 +418,7 @@ func TestSuccessorAdmission(t *testing.T) {
 	if c := s.claims(t, a.Token); c.Epoch != s.epochs["v1.4"] || c.Audience != "github-v1-4" {
 		t.Fatalf("admitted while the source is ACTIVE to %s/%s, want the source", c.Audience, c.Epoch)
 	}
-	s.report(t, a, authz.OutcomeEffect)
+	s.report(t, a, record.OutcomeEffect)
 
 	if _, err := s.store.Drain(ctx, s.epochs["v1.4"]); err != nil {
 		t.Fatal(err)
@@ -426,11 +426,11 @@ func TestSuccessorAdmission(t *testing.T) {
 	if _, err := s.forms.Admit(ctx, pending.ID); !errors.Is(err, authz.ErrSourceDraining) {
 		t.Fatalf("admission with a DRAINING source: %v, want ErrSourceDraining", err)
 	}
-	if f, _ := s.forms.Get(ctx, pending.ID); f.Status != authz.StatusReady {
+	if f, _ := s.forms.Get(ctx, pending.ID); f.Status != record.StatusReady {
 		t.Fatalf("after the refusal the call is %s", f.Status)
 	}
 
-	if st, err := s.store.Retire(ctx, s.epochs["v1.4"], 0); err != nil || st != lease.StateStale {
+	if st, err := s.store.Retire(ctx, s.epochs["v1.4"], 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire: %s %v", st, err)
 	}
 	a, err = s.forms.Admit(ctx, pending.ID)
@@ -491,7 +491,7 @@ func TestSuccessorAuthorityOnlyNarrows(t *testing.T) {
 	s.clock.Advance(11 * time.Minute) // past the "e" certificate, not the formations
 	s.retire(t, "v1.4")
 
-	for name, f := range map[string]*authz.Formation{"revoked": fr, "expired": fe, "certificate after formation": fl} {
+	for name, f := range map[string]*record.Formation{"revoked": fr, "expired": fe, "certificate after formation": fl} {
 		if _, err := s.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSourceStale) {
 			t.Errorf("%s: admission %v, want ErrSourceStale", name, err)
 		}

@@ -8,21 +8,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fcd-authz/fcd/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Errors of admission and the lease lifecycle.
 var (
-	// ErrLeaseNotFound: no lease has this id.
-	ErrLeaseNotFound = errors.New("lease: lease not found")
-	// ErrLeaseClosed: the lease was already completed or released.
-	ErrLeaseClosed = errors.New("lease: lease already closed")
-	// ErrLeaseUncertain: the lease's outcome is unknown; only an operator's
-	// resolution or a newer backend generation releases it.
-	ErrLeaseUncertain = errors.New("lease: lease outcome is uncertain")
-	// ErrLeaseNotUncertain: a resolution for a lease that is not uncertain.
-	ErrLeaseNotUncertain = errors.New("lease: lease is not uncertain")
 	// ErrFormationChanged: the formation changed between read and admission
 	// (a concurrent admission or approval); read it again.
 	ErrFormationChanged = errors.New("lease: formation changed concurrently")
@@ -31,59 +23,7 @@ var (
 	// ErrCertificateChanged: the certificate a successor admission relies
 	// on changed (was revoked) during admission; read it again.
 	ErrCertificateChanged = errors.New("lease: certificate changed concurrently")
-	// ErrStaleGeneration: a generation not newer than the recorded one.
-	ErrStaleGeneration = errors.New("lease: generation is not newer than the recorded one")
 )
-
-// DependencyError reports an admission refused by the session ledger: a
-// required tool has not completed, or an exclusive tool is admitted or
-// completed in the session.
-type DependencyError struct {
-	Tool string
-	// Exclusive is false for an unmet requires, true for an exclusive
-	// conflict.
-	Exclusive bool
-}
-
-func (e *DependencyError) Error() string {
-	if e.Exclusive {
-		return fmt.Sprintf("lease: %s is exclusive with this tool and was already admitted or ran in the session", e.Tool)
-	}
-	return fmt.Sprintf("lease: required tool %s has not completed with a result in the session", e.Tool)
-}
-
-// LeaseState is the state of an open lease (its marker).
-type LeaseState string
-
-// Lease states. Both keep the epoch from retiring.
-const (
-	LeaseAdmitted  LeaseState = LeaseState(markerAdmitted)
-	LeaseUncertain LeaseState = LeaseState(markerUncertain)
-)
-
-// Lease is an admission: one marker key under its target epoch, holding
-// this record. Its id is the dispatch token's jti.
-type Lease struct {
-	ID             string     `json:"id"`
-	State          LeaseState `json:"state"`
-	Formation      string     `json:"formation"`
-	Session        string     `json:"session"`
-	Tool           string     `json:"tool"`
-	ArgumentDigest string     `json:"argumentDigest"`
-	Target         Target     `json:"target"`
-	Generation     int64      `json:"generation"`
-	AdmittedAt     time.Time  `json:"admittedAt"`
-	// Certificate is set when the lease admits the formation's successor:
-	// the id of the certificate the substitution relied on.
-	Certificate string `json:"certificate,omitempty"`
-	// Claim is the backend's claim, once it claimed the lease before the
-	// effect (State is then running). Filled on read.
-	Claim *Claim `json:"claim,omitempty"`
-	// Revision is the etcd revision of the admission, Cluster the etcd
-	// cluster id: together the fencing token. Filled on read.
-	Revision int64  `json:"-"`
-	Cluster  string `json:"-"`
-}
 
 // NewLeaseID returns a fresh random lease id ("ls_" and 26 base32
 // characters).
@@ -91,7 +31,7 @@ func NewLeaseID() (string, error) { return randomID("ls_") }
 
 // GetFormationRevision returns a formation and the etcd revision it was
 // last written at, for a later compare-and-swap.
-func (s *Store) GetFormationRevision(ctx context.Context, id string) (*Formation, int64, error) {
+func (s *Store) GetFormationRevision(ctx context.Context, id string) (*record.Formation, int64, error) {
 	return s.getFormation(ctx, id)
 }
 
@@ -117,7 +57,7 @@ func formatGeneration(g int64) string { return fmt.Sprintf("%020d", g) }
 func parseGeneration(b []byte) (int64, error) {
 	g, err := strconv.ParseInt(string(b), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: generation %q", ErrCorrupt, b)
+		return 0, fmt.Errorf("%w: generation %q", record.ErrCorrupt, b)
 	}
 	return g, nil
 }
@@ -125,9 +65,9 @@ func parseGeneration(b []byte) (int64, error) {
 // AdmitRequest is one admission: the formation as read (and its
 // revision), the lease to open, and the session-ledger conditions.
 type AdmitRequest struct {
-	Formation    *Formation
+	Formation    *record.Formation
 	FormationRev int64
-	Lease        *Lease
+	Lease        *record.Lease
 	// Requires must all have completed in the session; Exclusive must be
 	// neither admitted nor completed there ("server/tool" names).
 	Requires  []string
@@ -137,7 +77,7 @@ type AdmitRequest struct {
 	// certificate record unchanged since it was read (Revision), both in
 	// the same transaction as everything else.
 	StaleSource string
-	Certificate *CertificateRecord
+	Certificate *record.Certificate
 }
 
 // Admit opens a lease in one etcd transaction that checks, against
@@ -156,12 +96,12 @@ type AdmitRequest struct {
 // outcome is unknown: read the formation back before answering.
 func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 	f, l := req.Formation, req.Lease
-	l.State = LeaseAdmitted
+	l.State = record.LeaseAdmitted
 	fkey, skey := s.k.formation(f.ID), s.k.state(l.Target.Epoch)
 	gkey := s.k.generation(l.Target.Pool)
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(fkey), "=", req.FormationRev),
-		clientv3.Compare(clientv3.Value(skey), "=", string(StateActive)),
+		clientv3.Compare(clientv3.Value(skey), "=", string(record.StateActive)),
 	}
 	if l.Generation == 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0))
@@ -182,14 +122,14 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 			return fmt.Errorf("lease: a successor admission needs its certificate")
 		}
 		cmps = append(cmps,
-			clientv3.Compare(clientv3.Value(s.k.state(req.StaleSource)), "=", string(StateStale)),
+			clientv3.Compare(clientv3.Value(s.k.state(req.StaleSource)), "=", string(record.StateStale)),
 			clientv3.Compare(clientv3.ModRevision(s.certificateKey(req.Certificate)), "=", req.Certificate.Revision))
 	}
 	lval, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("lease: encode lease: %w", err)
 	}
-	f.Status, f.Lease, f.UpdatedAt = StatusAdmitted, l.ID, l.AdmittedAt
+	f.Status, f.Lease, f.UpdatedAt = record.StatusAdmitted, l.ID, l.AdmittedAt
 	fval, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("lease: encode formation: %w", err)
@@ -245,9 +185,9 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 		return ErrFormationChanged
 	}
 	if st := r(1); len(st) == 0 {
-		return fmt.Errorf("%w: %s", ErrEpochNotFound, l.Target.Epoch)
-	} else if State(st[0].Value) != StateActive {
-		return &StateError{Epoch: l.Target.Epoch, State: State(st[0].Value), Want: StateActive}
+		return fmt.Errorf("%w: %s", record.ErrEpochNotFound, l.Target.Epoch)
+	} else if record.State(st[0].Value) != record.StateActive {
+		return &record.StateError{Epoch: l.Target.Epoch, State: record.State(st[0].Value), Want: record.StateActive}
 	}
 	g := r(2)
 	if (l.Generation == 0 && len(g) > 0) || (l.Generation != 0 && (len(g) == 0 || string(g[0].Value) != formatGeneration(l.Generation))) {
@@ -256,23 +196,23 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 	i := 3
 	for _, t := range req.Requires {
 		if len(r(i)) == 0 {
-			return &DependencyError{Tool: t}
+			return &record.DependencyError{Tool: t}
 		}
 		i++
 	}
 	for _, t := range req.Exclusive {
 		if len(r(i)) > 0 || len(r(i+1)) > 0 || len(r(i+2)) > 0 {
-			return &DependencyError{Tool: t, Exclusive: true}
+			return &record.DependencyError{Tool: t, Exclusive: true}
 		}
 		i += 3
 	}
 	if req.StaleSource != "" {
-		if st := r(i); len(st) == 0 || State(st[0].Value) != StateStale {
-			got := State("")
+		if st := r(i); len(st) == 0 || record.State(st[0].Value) != record.StateStale {
+			got := record.State("")
 			if len(st) > 0 {
-				got = State(st[0].Value)
+				got = record.State(st[0].Value)
 			}
-			return &StateError{Epoch: req.StaleSource, State: got, Want: StateStale}
+			return &record.StateError{Epoch: req.StaleSource, State: got, Want: record.StateStale}
 		}
 		if c := r(i + 1); len(c) == 0 || c[0].ModRevision != req.Certificate.Revision {
 			return ErrCertificateChanged
@@ -285,7 +225,7 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 // OpenLease returns an open lease (its marker, and its claim if any) with
 // the revision that created it and the cluster id, or ErrLeaseNotFound /
 // ErrLeaseClosed.
-func (s *Store) OpenLease(ctx context.Context, id string) (*Lease, error) {
+func (s *Store) OpenLease(ctx context.Context, id string) (*record.Lease, error) {
 	l, _, err := s.openLease(ctx, id)
 	return l, err
 }
@@ -294,7 +234,7 @@ func (s *Store) OpenLease(ctx context.Context, id string) (*Lease, error) {
 // its marker's and its claim's (0: no claim).
 type openRevs struct{ marker, claim int64 }
 
-func (s *Store) openLease(ctx context.Context, id string) (*Lease, openRevs, error) {
+func (s *Store) openLease(ctx context.Context, id string) (*record.Lease, openRevs, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	idx, err := s.cli.Get(octx, s.k.lease(id))
@@ -302,7 +242,7 @@ func (s *Store) openLease(ctx context.Context, id string) (*Lease, openRevs, err
 		return nil, openRevs{}, s.wrap(ctx, "get lease", err)
 	}
 	if len(idx.Kvs) == 0 {
-		return nil, openRevs{}, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
+		return nil, openRevs{}, fmt.Errorf("%w: %s", record.ErrLeaseNotFound, id)
 	}
 	resp, err := s.cli.Txn(octx).Then(
 		clientv3.OpGet(s.k.marker(string(idx.Kvs[0].Value), id)),
@@ -313,62 +253,32 @@ func (s *Store) openLease(ctx context.Context, id string) (*Lease, openRevs, err
 	}
 	m := resp.Responses[0].GetResponseRange().Kvs
 	if len(m) == 0 {
-		return nil, openRevs{}, fmt.Errorf("%w: %s", ErrLeaseClosed, id)
+		return nil, openRevs{}, fmt.Errorf("%w: %s", record.ErrLeaseClosed, id)
 	}
-	var l Lease
+	var l record.Lease
 	if err := json.Unmarshal(m[0].Value, &l); err != nil {
-		return nil, openRevs{}, fmt.Errorf("%w: lease %s", ErrCorrupt, id)
+		return nil, openRevs{}, fmt.Errorf("%w: lease %s", record.ErrCorrupt, id)
 	}
 	l.Claim = nil
 	revs := openRevs{marker: m[0].ModRevision}
 	if c := resp.Responses[1].GetResponseRange().Kvs; len(c) > 0 {
-		l.Claim = &Claim{}
+		l.Claim = &record.Claim{}
 		if err := json.Unmarshal(c[0].Value, l.Claim); err != nil {
-			return nil, openRevs{}, fmt.Errorf("%w: claim of lease %s", ErrCorrupt, id)
+			return nil, openRevs{}, fmt.Errorf("%w: claim of lease %s", record.ErrCorrupt, id)
 		}
 		revs.claim = c[0].ModRevision
-		if l.State == LeaseAdmitted {
-			l.State = LeaseRunning
+		if l.State == record.LeaseAdmitted {
+			l.State = record.LeaseRunning
 		}
 	}
 	l.Revision, l.Cluster = m[0].CreateRevision, clusterID(resp.Header.ClusterId)
 	return &l, revs, nil
 }
 
-// Outcome is how a lease closes.
-type Outcome string
-
-// Outcomes of a lease.
-const (
-	// OutcomeEffect: the tool ran and answered a result; it is recorded
-	// as completed in the session (meeting requires) and the marker
-	// released.
-	OutcomeEffect Outcome = "effect"
-	// OutcomeFailed: the tool ran and answered an error result (MCP
-	// isError). Released like an effect, recorded as failed in the
-	// session: it counts against exclusive tools, it does not meet
-	// requires.
-	OutcomeFailed Outcome = "failed"
-	// OutcomeRejected: nothing ran — the backend refused the call before
-	// any handler (a JSON-RPC error, a transport answer such as an
-	// unknown session), or the fence refused it, or the lease was released
-	// before any claim; released, and the token is unusable.
-	OutcomeRejected Outcome = "rejected"
-	// OutcomeUncertain: unknown (a timeout); the marker stays, blocking
-	// retirement and replay, until resolved.
-	OutcomeUncertain Outcome = "uncertain"
-	// OutcomeNoEffect: an operator's resolution that nothing happened.
-	OutcomeNoEffect Outcome = "no_effect"
-	// OutcomeReleased: an uncertain lease released by a newer backend
-	// generation; the outcome stays unknown (the formation stays
-	// uncertain) but the marker no longer holds anything back.
-	OutcomeReleased Outcome = "released"
-)
-
 // CloseRequest is an outcome for an open lease.
 type CloseRequest struct {
 	Lease   string
-	Outcome Outcome
+	Outcome record.Outcome
 	// Claim is the reporter's claim id. A claimed (running) lease takes
 	// outcomes only under its claim; an unclaimed one only rejected, with
 	// no claim (a release: nothing ran, and no claim can succeed after).
@@ -381,7 +291,7 @@ type CloseRequest struct {
 	// Allow, when not nil, is asked first with the open lease and may
 	// refuse (a reporter limited to some pools, say); its error is
 	// returned as is and nothing changes.
-	Allow func(*Lease) error
+	Allow func(*record.Lease) error
 }
 
 // CloseLease applies an outcome to an open lease: effect, failed and
@@ -395,34 +305,34 @@ type CloseRequest struct {
 // unclaimed lease only as rejected and without a claim (ErrLeaseNotClaimed
 // otherwise) — no effect can have run under it, and the claim that would
 // let one run is refused once the marker is gone.
-func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*Lease, error) {
+func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease, error) {
 	id := req.Lease
-	return s.closeLease(ctx, id, req.Outcome, req.Keep, func(l *Lease) error {
+	return s.closeLease(ctx, id, req.Outcome, req.Keep, func(l *record.Lease) error {
 		if req.Allow != nil {
 			if err := req.Allow(l); err != nil {
 				return err
 			}
 		}
 		switch {
-		case req.Resolve && l.State != LeaseUncertain:
-			return fmt.Errorf("%w: %s", ErrLeaseNotUncertain, id)
+		case req.Resolve && l.State != record.LeaseUncertain:
+			return fmt.Errorf("%w: %s", record.ErrLeaseNotUncertain, id)
 		case req.Resolve:
 			return nil
-		case l.State == LeaseUncertain:
-			return fmt.Errorf("%w: %s", ErrLeaseUncertain, id)
+		case l.State == record.LeaseUncertain:
+			return fmt.Errorf("%w: %s", record.ErrLeaseUncertain, id)
 		case l.Claim != nil && req.Claim != l.Claim.ID:
-			return fmt.Errorf("%w: %s is claimed by another call", ErrLeaseClaimed, id)
+			return fmt.Errorf("%w: %s is claimed by another call", record.ErrLeaseClaimed, id)
 		case l.Claim == nil && req.Claim != "":
-			return fmt.Errorf("%w: %s has no claim %q", ErrLeaseNotClaimed, id, req.Claim)
-		case l.Claim == nil && req.Outcome != OutcomeRejected:
-			return fmt.Errorf("%w: %s: only rejected (a release) applies to an unclaimed lease", ErrLeaseNotClaimed, id)
+			return fmt.Errorf("%w: %s has no claim %q", record.ErrLeaseNotClaimed, id, req.Claim)
+		case l.Claim == nil && req.Outcome != record.OutcomeRejected:
+			return fmt.Errorf("%w: %s: only rejected (a release) applies to an unclaimed lease", record.ErrLeaseNotClaimed, id)
 		}
 		return nil
 	})
 }
 
 // closeLease closes an open lease if check accepts it.
-func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep time.Duration, check func(*Lease) error) (*Lease, error) {
+func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, keep time.Duration, check func(*record.Lease) error) (*record.Lease, error) {
 	for range 16 {
 		l, revs, err := s.openLease(ctx, id)
 		if err != nil {
@@ -444,29 +354,29 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep
 		f.UpdatedAt = s.now().UTC()
 		var ops []clientv3.Op
 		switch outcome {
-		case OutcomeUncertain:
-			l.State, f.Status = LeaseUncertain, StatusUncertain
+		case record.OutcomeUncertain:
+			l.State, f.Status = record.LeaseUncertain, record.StatusUncertain
 			marker := *l
 			marker.Claim = nil // the claim has its own key
 			lval, _ := json.Marshal(&marker)
 			ops = append(ops, clientv3.OpPut(mkey, string(lval)))
-		case OutcomeEffect, OutcomeFailed, OutcomeRejected, OutcomeNoEffect, OutcomeReleased:
+		case record.OutcomeEffect, record.OutcomeFailed, record.OutcomeRejected, record.OutcomeNoEffect, record.OutcomeReleased:
 			switch outcome {
-			case OutcomeEffect:
-				f.Status = StatusCompleted
-			case OutcomeFailed:
-				f.Status = StatusFailed
-			case OutcomeReleased:
-				f.Status = StatusUncertain
+			case record.OutcomeEffect:
+				f.Status = record.StatusCompleted
+			case record.OutcomeFailed:
+				f.Status = record.StatusFailed
+			case record.OutcomeReleased:
+				f.Status = record.StatusUncertain
 			default:
-				f.Status = StatusRejected
+				f.Status = record.StatusRejected
 			}
 			ops = append(ops, clientv3.OpDelete(mkey), clientv3.OpDelete(ckey),
 				clientv3.OpDelete(s.k.admitted(l.Session, l.Tool, id)))
 			switch outcome {
-			case OutcomeEffect:
+			case record.OutcomeEffect:
 				ops = append(ops, clientv3.OpPut(s.k.completed(l.Session, l.Tool), l.Tool))
-			case OutcomeFailed:
+			case record.OutcomeFailed:
 				ops = append(ops, clientv3.OpPut(s.k.failed(l.Session, l.Tool), l.Tool))
 			}
 		default:
@@ -476,7 +386,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep
 		if err != nil {
 			return nil, fmt.Errorf("lease: encode formation: %w", err)
 		}
-		if outcome == OutcomeUncertain {
+		if outcome == record.OutcomeUncertain {
 			ops = append(ops, clientv3.OpPut(fkey, string(fval)))
 		} else {
 			// A closed record and its lease index go back to being
@@ -499,7 +409,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep
 			return l, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: lease %s", ErrConflict, id)
+	return nil, fmt.Errorf("%w: lease %s", record.ErrConflict, id)
 }
 
 // SetGeneration records a newer backend generation of a pool and releases
@@ -510,7 +420,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome Outcome, keep
 // refused. It returns the ids of the leases it released.
 func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep time.Duration) ([]string, error) {
 	if gen <= 0 {
-		return nil, fmt.Errorf("%w: generation must be positive", ErrStaleGeneration)
+		return nil, fmt.Errorf("%w: generation must be positive", record.ErrStaleGeneration)
 	}
 	gkey := s.k.generation(pool)
 	octx, cancel := s.op(ctx)
@@ -535,7 +445,7 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 				return nil, err
 			}
 			if cur > gen {
-				return nil, fmt.Errorf("%w: pool %s is at %d", ErrStaleGeneration, pool, cur)
+				return nil, fmt.Errorf("%w: pool %s is at %d", record.ErrStaleGeneration, pool, cur)
 			}
 		}
 	}
@@ -549,13 +459,13 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	}
 	released := []string{}
 	for _, kv := range all.Kvs {
-		var l Lease
+		var l record.Lease
 		if json.Unmarshal(kv.Value, &l) != nil || l.Target.Pool != pool || l.Generation >= gen {
 			continue
 		}
-		_, err := s.closeLease(ctx, l.ID, OutcomeReleased, keep, func(*Lease) error { return nil })
+		_, err := s.closeLease(ctx, l.ID, record.OutcomeReleased, keep, func(*record.Lease) error { return nil })
 		switch {
-		case errors.Is(err, ErrLeaseClosed):
+		case errors.Is(err, record.ErrLeaseClosed):
 			continue // closed meanwhile by its report
 		case err != nil:
 			return released, err
@@ -582,7 +492,7 @@ func (s *Store) MarkUnreported(ctx context.Context, cutoff time.Time) ([]string,
 	}
 	marked := []string{}
 	for _, kv := range all.Kvs {
-		var l Lease
+		var l record.Lease
 		if json.Unmarshal(kv.Value, &l) != nil || !unreported(&l, cutoff) {
 			continue
 		}
@@ -601,14 +511,14 @@ func (s *Store) MarkUnreported(ctx context.Context, cutoff time.Time) ([]string,
 // admission made before cutoff with no outcome reported, and says whether
 // it did. A lease closed or marked meanwhile is left as it is.
 func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.Time) (bool, error) {
-	_, err := s.closeLease(ctx, id, OutcomeUncertain, 0, func(cur *Lease) error {
+	_, err := s.closeLease(ctx, id, record.OutcomeUncertain, 0, func(cur *record.Lease) error {
 		if !unreported(cur, cutoff) {
 			return errReported
 		}
 		return nil
 	})
 	switch {
-	case errors.Is(err, ErrLeaseClosed), errors.Is(err, errReported):
+	case errors.Is(err, record.ErrLeaseClosed), errors.Is(err, errReported):
 		return false, nil
 	case err != nil:
 		return false, err
@@ -619,11 +529,11 @@ func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.
 
 // unreported: an admitted lease admitted before cutoff, or a running one
 // claimed before it, with no outcome reported.
-func unreported(l *Lease, cutoff time.Time) bool {
+func unreported(l *record.Lease, cutoff time.Time) bool {
 	switch l.State {
-	case LeaseAdmitted:
+	case record.LeaseAdmitted:
 		return l.AdmittedAt.Before(cutoff)
-	case LeaseRunning:
+	case record.LeaseRunning:
 		return l.Claim != nil && l.Claim.At.Before(cutoff)
 	}
 	return false

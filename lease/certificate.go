@@ -3,45 +3,21 @@ package lease
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Errors of certificates.
-var (
-	// ErrCertificateNotFound: no certificate has this id.
-	ErrCertificateNotFound = errors.New("lease: certificate not found")
-	// ErrCertificateRevoked: the certificate was revoked already.
-	ErrCertificateRevoked = errors.New("lease: certificate already revoked")
-)
-
-// CertificateRecord is a registered compatibility certificate.
-type CertificateRecord struct {
-	ID           string                `json:"id"`
-	Certificate  *manifest.Certificate `json:"certificate"`
-	KeyID        string                `json:"signerKid"`
-	JWS          string                `json:"jws"`
-	RegisteredAt time.Time             `json:"registeredAt"`
-	Revoked      bool                  `json:"revoked"`
-	RevokedAt    *time.Time            `json:"revokedAt,omitempty"`
-	// Revision is the etcd revision that last wrote the record; an
-	// admission that relies on the certificate compares it, so a
-	// revocation and the admission are ordered.
-	Revision int64 `json:"-"`
-}
 
 // RegisterCertificate stores a verified certificate under its source epoch
 // and tool. Registering the same certificate again returns the stored
 // record with created false. Checking that the epochs exist and fit is
 // the caller's (authz) job.
-func (s *Store) RegisterCertificate(ctx context.Context, sc *manifest.SignedCertificate) (*CertificateRecord, bool, error) {
+func (s *Store) RegisterCertificate(ctx context.Context, sc *manifest.SignedCertificate) (*record.Certificate, bool, error) {
 	c := sc.Certificate
-	rec := &CertificateRecord{ID: sc.ID, Certificate: c, KeyID: sc.KeyID, JWS: sc.JWS, RegisteredAt: s.now().UTC()}
+	rec := &record.Certificate{ID: sc.ID, Certificate: c, KeyID: sc.KeyID, JWS: sc.JWS, RegisteredAt: s.now().UTC()}
 	val, err := json.Marshal(rec)
 	if err != nil {
 		return nil, false, fmt.Errorf("lease: encode certificate: %w", err)
@@ -65,10 +41,10 @@ func (s *Store) RegisterCertificate(ctx context.Context, sc *manifest.SignedCert
 	return old, false, err
 }
 
-func decodeCertificate(b []byte, rev int64) (*CertificateRecord, error) {
-	var rec CertificateRecord
+func decodeCertificate(b []byte, rev int64) (*record.Certificate, error) {
+	var rec record.Certificate
 	if err := json.Unmarshal(b, &rec); err != nil || rec.Certificate == nil {
-		return nil, fmt.Errorf("%w: certificate record", ErrCorrupt)
+		return nil, fmt.Errorf("%w: certificate record", record.ErrCorrupt)
 	}
 	rec.Revision = rev
 	return &rec, nil
@@ -76,14 +52,14 @@ func decodeCertificate(b []byte, rev int64) (*CertificateRecord, error) {
 
 // GetCertificate returns a registered certificate, revoked or not, with
 // the revision that last wrote it.
-func (s *Store) GetCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
+func (s *Store) GetCertificate(ctx context.Context, id string) (*record.Certificate, error) {
 	rec, _, err := s.getCertificate(ctx, id)
 	return rec, err
 }
 
 // getCertificate reads a certificate through its id index and returns the
 // record and its key.
-func (s *Store) getCertificate(ctx context.Context, id string) (*CertificateRecord, string, error) {
+func (s *Store) getCertificate(ctx context.Context, id string) (*record.Certificate, string, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	idx, err := s.cli.Get(octx, s.k.certificateIndex(id))
@@ -91,7 +67,7 @@ func (s *Store) getCertificate(ctx context.Context, id string) (*CertificateReco
 		return nil, "", s.wrap(ctx, "get certificate", err)
 	}
 	if len(idx.Kvs) == 0 {
-		return nil, "", fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
+		return nil, "", fmt.Errorf("%w: %s", record.ErrCertificateNotFound, id)
 	}
 	key := string(idx.Kvs[0].Value)
 	got, err := s.cli.Get(octx, key)
@@ -99,7 +75,7 @@ func (s *Store) getCertificate(ctx context.Context, id string) (*CertificateReco
 		return nil, "", s.wrap(ctx, "get certificate", err)
 	}
 	if len(got.Kvs) == 0 {
-		return nil, "", fmt.Errorf("%w: %s", ErrCertificateNotFound, id)
+		return nil, "", fmt.Errorf("%w: %s", record.ErrCertificateNotFound, id)
 	}
 	rec, err := decodeCertificate(got.Kvs[0].Value, got.Kvs[0].ModRevision)
 	return rec, key, err
@@ -109,14 +85,14 @@ func (s *Store) getCertificate(ctx context.Context, id string) (*CertificateReco
 // revoking twice answers ErrCertificateRevoked. An admission that relied
 // on the certificate compares its revision, so it is ordered before or
 // after the revocation, never across it.
-func (s *Store) RevokeCertificate(ctx context.Context, id string) (*CertificateRecord, error) {
+func (s *Store) RevokeCertificate(ctx context.Context, id string) (*record.Certificate, error) {
 	for range 16 {
 		rec, key, err := s.getCertificate(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		if rec.Revoked {
-			return rec, fmt.Errorf("%w: %s", ErrCertificateRevoked, id)
+			return rec, fmt.Errorf("%w: %s", record.ErrCertificateRevoked, id)
 		}
 		read := rec.Revision
 		now := s.now().UTC()
@@ -140,21 +116,21 @@ func (s *Store) RevokeCertificate(ctx context.Context, id string) (*CertificateR
 			return rec, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: certificate %s", ErrConflict, id)
+	return nil, fmt.Errorf("%w: certificate %s", record.ErrConflict, id)
 }
 
 // CertificatesFor returns the certificates registered for calls of tool
 // (its name within the server) formed on the source epoch, revoked ones
 // included, ordered by id. An empty tool means every tool of the source;
 // an empty source too means every certificate.
-func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*CertificateRecord, error) {
+func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*record.Certificate, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.k.certificates(source, tool), clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(ctx, "certificates", err)
 	}
-	out := make([]*CertificateRecord, 0, len(resp.Kvs))
+	out := make([]*record.Certificate, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		rec, err := decodeCertificate(kv.Value, kv.ModRevision)
 		if err != nil {
@@ -167,7 +143,7 @@ func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*Ce
 }
 
 // certificateKey is where rec is stored.
-func (s *Store) certificateKey(rec *CertificateRecord) string {
+func (s *Store) certificateKey(rec *record.Certificate) string {
 	return s.k.certificate(rec.Certificate.Source, rec.Certificate.Tool, rec.ID)
 }
 

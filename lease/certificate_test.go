@@ -10,6 +10,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 func TestCertificatesBySourceAndTool(t *testing.T) {
@@ -46,7 +47,7 @@ func TestCertificatesBySourceAndTool(t *testing.T) {
 	if err != nil || !rev.Revoked || rev.Revision <= before {
 		t.Fatalf("revoke: %+v %v", rev, err)
 	}
-	if _, err := s.RevokeCertificate(ctx, got[0].ID); !errors.Is(err, lease.ErrCertificateRevoked) {
+	if _, err := s.RevokeCertificate(ctx, got[0].ID); !errors.Is(err, record.ErrCertificateRevoked) {
 		t.Fatalf("second revoke: %v", err)
 	}
 	if none, _ := s.CertificatesFor(ctx, dst.Epoch, "create_repository"); len(none) != 0 {
@@ -83,14 +84,14 @@ func TestAdmitToSuccessorCompares(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	f := &lease.Formation{Call: lease.Call{ID: fid, Session: "s", Tool: "github/create_repository",
-		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, Status: lease.StatusReady}
+	f := &record.Formation{Call: record.Call{ID: fid, Session: "s", Tool: "github/create_repository",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, Status: record.StatusReady}
 	rev, err := s.CreateFormation(ctx, f, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	succ := lease.Target{Epoch: target.ID, Server: "github", Release: "v1.3.0", Pool: target.Pool}
-	admit := func(cert *lease.CertificateRecord) error {
+	succ := record.Target{Epoch: target.ID, Server: "github", Release: "v1.3.0", Pool: target.Pool}
+	admit := func(cert *record.Certificate) error {
 		lid, err := lease.NewLeaseID()
 		if err != nil {
 			t.Fatal(err)
@@ -103,21 +104,21 @@ func TestAdmitToSuccessorCompares(t *testing.T) {
 			t.Fatalf("the formation was written by a failed admission (revision %d, want %d)", frev, rev)
 		}
 		return s.Admit(ctx, lease.AdmitRequest{Formation: rec, FormationRev: frev, StaleSource: src.Epoch, Certificate: cert,
-			Lease: &lease.Lease{ID: lid, Formation: fid, Session: "s", Tool: "github/create_repository", Target: succ,
+			Lease: &record.Lease{ID: lid, Formation: fid, Session: "s", Tool: "github/create_repository", Target: succ,
 				Certificate: id, AdmittedAt: now}})
 	}
 
-	var se *lease.StateError
-	if err := admit(cert); !errors.As(err, &se) || se.Epoch != src.Epoch || se.State != lease.StateActive || se.Want != lease.StateStale {
+	var se *record.StateError
+	if err := admit(cert); !errors.As(err, &se) || se.Epoch != src.Epoch || se.State != record.StateActive || se.Want != record.StateStale {
 		t.Fatalf("admission while the source is ACTIVE: %v", err)
 	}
 	if _, err := s.Drain(ctx, src.Epoch); err != nil {
 		t.Fatal(err)
 	}
-	if err := admit(cert); !errors.As(err, &se) || se.State != lease.StateDraining {
+	if err := admit(cert); !errors.As(err, &se) || se.State != record.StateDraining {
 		t.Fatalf("admission while the source is DRAINING: %v", err)
 	}
-	if st, err := s.Retire(ctx, src.Epoch, 0); err != nil || st != lease.StateStale {
+	if st, err := s.Retire(ctx, src.Epoch, 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire: %s %v", st, err)
 	}
 	if err := admit(nil); err == nil {

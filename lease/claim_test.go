@@ -11,13 +11,14 @@ import (
 
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // claimEnv is a store with one registered epoch, in which formations are
 // admitted the way authz admits them (CreateFormation, then Admit).
 type claimEnv struct {
 	s  *lease.Store
-	ep *lease.Epoch
+	ep *record.Epoch
 	t0 time.Time
 	n  int
 }
@@ -40,11 +41,11 @@ func testCtx(t *testing.T) context.Context {
 // admit opens a lease for a fresh formation in its own session at
 // generation gen (of the epoch's pool), admitted at e.t0, and returns it
 // as read back (with the revision its token would carry).
-func (e *claimEnv) admit(t *testing.T, gen int64) *lease.Lease {
+func (e *claimEnv) admit(t *testing.T, gen int64) *record.Lease {
 	return e.admitTo(t, e.ep, gen)
 }
 
-func (e *claimEnv) admitTo(t *testing.T, ep *lease.Epoch, gen int64) *lease.Lease {
+func (e *claimEnv) admitTo(t *testing.T, ep *record.Epoch, gen int64) *record.Lease {
 	t.Helper()
 	ctx := testCtx(t)
 	e.n++
@@ -57,14 +58,14 @@ func (e *claimEnv) admitTo(t *testing.T, ep *lease.Epoch, gen int64) *lease.Leas
 		t.Fatal(err)
 	}
 	session := fmt.Sprint("s", e.n)
-	f := &lease.Formation{Call: lease.Call{ID: fid, Session: session, Tool: "github/get_repository",
-		CreatedAt: e.t0, ExpiresAt: e.t0.Add(time.Hour)}, Status: lease.StatusReady}
+	f := &record.Formation{Call: record.Call{ID: fid, Session: session, Tool: "github/get_repository",
+		CreatedAt: e.t0, ExpiresAt: e.t0.Add(time.Hour)}, Status: record.StatusReady}
 	rev, err := e.s.CreateFormation(ctx, f, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lease.Lease{ID: lid, Formation: fid, Session: session, Tool: f.Tool, Generation: gen, AdmittedAt: e.t0,
-		Target: lease.Target{Epoch: ep.ID, Server: "github", Release: "v1.4.0", Pool: ep.Pool}}
+	l := &record.Lease{ID: lid, Formation: fid, Session: session, Tool: f.Tool, Generation: gen, AdmittedAt: e.t0,
+		Target: record.Target{Epoch: ep.ID, Server: "github", Release: "v1.4.0", Pool: ep.Pool}}
 	if err := e.s.Admit(ctx, lease.AdmitRequest{Formation: f, FormationRev: rev, Lease: l}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,18 +73,18 @@ func (e *claimEnv) admitTo(t *testing.T, ep *lease.Epoch, gen int64) *lease.Leas
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != lease.LeaseAdmitted || got.Claim != nil || got.Revision != l.Revision {
+	if got.State != record.LeaseAdmitted || got.Claim != nil || got.Revision != l.Revision {
 		t.Fatalf("admitted lease reads %+v (revision %d, want %d)", got, got.Revision, l.Revision)
 	}
 	return got
 }
 
 // req is the claim of l's token under claim, taken at e.t0 plus at.
-func (e *claimEnv) req(l *lease.Lease, claim string, at time.Duration) lease.ClaimRequest {
+func (e *claimEnv) req(l *record.Lease, claim string, at time.Duration) lease.ClaimRequest {
 	return lease.ClaimRequest{Lease: l.ID, Epoch: l.Target.Epoch, Revision: l.Revision, Claim: claim, At: e.t0.Add(at)}
 }
 
-func (e *claimEnv) mustClaim(t *testing.T, l *lease.Lease, claim string) {
+func (e *claimEnv) mustClaim(t *testing.T, l *record.Lease, claim string) {
 	t.Helper()
 	if _, err := e.s.ClaimLease(testCtx(t), e.req(l, claim, time.Minute), nil); err != nil {
 		t.Fatalf("claim %s: %v", l.ID, err)
@@ -92,7 +93,7 @@ func (e *claimEnv) mustClaim(t *testing.T, l *lease.Lease, claim string) {
 
 // state returns the open lease's state and claim id, or the error of
 // reading it (ErrLeaseClosed once closed).
-func (e *claimEnv) state(t *testing.T, id string) (lease.LeaseState, string, error) {
+func (e *claimEnv) state(t *testing.T, id string) (record.LeaseState, string, error) {
 	t.Helper()
 	l, err := e.s.OpenLease(testCtx(t), id)
 	if err != nil {
@@ -104,7 +105,7 @@ func (e *claimEnv) state(t *testing.T, id string) (lease.LeaseState, string, err
 	return l.State, l.Claim.ID, nil
 }
 
-func (e *claimEnv) status(t *testing.T, l *lease.Lease) lease.Status {
+func (e *claimEnv) status(t *testing.T, l *record.Lease) record.Status {
 	t.Helper()
 	f, err := e.s.GetFormation(testCtx(t), l.Formation)
 	if err != nil {
@@ -126,7 +127,7 @@ func TestClaimLease(t *testing.T) {
 	if err != nil || c.ID != "cl_a" || !c.At.Equal(e.t0.Add(time.Minute)) {
 		t.Fatalf("first claim: %+v %v", c, err)
 	}
-	if st, claim, err := e.state(t, running.ID); err != nil || st != lease.LeaseRunning || claim != "cl_a" {
+	if st, claim, err := e.state(t, running.ID); err != nil || st != record.LeaseRunning || claim != "cl_a" {
 		t.Fatalf("claimed lease: %s %q %v", st, claim, err)
 	}
 	// The claimant's first answer was lost: its retry finds its claim,
@@ -137,7 +138,7 @@ func TestClaimLease(t *testing.T) {
 	}
 
 	closed := e.admit(t, 0)
-	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: closed.ID, Outcome: lease.OutcomeRejected}); err != nil {
+	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: closed.ID, Outcome: record.OutcomeRejected}); err != nil {
 		t.Fatal(err)
 	}
 	uncertain := e.admit(t, 0)
@@ -157,15 +158,15 @@ func TestClaimLease(t *testing.T) {
 		// lease whose state must not change, and its state before
 		lease string
 	}{
-		{note: "another claim of a running lease", req: e.req(running, "cl_b", 0), want: lease.ErrLeaseClaimed, lease: running.ID},
-		{note: "closed lease", req: e.req(closed, "cl_c", 0), want: lease.ErrLeaseClosed},
-		{note: "uncertain lease", req: e.req(uncertain, "cl_u", 0), want: lease.ErrLeaseUncertain, lease: uncertain.ID},
+		{note: "another claim of a running lease", req: e.req(running, "cl_b", 0), want: record.ErrLeaseClaimed, lease: running.ID},
+		{note: "closed lease", req: e.req(closed, "cl_c", 0), want: record.ErrLeaseClosed},
+		{note: "uncertain lease", req: e.req(uncertain, "cl_u", 0), want: record.ErrLeaseUncertain, lease: uncertain.ID},
 		{note: "unknown lease", req: lease.ClaimRequest{Lease: unknownID, Epoch: e.ep.ID, Revision: admitted.Revision, Claim: "cl_x"},
-			want: lease.ErrLeaseNotFound},
+			want: record.ErrLeaseNotFound},
 		{note: "a later revision", req: func() lease.ClaimRequest { r := e.req(admitted, "cl_r", 0); r.Revision++; return r }(),
-			want: lease.ErrLeaseNotFound, lease: admitted.ID},
+			want: record.ErrLeaseNotFound, lease: admitted.ID},
 		{note: "an earlier revision", req: func() lease.ClaimRequest { r := e.req(admitted, "cl_r", 0); r.Revision--; return r }(),
-			want: lease.ErrLeaseNotFound, lease: admitted.ID},
+			want: record.ErrLeaseNotFound, lease: admitted.ID},
 		{note: "another epoch", req: func() lease.ClaimRequest { r := e.req(admitted, "cl_e", 0); r.Epoch = other.ID; return r }(),
 			lease: admitted.ID},
 		{note: "no claim id", req: e.req(admitted, "", 0), lease: admitted.ID},
@@ -180,7 +181,7 @@ func TestClaimLease(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			var st lease.LeaseState
+			var st record.LeaseState
 			var claim string
 			if tc.lease != "" {
 				st, claim, _ = e.state(t, tc.lease)
@@ -238,14 +239,14 @@ func TestConcurrentClaims(t *testing.T) {
 				t.Fatalf("round %d: claims %d and %d both succeeded", round, winner, i)
 			case err == nil:
 				winner = i
-			case !errors.Is(err, lease.ErrLeaseClaimed):
+			case !errors.Is(err, record.ErrLeaseClaimed):
 				t.Fatalf("round %d: claim %d: %v", round, i, err)
 			}
 		}
 		if winner < 0 {
 			t.Fatalf("round %d: no claim succeeded", round)
 		}
-		if st, claim, err := e.state(t, l.ID); err != nil || st != lease.LeaseRunning || claim != fmt.Sprint("cl_", winner) {
+		if st, claim, err := e.state(t, l.ID); err != nil || st != record.LeaseRunning || claim != fmt.Sprint("cl_", winner) {
 			t.Fatalf("round %d: lease %s %q %v, winner %d", round, st, claim, err, winner)
 		}
 	}
@@ -270,38 +271,38 @@ func TestCloseLeaseClaimRules(t *testing.T) {
 		from    start
 		req     lease.CloseRequest // Lease is filled in
 		want    error
-		status  lease.Status     // formation status after an accepted close
-		open    lease.LeaseState // the lease's state if it stays open
-		claimed bool             // the claim key exists after
+		status  record.Status     // formation status after an accepted close
+		open    record.LeaseState // the lease's state if it stays open
+		claimed bool              // the claim key exists after
 	}{
-		{note: "effect under the claim", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeEffect, Claim: "cl_a"}, status: lease.StatusCompleted},
-		{note: "failed under the claim", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeFailed, Claim: "cl_a"}, status: lease.StatusFailed},
-		{note: "rejected under the claim", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeRejected, Claim: "cl_a"}, status: lease.StatusRejected},
-		{note: "uncertain under the claim", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeUncertain, Claim: "cl_a"},
-			status: lease.StatusUncertain, open: lease.LeaseUncertain, claimed: true},
-		{note: "effect under another claim", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeEffect, Claim: "cl_b"},
-			want: lease.ErrLeaseClaimed, open: lease.LeaseRunning, claimed: true},
-		{note: "release of a running lease", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeRejected},
-			want: lease.ErrLeaseClaimed, open: lease.LeaseRunning, claimed: true},
-		{note: "resolution of a running lease", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeNoEffect, Resolve: true},
-			want: lease.ErrLeaseNotUncertain, open: lease.LeaseRunning, claimed: true},
-		{note: "refused by allow", from: running, req: lease.CloseRequest{Outcome: lease.OutcomeEffect, Claim: "cl_a",
-			Allow: func(*lease.Lease) error { return errNo }}, want: errNo, open: lease.LeaseRunning, claimed: true},
-		{note: "effect on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: lease.OutcomeEffect},
-			want: lease.ErrLeaseNotClaimed, open: lease.LeaseAdmitted},
-		{note: "effect under a claim the lease lacks", from: admitted, req: lease.CloseRequest{Outcome: lease.OutcomeEffect, Claim: "cl_a"},
-			want: lease.ErrLeaseNotClaimed, open: lease.LeaseAdmitted},
-		{note: "failed on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: lease.OutcomeFailed},
-			want: lease.ErrLeaseNotClaimed, open: lease.LeaseAdmitted},
-		{note: "uncertain on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: lease.OutcomeUncertain},
-			want: lease.ErrLeaseNotClaimed, open: lease.LeaseAdmitted},
-		{note: "release under a claim the lease lacks", from: admitted, req: lease.CloseRequest{Outcome: lease.OutcomeRejected, Claim: "cl_a"},
-			want: lease.ErrLeaseNotClaimed, open: lease.LeaseAdmitted},
-		{note: "release of an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: lease.OutcomeRejected}, status: lease.StatusRejected},
-		{note: "effect on an uncertain lease under its claim", from: uncertainRunning, req: lease.CloseRequest{Outcome: lease.OutcomeEffect, Claim: "cl_a"},
-			want: lease.ErrLeaseUncertain, open: lease.LeaseUncertain, claimed: true},
-		{note: "resolution of an uncertain lease", from: uncertainRunning, req: lease.CloseRequest{Outcome: lease.OutcomeNoEffect, Resolve: true},
-			status: lease.StatusRejected},
+		{note: "effect under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"}, status: record.StatusCompleted},
+		{note: "failed under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeFailed, Claim: "cl_a"}, status: record.StatusFailed},
+		{note: "rejected under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeRejected, Claim: "cl_a"}, status: record.StatusRejected},
+		{note: "uncertain under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeUncertain, Claim: "cl_a"},
+			status: record.StatusUncertain, open: record.LeaseUncertain, claimed: true},
+		{note: "effect under another claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_b"},
+			want: record.ErrLeaseClaimed, open: record.LeaseRunning, claimed: true},
+		{note: "release of a running lease", from: running, req: lease.CloseRequest{Outcome: record.OutcomeRejected},
+			want: record.ErrLeaseClaimed, open: record.LeaseRunning, claimed: true},
+		{note: "resolution of a running lease", from: running, req: lease.CloseRequest{Outcome: record.OutcomeNoEffect, Resolve: true},
+			want: record.ErrLeaseNotUncertain, open: record.LeaseRunning, claimed: true},
+		{note: "refused by allow", from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a",
+			Allow: func(*record.Lease) error { return errNo }}, want: errNo, open: record.LeaseRunning, claimed: true},
+		{note: "effect on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeEffect},
+			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{note: "effect under a claim the lease lacks", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"},
+			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{note: "failed on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeFailed},
+			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{note: "uncertain on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeUncertain},
+			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{note: "release under a claim the lease lacks", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeRejected, Claim: "cl_a"},
+			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{note: "release of an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeRejected}, status: record.StatusRejected},
+		{note: "effect on an uncertain lease under its claim", from: uncertainRunning, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"},
+			want: record.ErrLeaseUncertain, open: record.LeaseUncertain, claimed: true},
+		{note: "resolution of an uncertain lease", from: uncertainRunning, req: lease.CloseRequest{Outcome: record.OutcomeNoEffect, Resolve: true},
+			status: record.StatusRejected},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			l := e.admit(t, 0)
@@ -310,7 +311,7 @@ func TestCloseLeaseClaimRules(t *testing.T) {
 				e.mustClaim(t, l, "cl_a")
 			case uncertainRunning:
 				e.mustClaim(t, l, "cl_a")
-				if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: l.ID, Outcome: lease.OutcomeUncertain, Claim: "cl_a"}); err != nil {
+				if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: l.ID, Outcome: record.OutcomeUncertain, Claim: "cl_a"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -323,7 +324,7 @@ func TestCloseLeaseClaimRules(t *testing.T) {
 			}
 			st, claim, oerr := e.state(t, l.ID)
 			switch {
-			case tc.open == "" && !errors.Is(oerr, lease.ErrLeaseClosed):
+			case tc.open == "" && !errors.Is(oerr, record.ErrLeaseClosed):
 				t.Fatalf("the lease is not closed: %s %q %v", st, claim, oerr)
 			case tc.open != "" && (oerr != nil || st != tc.open):
 				t.Fatalf("the lease is %s (%v), want %s", st, oerr, tc.open)
@@ -341,7 +342,7 @@ func TestCloseLeaseClaimRules(t *testing.T) {
 			if tc.open == "" {
 				// Closed: its token can claim it no more, under any id.
 				for _, id := range []string{"cl_a", "cl_late"} {
-					if _, err := e.s.ClaimLease(ctx, e.req(l, id, 0), nil); !errors.Is(err, lease.ErrLeaseClosed) {
+					if _, err := e.s.ClaimLease(ctx, e.req(l, id, 0), nil); !errors.Is(err, record.ErrLeaseClosed) {
 						t.Fatalf("claim %s after the close: %v", id, err)
 					}
 				}
@@ -371,19 +372,19 @@ func TestReleaseRacesClaim(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, releaseErr = e.s.CloseLease(ctx, lease.CloseRequest{Lease: l.ID, Outcome: lease.OutcomeRejected})
+			_, releaseErr = e.s.CloseLease(ctx, lease.CloseRequest{Lease: l.ID, Outcome: record.OutcomeRejected})
 		}()
 		close(start)
 		wg.Wait()
 		st, claim, err := e.state(t, l.ID)
 		switch {
-		case claimErr == nil && errors.Is(releaseErr, lease.ErrLeaseClaimed):
-			if err != nil || st != lease.LeaseRunning || claim != "cl_a" {
+		case claimErr == nil && errors.Is(releaseErr, record.ErrLeaseClaimed):
+			if err != nil || st != record.LeaseRunning || claim != "cl_a" {
 				t.Fatalf("claim won, lease %s %q %v", st, claim, err)
 			}
 			wins["claim"]++
-		case releaseErr == nil && errors.Is(claimErr, lease.ErrLeaseClosed):
-			if !errors.Is(err, lease.ErrLeaseClosed) || e.status(t, l) != lease.StatusRejected {
+		case releaseErr == nil && errors.Is(claimErr, record.ErrLeaseClosed):
+			if !errors.Is(err, record.ErrLeaseClosed) || e.status(t, l) != record.StatusRejected {
 				t.Fatalf("release won, lease %s %v", st, err)
 			}
 			wins["release"]++
@@ -404,7 +405,7 @@ func TestSetGenerationReleasesRunningLeases(t *testing.T) {
 	admitted, running, uncertain := e.admit(t, 0), e.admit(t, 0), e.admit(t, 0)
 	e.mustClaim(t, running, "cl_r")
 	e.mustClaim(t, uncertain, "cl_u")
-	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: uncertain.ID, Outcome: lease.OutcomeUncertain, Claim: "cl_u"}); err != nil {
+	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: uncertain.ID, Outcome: record.OutcomeUncertain, Claim: "cl_u"}); err != nil {
 		t.Fatal(err)
 	}
 	released, err := e.s.SetGeneration(ctx, e.ep.Pool, 1, time.Hour)
@@ -420,21 +421,21 @@ func TestSetGenerationReleasesRunningLeases(t *testing.T) {
 			t.Fatalf("released %s, not an old lease", id)
 		}
 	}
-	for _, l := range []*lease.Lease{admitted, running, uncertain} {
-		if _, _, err := e.state(t, l.ID); !errors.Is(err, lease.ErrLeaseClosed) {
+	for _, l := range []*record.Lease{admitted, running, uncertain} {
+		if _, _, err := e.state(t, l.ID); !errors.Is(err, record.ErrLeaseClosed) {
 			t.Fatalf("%s after release: %v", l.ID, err)
 		}
 		if v, ok := lease.ClaimKeyForTest(t, e.s, l.ID); ok {
 			t.Fatalf("claim of released %s kept: %s", l.ID, v)
 		}
-		if _, err := e.s.ClaimLease(ctx, e.req(l, "cl_late", 0), nil); !errors.Is(err, lease.ErrLeaseClosed) {
+		if _, err := e.s.ClaimLease(ctx, e.req(l, "cl_late", 0), nil); !errors.Is(err, record.ErrLeaseClosed) {
 			t.Fatalf("claim of released %s: %v", l.ID, err)
 		}
-		if st := e.status(t, l); st != lease.StatusUncertain {
+		if st := e.status(t, l); st != record.StatusUncertain {
 			t.Fatalf("released formation is %s, want uncertain (nobody knows what ran)", st)
 		}
 	}
-	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: running.ID, Outcome: lease.OutcomeEffect, Claim: "cl_r"}); !errors.Is(err, lease.ErrLeaseClosed) {
+	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: running.ID, Outcome: record.OutcomeEffect, Claim: "cl_r"}); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("report of a released running lease: %v", err)
 	}
 	// A running lease of the current generation stays.
@@ -443,7 +444,7 @@ func TestSetGenerationReleasesRunningLeases(t *testing.T) {
 	if again, err := e.s.SetGeneration(ctx, e.ep.Pool, 1, time.Hour); err != nil || len(again) != 0 {
 		t.Fatalf("the current generation again released %v (%v)", again, err)
 	}
-	if st, claim, err := e.state(t, current.ID); err != nil || st != lease.LeaseRunning || claim != "cl_c" {
+	if st, claim, err := e.state(t, current.ID); err != nil || st != record.LeaseRunning || claim != "cl_c" {
 		t.Fatalf("current lease: %s %q %v", st, claim, err)
 	}
 	ep, err := e.s.GetEpoch(ctx, e.ep.ID)
@@ -463,12 +464,12 @@ func TestEpochLeasesShowClaims(t *testing.T) {
 	admitted, running, uncertain := e.admit(t, 0), e.admit(t, 0), e.admit(t, 0)
 	elsewhere := e.admitTo(t, other, 0)
 	for _, c := range []struct {
-		l  *lease.Lease
+		l  *record.Lease
 		id string
 	}{{running, "cl_r"}, {uncertain, "cl_u"}, {elsewhere, "cl_o"}} {
 		e.mustClaim(t, c.l, c.id)
 	}
-	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: uncertain.ID, Outcome: lease.OutcomeUncertain, Claim: "cl_u"}); err != nil {
+	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: uncertain.ID, Outcome: record.OutcomeUncertain, Claim: "cl_u"}); err != nil {
 		t.Fatal(err)
 	}
 	leases, err := e.s.EpochLeases(ctx, e.ep.ID)
@@ -477,9 +478,9 @@ func TestEpochLeasesShowClaims(t *testing.T) {
 	}
 	want := []struct {
 		id    string
-		state lease.LeaseState
+		state record.LeaseState
 		claim string
-	}{{admitted.ID, lease.LeaseAdmitted, ""}, {running.ID, lease.LeaseRunning, "cl_r"}, {uncertain.ID, lease.LeaseUncertain, "cl_u"}}
+	}{{admitted.ID, record.LeaseAdmitted, ""}, {running.ID, record.LeaseRunning, "cl_r"}, {uncertain.ID, record.LeaseUncertain, "cl_u"}}
 	if len(leases) != len(want) {
 		t.Fatalf("%d leases listed, want %d: %+v", len(leases), len(want), leases)
 	}
@@ -504,7 +505,7 @@ func TestEpochLeasesShowClaims(t *testing.T) {
 	if _, err := e.s.Drain(ctx, e.ep.ID); err != nil {
 		t.Fatal(err)
 	}
-	var rb *lease.RetireBlockedError
+	var rb *record.RetireBlockedError
 	if _, err := e.s.Retire(ctx, e.ep.ID, 0); !errors.As(err, &rb) || rb.Active != 2 || rb.Uncertain != 1 {
 		t.Fatalf("retire with running leases: %v", err)
 	}

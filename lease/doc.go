@@ -1,6 +1,7 @@
 // Package lease is fcd's ordered store on etcd: epochs and their lifecycle,
-// immutable catalog snapshots, and (as the admission work lands)
-// formations, lease markers and session ledgers.
+// immutable catalog snapshots, formations, lease markers and claims,
+// session ledgers, certificates and published signing keys. The records
+// it stores are package record's.
 //
 // Every state change that another change must be ordered against is one
 // etcd transaction (If/Then/Else), so that etcd's serial order is fcd's
@@ -11,5 +12,5 @@
 //
 // Nothing above this package builds etcd keys or sees clientv3 types. When
 // etcd cannot answer (unreachable, no quorum, timeout), operations fail
-// with [ErrUnavailable]: callers must fail closed.
+// with [record.ErrUnavailable]: callers must fail closed.
 package lease

@@ -10,60 +10,10 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// State is an epoch's lifecycle state: ACTIVE → DRAINING → STALE.
-type State string
-
-// Epoch lifecycle states. Only ACTIVE epochs admit calls.
-const (
-	StateActive   State = "ACTIVE"
-	StateDraining State = "DRAINING"
-	StateStale    State = "STALE"
-)
-
-// Valid reports whether s is one of the lifecycle states.
-func (s State) Valid() bool { return s == StateActive || s == StateDraining || s == StateStale }
-
-// Epoch is a registered manifest with its lifecycle state and the number
-// of lease markers under it.
-type Epoch struct {
-	ID           string            `json:"id"`
-	Server       string            `json:"server"`
-	Release      string            `json:"release"`
-	Pool         string            `json:"pool"`
-	Artifact     manifest.Artifact `json:"artifact"`
-	ConfigDigest string            `json:"configDigest"`
-	SignerKeyID  string            `json:"signerKid"`
-	RegisteredAt time.Time         `json:"registeredAt"`
-	Tools        []EpochTool       `json:"tools"`
-
-	State           State `json:"state"`
-	ActiveLeases    int   `json:"activeLeases"`
-	UncertainLeases int   `json:"uncertainLeases"`
-
-	// Manifest and JWS are the registered document; filled by GetEpoch,
-	// left empty by ListEpochs.
-	Manifest *manifest.Manifest `json:"manifest,omitempty"`
-	JWS      string             `json:"jws,omitempty"`
-
-	// StateRevision is the etcd revision of the last lifecycle change (the
-	// drain or retire that set State); filled by GetEpoch.
-	StateRevision int64 `json:"-"`
-
-	// revision is the etcd revision that created the epoch; it orders
-	// registrations.
-	revision int64
-}
-
-// EpochTool names one tool of an epoch with its descriptor digest.
-type EpochTool struct {
-	Name        string              `json:"name"`
-	Digest      string              `json:"digest"`
-	SideEffects manifest.SideEffect `json:"sideEffects"`
-}
 
 // epochRecord is the immutable stored part of an epoch.
 type epochRecord struct {
@@ -98,24 +48,24 @@ func (r *epochRecord) toolDigest(name string) (string, error) {
 	}
 	d, ok := r.digests[name]
 	if !ok {
-		return "", fmt.Errorf("%w: epoch %s has no tool %s", ErrCorrupt, r.ID, name)
+		return "", fmt.Errorf("%w: epoch %s has no tool %s", record.ErrCorrupt, r.ID, name)
 	}
 	return d, nil
 }
 
-func (r *epochRecord) epoch(rev int64, st State, withDoc bool) (*Epoch, error) {
+func (r *epochRecord) epoch(rev int64, st record.State, withDoc bool) (*record.Epoch, error) {
 	m := r.Manifest
-	e := &Epoch{
+	e := &record.Epoch{
 		ID: r.ID, Server: m.Server.Name, Release: m.Server.Release, Pool: m.Pool,
 		Artifact: m.Artifact, ConfigDigest: m.Config.Digest, SignerKeyID: r.SignerKeyID,
-		RegisteredAt: r.RegisteredAt, State: st, revision: rev,
+		RegisteredAt: r.RegisteredAt, State: st, Revision: rev,
 	}
 	for i := range m.Tools {
 		d, err := r.toolDigest(m.Tools[i].Name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: epoch %s tool %s: %v", ErrCorrupt, r.ID, m.Tools[i].Name, err)
+			return nil, fmt.Errorf("%w: epoch %s tool %s: %v", record.ErrCorrupt, r.ID, m.Tools[i].Name, err)
 		}
-		e.Tools = append(e.Tools, EpochTool{Name: m.Tools[i].Name, Digest: d, SideEffects: m.Tools[i].SideEffects})
+		e.Tools = append(e.Tools, record.EpochTool{Name: m.Tools[i].Name, Digest: d, SideEffects: m.Tools[i].SideEffects})
 	}
 	if withDoc {
 		e.Manifest, e.JWS = m, r.JWS
@@ -126,7 +76,7 @@ func (r *epochRecord) epoch(rev int64, st State, withDoc bool) (*Epoch, error) {
 func decodeRecord(kv *mvccpb.KeyValue) (*epochRecord, error) {
 	var r epochRecord
 	if err := json.Unmarshal(kv.Value, &r); err != nil || r.Manifest == nil {
-		return nil, fmt.Errorf("%w: epoch record %s", ErrCorrupt, kv.Key)
+		return nil, fmt.Errorf("%w: epoch record %s", record.ErrCorrupt, kv.Key)
 	}
 	return &r, nil
 }
@@ -135,7 +85,7 @@ func decodeRecord(kv *mvccpb.KeyValue) (*epochRecord, error) {
 // idempotent: the epoch id is the manifest's digest, so registering the
 // same manifest again, even concurrently, returns the one existing epoch
 // with created false.
-func (s *Store) RegisterEpoch(ctx context.Context, sm *manifest.Signed) (ep *Epoch, created bool, err error) {
+func (s *Store) RegisterEpoch(ctx context.Context, sm *manifest.Signed) (ep *record.Epoch, created bool, err error) {
 	rec := epochRecord{ID: sm.Epoch, SignerKeyID: sm.KeyID, RegisteredAt: s.now().UTC(), Manifest: sm.Manifest, JWS: sm.JWS}
 	val, err := json.Marshal(&rec)
 	if err != nil {
@@ -146,26 +96,26 @@ func (s *Store) RegisterEpoch(ctx context.Context, sm *manifest.Signed) (ep *Epo
 	defer cancel()
 	resp, err := s.cli.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val)), clientv3.OpPut(skey, string(StateActive))).
+		Then(clientv3.OpPut(key, string(val)), clientv3.OpPut(skey, string(record.StateActive))).
 		Else(clientv3.OpGet(key), clientv3.OpGet(skey)).
 		Commit()
 	if err != nil {
 		return nil, false, s.wrap(ctx, "register epoch", err)
 	}
 	if resp.Succeeded {
-		ep, err := rec.epoch(resp.Header.Revision, StateActive, true)
+		ep, err := rec.epoch(resp.Header.Revision, record.StateActive, true)
 		return ep, true, err
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	st := resp.Responses[1].GetResponseRange().Kvs
 	if len(kvs) == 0 || len(st) == 0 {
-		return nil, false, fmt.Errorf("%w: epoch %s half written", ErrCorrupt, sm.Epoch)
+		return nil, false, fmt.Errorf("%w: epoch %s half written", record.ErrCorrupt, sm.Epoch)
 	}
 	old, err := decodeRecord(kvs[0])
 	if err != nil {
 		return nil, false, err
 	}
-	ep, err = old.epoch(kvs[0].CreateRevision, State(st[0].Value), true)
+	ep, err = old.epoch(kvs[0].CreateRevision, record.State(st[0].Value), true)
 	if err != nil {
 		return nil, false, err
 	}
@@ -177,7 +127,7 @@ func (s *Store) RegisterEpoch(ctx context.Context, sm *manifest.Signed) (ep *Epo
 
 // GetEpoch returns one epoch with its manifest, state and lease counts,
 // read at one revision.
-func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
+func (s *Store) GetEpoch(ctx context.Context, id string) (*record.Epoch, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(
@@ -191,13 +141,13 @@ func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	st := resp.Responses[1].GetResponseRange().Kvs
 	if len(kvs) == 0 || len(st) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+		return nil, fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
 	}
 	rec, err := decodeRecord(kvs[0])
 	if err != nil {
 		return nil, err
 	}
-	ep, err := rec.epoch(kvs[0].CreateRevision, State(st[0].Value), true)
+	ep, err := rec.epoch(kvs[0].CreateRevision, record.State(st[0].Value), true)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +160,7 @@ func (s *Store) GetEpoch(ctx context.Context, id string) (*Epoch, error) {
 // hold its retirement back, admitted, running (claimed) or uncertain —
 // oldest first, read at one store revision. An operator finds here the
 // uncertain leases to resolve.
-func (s *Store) EpochLeases(ctx context.Context, id string) ([]*Lease, error) {
+func (s *Store) EpochLeases(ctx context.Context, id string) ([]*record.Lease, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(
@@ -222,26 +172,26 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*Lease, error) {
 	if err != nil {
 		return nil, s.wrap(ctx, "epoch leases", err)
 	}
-	claims := map[string]*Claim{}
+	claims := map[string]*record.Claim{}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		var c Claim
+		var c record.Claim
 		if json.Unmarshal(kv.Value, &c) == nil {
 			claims[strings.TrimPrefix(string(kv.Key), s.k.claim(""))] = &c
 		}
 	}
 	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+		return nil, fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
-	out := make([]*Lease, 0, len(kvs))
+	out := make([]*record.Lease, 0, len(kvs))
 	for _, kv := range kvs {
-		var l Lease
+		var l record.Lease
 		if err := json.Unmarshal(kv.Value, &l); err != nil {
-			return nil, fmt.Errorf("%w: lease marker %s", ErrCorrupt, kv.Key)
+			return nil, fmt.Errorf("%w: lease marker %s", record.ErrCorrupt, kv.Key)
 		}
 		l.Revision, l.Cluster = kv.CreateRevision, clusterID(resp.Header.ClusterId)
-		if l.Claim = claims[l.ID]; l.Claim != nil && l.State == LeaseAdmitted {
-			l.State = LeaseRunning
+		if l.Claim = claims[l.ID]; l.Claim != nil && l.State == record.LeaseAdmitted {
+			l.State = record.LeaseRunning
 		}
 		out = append(out, &l)
 	}
@@ -252,7 +202,7 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*Lease, error) {
 // returns it with its source epoch as EpochNow reads it: what a formation
 // needs, in as few reads as the caches allow (the snapshot and epoch
 // record are immutable and cached; the state is read every time).
-func (s *Store) ResolveTool(ctx context.Context, snapshot, name string) (*FullTool, *Epoch, error) {
+func (s *Store) ResolveTool(ctx context.Context, snapshot, name string) (*record.FullTool, *record.Epoch, error) {
 	tool, err := s.SnapshotTool(ctx, snapshot, name)
 	if err != nil {
 		return nil, nil, err
@@ -268,7 +218,7 @@ func (s *Store) ResolveTool(ctx context.Context, snapshot, name string) (*FullTo
 // state, without lease counts: one read of the state key, the immutable
 // record coming from the cache. GetEpoch, which also tallies the lease
 // markers, is for showing an epoch; this is for deciding on one.
-func (s *Store) EpochNow(ctx context.Context, id string) (*Epoch, error) {
+func (s *Store) EpochNow(ctx context.Context, id string) (*record.Epoch, error) {
 	recs, err := s.records(ctx, []string{id})
 	if err != nil {
 		return nil, err
@@ -280,9 +230,9 @@ func (s *Store) EpochNow(ctx context.Context, id string) (*Epoch, error) {
 		return nil, s.wrap(ctx, "epoch state", err)
 	}
 	if len(st.Kvs) == 0 || recs[id] == nil {
-		return nil, fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+		return nil, fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
 	}
-	ep, err := recs[id].epoch(0, State(st.Kvs[0].Value), true)
+	ep, err := recs[id].epoch(0, record.State(st.Kvs[0].Value), true)
 	if err != nil {
 		return nil, err
 	}
@@ -290,15 +240,9 @@ func (s *Store) EpochNow(ctx context.Context, id string) (*Epoch, error) {
 	return ep, nil
 }
 
-// EpochFilter selects epochs in ListEpochs; zero fields match all.
-type EpochFilter struct {
-	Server string
-	State  State
-}
-
 // ListEpochs returns the epochs matching f, oldest registration first,
 // with states and lease counts read at one revision.
-func (s *Store) ListEpochs(ctx context.Context, f EpochFilter) ([]*Epoch, error) {
+func (s *Store) ListEpochs(ctx context.Context, f record.EpochFilter) ([]*record.Epoch, error) {
 	all, _, err := s.readEpochs(ctx)
 	if err != nil {
 		return nil, err
@@ -314,7 +258,7 @@ func (s *Store) ListEpochs(ctx context.Context, f EpochFilter) ([]*Epoch, error)
 
 // readEpochs reads every epoch, state and marker in one transaction and
 // returns the epochs ordered by registration, and the revision read.
-func (s *Store) readEpochs(ctx context.Context) ([]*Epoch, int64, error) {
+func (s *Store) readEpochs(ctx context.Context) ([]*record.Epoch, int64, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(
@@ -325,16 +269,16 @@ func (s *Store) readEpochs(ctx context.Context) ([]*Epoch, int64, error) {
 	if err != nil {
 		return nil, 0, s.wrap(ctx, "list epochs", err)
 	}
-	states := map[string]State{}
+	states := map[string]record.State{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		states[string(kv.Key[len(s.k.states()):])] = State(kv.Value)
+		states[string(kv.Key[len(s.k.states()):])] = record.State(kv.Value)
 	}
 	byEpoch := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		id := s.k.epochOfMarker(string(kv.Key))
 		byEpoch[id] = append(byEpoch[id], kv)
 	}
-	var out []*Epoch
+	var out []*record.Epoch
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		rec, err := decodeRecord(kv)
 		if err != nil {
@@ -347,11 +291,11 @@ func (s *Store) readEpochs(ctx context.Context) ([]*Epoch, int64, error) {
 		ep.ActiveLeases, ep.UncertainLeases = tallyMarkers(byEpoch[rec.ID])
 		out = append(out, ep)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].revision < out[j].revision })
+	sort.Slice(out, func(i, j int) bool { return out[i].Revision < out[j].Revision })
 	return out, resp.Header.Revision, nil
 }
 
-func (s *Store) countMarkers(ctx context.Context, ep *Epoch) error {
+func (s *Store) countMarkers(ctx context.Context, ep *record.Epoch) error {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.k.markers(ep.ID), clientv3.WithPrefix())
@@ -364,13 +308,13 @@ func (s *Store) countMarkers(ctx context.Context, ep *Epoch) error {
 
 // Drain moves an ACTIVE epoch to DRAINING in one transaction. From its
 // commit on, no admission to the epoch can commit.
-func (s *Store) Drain(ctx context.Context, id string) (State, error) {
+func (s *Store) Drain(ctx context.Context, id string) (record.State, error) {
 	skey := s.k.state(id)
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.Value(skey), "=", string(StateActive))).
-		Then(clientv3.OpPut(skey, string(StateDraining))).
+		If(clientv3.Compare(clientv3.Value(skey), "=", string(record.StateActive))).
+		Then(clientv3.OpPut(skey, string(record.StateDraining))).
 		Else(clientv3.OpGet(skey)).
 		Commit()
 	if err != nil {
@@ -378,13 +322,13 @@ func (s *Store) Drain(ctx context.Context, id string) (State, error) {
 	}
 	if resp.Succeeded {
 		s.log.Info("epoch draining", "epoch", id)
-		return StateDraining, nil
+		return record.StateDraining, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return "", fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+		return "", fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
 	}
-	return "", &StateError{Epoch: id, State: State(kvs[0].Value), Want: StateActive}
+	return "", &record.StateError{Epoch: id, State: record.State(kvs[0].Value), Want: record.StateActive}
 }
 
 // Retire moves a DRAINING epoch to STALE in one transaction that also
@@ -392,17 +336,17 @@ func (s *Store) Drain(ctx context.Context, id string) (State, error) {
 // positive, Retire watches the markers and tries again as they go, until
 // it succeeds or wait has passed; then it returns a *RetireBlockedError
 // with the counts.
-func (s *Store) Retire(ctx context.Context, id string, wait time.Duration) (State, error) {
+func (s *Store) Retire(ctx context.Context, id string, wait time.Duration) (record.State, error) {
 	deadline := s.now().Add(wait)
 	skey, mprefix := s.k.state(id), s.k.markers(id)
 	for {
 		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Txn(octx).
 			If(
-				clientv3.Compare(clientv3.Value(skey), "=", string(StateDraining)),
+				clientv3.Compare(clientv3.Value(skey), "=", string(record.StateDraining)),
 				clientv3.Compare(clientv3.CreateRevision(mprefix), "=", 0).WithPrefix(),
 			).
-			Then(clientv3.OpPut(skey, string(StateStale))).
+			Then(clientv3.OpPut(skey, string(record.StateStale))).
 			Else(clientv3.OpGet(skey), clientv3.OpGet(mprefix, clientv3.WithPrefix())).
 			Commit()
 		cancel()
@@ -411,17 +355,17 @@ func (s *Store) Retire(ctx context.Context, id string, wait time.Duration) (Stat
 		}
 		if resp.Succeeded {
 			s.log.Info("epoch retired", "epoch", id)
-			return StateStale, nil
+			return record.StateStale, nil
 		}
 		st := resp.Responses[0].GetResponseRange().Kvs
 		if len(st) == 0 {
-			return "", fmt.Errorf("%w: %s", ErrEpochNotFound, id)
+			return "", fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
 		}
-		if State(st[0].Value) != StateDraining {
-			return "", &StateError{Epoch: id, State: State(st[0].Value), Want: StateDraining}
+		if record.State(st[0].Value) != record.StateDraining {
+			return "", &record.StateError{Epoch: id, State: record.State(st[0].Value), Want: record.StateDraining}
 		}
 		active, uncertain := tallyMarkers(resp.Responses[1].GetResponseRange().Kvs)
-		blocked := &RetireBlockedError{Epoch: id, Active: active, Uncertain: uncertain}
+		blocked := &record.RetireBlockedError{Epoch: id, Active: active, Uncertain: uncertain}
 		left := deadline.Sub(s.now())
 		if left <= 0 {
 			return "", blocked
@@ -462,25 +406,12 @@ func (s *Store) waitForChange(ctx context.Context, prefix string, rev int64, d t
 	}
 }
 
-// markerState is the state recorded in a lease marker.
-type markerState string
-
-const (
-	markerAdmitted  markerState = "admitted"
-	markerUncertain markerState = "uncertain"
-)
-
-// markerRecord is the value of a lease-marker key.
-type markerRecord struct {
-	State markerState `json:"state"`
-}
-
 // tallyMarkers counts markers by state. A marker that does not decode
 // counts as active: it still blocks retirement, which is the safe side.
 func tallyMarkers(kvs []*mvccpb.KeyValue) (active, uncertain int) {
 	for _, kv := range kvs {
-		var m markerRecord
-		if json.Unmarshal(kv.Value, &m) == nil && m.State == markerUncertain {
+		var l record.Lease
+		if json.Unmarshal(kv.Value, &l) == nil && l.State == record.LeaseUncertain {
 			uncertain++
 		} else {
 			active++

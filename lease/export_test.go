@@ -4,15 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/fcd-authz/fcd/record"
 )
 
-// PutMarkerForTest writes a lease marker the way admission will, so that
-// retirement can be tested before admission exists.
+// PutMarkerForTest writes a bare lease marker (a lease record with only
+// its id and state), so that retirement is tested apart from admission.
 func PutMarkerForTest(t testing.TB, s *Store, epoch, lease string, uncertain bool) {
 	t.Helper()
-	rec := markerRecord{State: markerAdmitted}
+	rec := record.Lease{ID: lease, State: record.LeaseAdmitted}
 	if uncertain {
-		rec.State = markerUncertain
+		rec.State = record.LeaseUncertain
 	}
 	val, _ := json.Marshal(rec)
 	if _, err := s.cli.Put(context.Background(), s.k.marker(epoch, lease), string(val)); err != nil {

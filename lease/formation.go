@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -13,16 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
-
-// Errors of formations.
-var (
-	// ErrFormationNotFound: no formation has this id (or it was collected).
-	ErrFormationNotFound = errors.New("lease: formation not found")
-	// ErrConflict: a compare-and-swap update lost to concurrent writers too
-	// many times in a row.
-	ErrConflict = errors.New("lease: too many concurrent updates")
 )
 
 // NewFormationID returns a fresh random formation id ("fm_" and 26
@@ -41,7 +32,7 @@ func randomID(prefix string) (string, error) {
 // CreateFormation stores a new formation record and returns the etcd
 // revision it was written at. The record is kept at least for keep (then
 // etcd collects it); ids are random, so creation never overwrites.
-func (s *Store) CreateFormation(ctx context.Context, f *Formation, keep time.Duration) (int64, error) {
+func (s *Store) CreateFormation(ctx context.Context, f *record.Formation, keep time.Duration) (int64, error) {
 	val, err := json.Marshal(f)
 	if err != nil {
 		return 0, fmt.Errorf("lease: encode formation: %w", err)
@@ -67,12 +58,12 @@ func (s *Store) CreateFormation(ctx context.Context, f *Formation, keep time.Dur
 }
 
 // GetFormation returns a formation record.
-func (s *Store) GetFormation(ctx context.Context, id string) (*Formation, error) {
+func (s *Store) GetFormation(ctx context.Context, id string) (*record.Formation, error) {
 	f, _, err := s.getFormation(ctx, id)
 	return f, err
 }
 
-func (s *Store) getFormation(ctx context.Context, id string) (*Formation, int64, error) {
+func (s *Store) getFormation(ctx context.Context, id string) (*record.Formation, int64, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.k.formation(id))
@@ -80,11 +71,11 @@ func (s *Store) getFormation(ctx context.Context, id string) (*Formation, int64,
 		return nil, 0, s.wrap(ctx, "get formation", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, 0, fmt.Errorf("%w: %s", ErrFormationNotFound, id)
+		return nil, 0, fmt.Errorf("%w: %s", record.ErrFormationNotFound, id)
 	}
-	var f Formation
+	var f record.Formation
 	if err := json.Unmarshal(resp.Kvs[0].Value, &f); err != nil {
-		return nil, 0, fmt.Errorf("%w: formation %s", ErrCorrupt, id)
+		return nil, 0, fmt.Errorf("%w: formation %s", record.ErrCorrupt, id)
 	}
 	return &f, resp.Kvs[0].ModRevision, nil
 }
@@ -95,7 +86,7 @@ func (s *Store) getFormation(ctx context.Context, id string) (*Formation, int64,
 // If change returns an error the record is left as it was and that error
 // is returned (wrapped in nothing). change may run more than once. The
 // revision the record was written at is returned with it.
-func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *Formation) error) (*Formation, int64, error) {
+func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *record.Formation) error) (*record.Formation, int64, error) {
 	const attempts = 32
 	key := s.k.formation(id)
 	for range attempts {
@@ -123,25 +114,25 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *F
 			return f, resp.Header.Revision, nil
 		}
 	}
-	return nil, 0, fmt.Errorf("%w: formation %s", ErrConflict, id)
+	return nil, 0, fmt.Errorf("%w: formation %s", record.ErrConflict, id)
 }
 
 // ListFormations returns the formations keep accepts (all when keep is
 // nil), oldest first. It reads every stored
 // formation: records are collected after their retention, which bounds
 // the range.
-func (s *Store) ListFormations(ctx context.Context, keep func(*Formation) bool) ([]*Formation, error) {
+func (s *Store) ListFormations(ctx context.Context, keep func(*record.Formation) bool) ([]*record.Formation, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.k.formations(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(ctx, "list formations", err)
 	}
-	var out []*Formation
+	var out []*record.Formation
 	for _, kv := range resp.Kvs {
-		var f Formation
+		var f record.Formation
 		if err := json.Unmarshal(kv.Value, &f); err != nil {
-			return nil, fmt.Errorf("%w: formation %s", ErrCorrupt, kv.Key)
+			return nil, fmt.Errorf("%w: formation %s", record.ErrCorrupt, kv.Key)
 		}
 		if keep == nil || keep(&f) {
 			out = append(out, &f)
@@ -153,7 +144,7 @@ func (s *Store) ListFormations(ctx context.Context, keep func(*Formation) bool) 
 
 // SessionHistory returns the tools completed and admitted in a session,
 // as recorded by admission and completion.
-func (s *Store) SessionHistory(ctx context.Context, session string) (*SessionHistory, error) {
+func (s *Store) SessionHistory(ctx context.Context, session string) (*record.SessionHistory, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(
@@ -163,7 +154,7 @@ func (s *Store) SessionHistory(ctx context.Context, session string) (*SessionHis
 	if err != nil {
 		return nil, s.wrap(ctx, "session history", err)
 	}
-	h := &SessionHistory{Session: session, Completed: []string{}, Admitted: []string{}}
+	h := &record.SessionHistory{Session: session, Completed: []string{}, Admitted: []string{}}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		h.Completed = append(h.Completed, string(kv.Value))
 	}

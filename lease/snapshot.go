@@ -11,59 +11,33 @@ import (
 	"sync"
 
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// Snapshot is an immutable, content-addressed catalog: the tools a model
-// was shown, each bound to the epoch and descriptor digest it came from.
-// Its id is the digest of its tool list, so equal catalogs share an id and
-// a changed catalog (a new epoch, a drain) always gets a new one; a stored
-// snapshot is never rewritten.
-type Snapshot struct {
-	ID    string         `json:"id"`
-	Tools []SnapshotTool `json:"tools"`
-}
-
-// SnapshotTool is one catalog entry. Name is "server/tool".
-type SnapshotTool struct {
-	Name             string              `json:"name"`
-	Epoch            string              `json:"epoch"`
-	DescriptorDigest string              `json:"descriptorDigest"`
-	Title            string              `json:"title,omitempty"`
-	Summary          string              `json:"summary,omitempty"`
-	SideEffects      manifest.SideEffect `json:"sideEffects"`
-	RequiresApproval bool                `json:"requiresApproval"`
-}
-
-// FullTool is a catalog entry with its complete Tool+ descriptor.
-type FullTool struct {
-	SnapshotTool
-	Descriptor *manifest.Tool `json:"descriptor"`
-}
 
 // CreateSnapshot freezes the ACTIVE catalog. For each server (all servers,
 // or those named), the ACTIVE epoch registered last is taken: registering
 // a release rolls it out, draining it rolls back to the previous ACTIVE
 // one. It returns created false when an equal snapshot already existed.
-func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*Snapshot, bool, error) {
+func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*record.Snapshot, bool, error) {
 	epochs, _, err := s.readEpochs(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	latest := map[string]*Epoch{}
+	latest := map[string]*record.Epoch{}
 	for _, e := range epochs { // registration order: later wins
-		if e.State != StateActive || (len(servers) > 0 && !slices.Contains(servers, e.Server)) {
+		if e.State != record.StateActive || (len(servers) > 0 && !slices.Contains(servers, e.Server)) {
 			continue
 		}
 		latest[e.Server] = e
 	}
 	for _, name := range servers {
 		if latest[name] == nil {
-			return nil, false, fmt.Errorf("%w: server %q", ErrNoActiveEpochs, name)
+			return nil, false, fmt.Errorf("%w: server %q", record.ErrNoActiveEpochs, name)
 		}
 	}
 	if len(latest) == 0 {
-		return nil, false, ErrNoActiveEpochs
+		return nil, false, record.ErrNoActiveEpochs
 	}
 	ids := make([]string, 0, len(latest))
 	for _, e := range latest {
@@ -73,15 +47,15 @@ func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*Snapshot
 	if err != nil {
 		return nil, false, err
 	}
-	var snap Snapshot
+	var snap record.Snapshot
 	for server, e := range latest {
 		for i := range recs[e.ID].Manifest.Tools {
 			t := &recs[e.ID].Manifest.Tools[i]
 			d, err := t.Digest()
 			if err != nil {
-				return nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err)
+				return nil, false, fmt.Errorf("%w: %v", record.ErrCorrupt, err)
 			}
-			snap.Tools = append(snap.Tools, SnapshotTool{
+			snap.Tools = append(snap.Tools, record.SnapshotTool{
 				Name: server + "/" + t.Name, Epoch: e.ID, DescriptorDigest: d,
 				Title: t.Title, Summary: t.Summary, SideEffects: t.SideEffects, RequiresApproval: t.RequiresApproval,
 			})
@@ -109,7 +83,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*Snapshot
 }
 
 // GetSnapshot returns a stored snapshot. Callers must not modify it.
-func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+func (s *Store) GetSnapshot(ctx context.Context, id string) (*record.Snapshot, error) {
 	if snap := s.cache.snapshot(id); snap != nil {
 		return snap, nil
 	}
@@ -120,11 +94,11 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 		return nil, s.wrap(ctx, "get snapshot", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrSnapshotNotFound, id)
+		return nil, fmt.Errorf("%w: %s", record.ErrSnapshotNotFound, id)
 	}
-	var snap Snapshot
+	var snap record.Snapshot
 	if err := json.Unmarshal(resp.Kvs[0].Value, &snap); err != nil || snap.ID != id {
-		return nil, fmt.Errorf("%w: snapshot %s", ErrCorrupt, id)
+		return nil, fmt.Errorf("%w: snapshot %s", record.ErrCorrupt, id)
 	}
 	s.cache.putSnapshot(&snap)
 	return &snap, nil
@@ -132,7 +106,7 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 
 // GetSnapshotFull returns a snapshot with every tool's full descriptor,
 // each checked against the digest the snapshot recorded.
-func (s *Store) GetSnapshotFull(ctx context.Context, id string) (*Snapshot, []FullTool, error) {
+func (s *Store) GetSnapshotFull(ctx context.Context, id string) (*record.Snapshot, []record.FullTool, error) {
 	snap, err := s.GetSnapshot(ctx, id)
 	if err != nil {
 		return nil, nil, err
@@ -145,27 +119,27 @@ func (s *Store) GetSnapshotFull(ctx context.Context, id string) (*Snapshot, []Fu
 	if err != nil {
 		return nil, nil, err
 	}
-	full := make([]FullTool, 0, len(snap.Tools))
+	full := make([]record.FullTool, 0, len(snap.Tools))
 	for _, t := range snap.Tools {
 		d, err := descriptor(recs[t.Epoch], t)
 		if err != nil {
 			return nil, nil, err
 		}
-		full = append(full, FullTool{SnapshotTool: t, Descriptor: d})
+		full = append(full, record.FullTool{SnapshotTool: t, Descriptor: d})
 	}
 	return snap, full, nil
 }
 
 // SnapshotTool returns one tool of a snapshot with its full descriptor.
 // The tool is resolved through the snapshot only, never through "latest".
-func (s *Store) SnapshotTool(ctx context.Context, id, name string) (*FullTool, error) {
+func (s *Store) SnapshotTool(ctx context.Context, id, name string) (*record.FullTool, error) {
 	snap, err := s.GetSnapshot(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(snap.Tools, func(t SnapshotTool) bool { return t.Name == name })
+	i := slices.IndexFunc(snap.Tools, func(t record.SnapshotTool) bool { return t.Name == name })
 	if i < 0 {
-		return nil, fmt.Errorf("%w: %s in %s", ErrToolNotFound, name, id)
+		return nil, fmt.Errorf("%w: %s in %s", record.ErrToolNotFound, name, id)
 	}
 	t := snap.Tools[i]
 	recs, err := s.records(ctx, []string{t.Epoch})
@@ -176,21 +150,21 @@ func (s *Store) SnapshotTool(ctx context.Context, id, name string) (*FullTool, e
 	if err != nil {
 		return nil, err
 	}
-	return &FullTool{SnapshotTool: t, Descriptor: d}, nil
+	return &record.FullTool{SnapshotTool: t, Descriptor: d}, nil
 }
 
 // descriptor finds t's descriptor in its epoch record and checks its digest.
-func descriptor(rec *epochRecord, t SnapshotTool) (*manifest.Tool, error) {
+func descriptor(rec *epochRecord, t record.SnapshotTool) (*manifest.Tool, error) {
 	if rec == nil {
-		return nil, fmt.Errorf("%w: epoch %s of %s missing", ErrCorrupt, t.Epoch, t.Name)
+		return nil, fmt.Errorf("%w: epoch %s of %s missing", record.ErrCorrupt, t.Epoch, t.Name)
 	}
 	_, local, _ := strings.Cut(t.Name, "/")
 	d := rec.Manifest.Tool(local)
 	if d == nil {
-		return nil, fmt.Errorf("%w: epoch %s lacks %s", ErrCorrupt, t.Epoch, t.Name)
+		return nil, fmt.Errorf("%w: epoch %s lacks %s", record.ErrCorrupt, t.Epoch, t.Name)
 	}
 	if got, err := rec.toolDigest(local); err != nil || got != t.DescriptorDigest {
-		return nil, fmt.Errorf("%w: descriptor of %s does not match its digest", ErrCorrupt, t.Name)
+		return nil, fmt.Errorf("%w: descriptor of %s does not match its digest", record.ErrCorrupt, t.Name)
 	}
 	return d, nil
 }
@@ -244,7 +218,7 @@ func (s *Store) records(ctx context.Context, ids []string) (map[string]*epochRec
 type immutableCache struct {
 	mu        sync.RWMutex
 	recs      map[string]*epochRecord
-	snapshots map[string]*Snapshot
+	snapshots map[string]*record.Snapshot
 }
 
 const maxCachedSnapshots = 4096
@@ -268,17 +242,17 @@ func (c *immutableCache) putRecord(id string, rec *epochRecord) *epochRecord {
 	return rec
 }
 
-func (c *immutableCache) snapshot(id string) *Snapshot {
+func (c *immutableCache) snapshot(id string) *record.Snapshot {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.snapshots[id]
 }
 
-func (c *immutableCache) putSnapshot(snap *Snapshot) {
+func (c *immutableCache) putSnapshot(snap *record.Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.snapshots == nil || len(c.snapshots) >= maxCachedSnapshots {
-		c.snapshots = map[string]*Snapshot{}
+		c.snapshots = map[string]*record.Snapshot{}
 	}
 	c.snapshots[snap.ID] = snap
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fcd-authz/fcd/record"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -114,10 +115,10 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("lease: %s: %w", op, cerr)
 	}
 	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
-		return fmt.Errorf("lease: %s: %w", op, ErrTooLarge)
+		return fmt.Errorf("lease: %s: %w", op, record.ErrTooLarge)
 	}
 	s.log.Warn("etcd operation failed", "op", op, "err", err)
-	return fmt.Errorf("lease: %s: %w: %v", op, ErrUnavailable, err)
+	return fmt.Errorf("lease: %s: %w: %v", op, record.ErrUnavailable, err)
 }
 
 // keys is the one place that builds etcd keys.

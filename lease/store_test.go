@@ -12,6 +12,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // testManifest builds a small valid manifest; release and defaultVisibility
@@ -46,7 +47,7 @@ func testManifest(t *testing.T, server, release, visibility string) *manifest.Si
 	return &manifest.Signed{Manifest: m, Epoch: id, KeyID: "test-key", JWS: "test-jws-" + release}
 }
 
-func register(t *testing.T, s *lease.Store, sm *manifest.Signed) *lease.Epoch {
+func register(t *testing.T, s *lease.Store, sm *manifest.Signed) *record.Epoch {
 	t.Helper()
 	ep, _, err := s.RegisterEpoch(context.Background(), sm)
 	if err != nil {
@@ -91,11 +92,11 @@ func TestRegisterIsIdempotentUnderConcurrency(t *testing.T) {
 	if len(ids) != 1 || !ids[sm.Epoch] {
 		t.Errorf("epoch ids %v, want only %s", ids, sm.Epoch)
 	}
-	eps, err := s.ListEpochs(context.Background(), lease.EpochFilter{})
+	eps, err := s.ListEpochs(context.Background(), record.EpochFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(eps) != 1 || eps[0].State != lease.StateActive {
+	if len(eps) != 1 || eps[0].State != record.StateActive {
 		t.Fatalf("list = %+v, want one ACTIVE epoch", eps)
 	}
 	// A different covered field is a different epoch.
@@ -113,18 +114,18 @@ func TestLifecycleStateMachine(t *testing.T) {
 
 	steps := []struct {
 		note    string
-		do      func() (lease.State, error)
-		want    lease.State
+		do      func() (record.State, error)
+		want    record.State
 		wantErr func(error) bool
 	}{
-		{"retire while ACTIVE is refused", func() (lease.State, error) { return s.Retire(ctx, ep.ID, 0) }, "", isState(lease.StateActive)},
-		{"drain ACTIVE", func() (lease.State, error) { return s.Drain(ctx, ep.ID) }, lease.StateDraining, nil},
-		{"drain twice is refused", func() (lease.State, error) { return s.Drain(ctx, ep.ID) }, "", isState(lease.StateDraining)},
-		{"retire DRAINING without markers", func() (lease.State, error) { return s.Retire(ctx, ep.ID, 0) }, lease.StateStale, nil},
-		{"retire twice is refused", func() (lease.State, error) { return s.Retire(ctx, ep.ID, 0) }, "", isState(lease.StateStale)},
-		{"drain STALE is refused", func() (lease.State, error) { return s.Drain(ctx, ep.ID) }, "", isState(lease.StateStale)},
-		{"drain unknown", func() (lease.State, error) { return s.Drain(ctx, "sha256:unknown") }, "", is(lease.ErrEpochNotFound)},
-		{"retire unknown", func() (lease.State, error) { return s.Retire(ctx, "sha256:unknown", 0) }, "", is(lease.ErrEpochNotFound)},
+		{"retire while ACTIVE is refused", func() (record.State, error) { return s.Retire(ctx, ep.ID, 0) }, "", isState(record.StateActive)},
+		{"drain ACTIVE", func() (record.State, error) { return s.Drain(ctx, ep.ID) }, record.StateDraining, nil},
+		{"drain twice is refused", func() (record.State, error) { return s.Drain(ctx, ep.ID) }, "", isState(record.StateDraining)},
+		{"retire DRAINING without markers", func() (record.State, error) { return s.Retire(ctx, ep.ID, 0) }, record.StateStale, nil},
+		{"retire twice is refused", func() (record.State, error) { return s.Retire(ctx, ep.ID, 0) }, "", isState(record.StateStale)},
+		{"drain STALE is refused", func() (record.State, error) { return s.Drain(ctx, ep.ID) }, "", isState(record.StateStale)},
+		{"drain unknown", func() (record.State, error) { return s.Drain(ctx, "sha256:unknown") }, "", is(record.ErrEpochNotFound)},
+		{"retire unknown", func() (record.State, error) { return s.Retire(ctx, "sha256:unknown", 0) }, "", is(record.ErrEpochNotFound)},
 	}
 	for _, st := range steps {
 		got, err := st.do()
@@ -141,14 +142,14 @@ func TestLifecycleStateMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if shown.State != lease.StateStale || shown.Manifest == nil || shown.JWS == "" {
+	if shown.State != record.StateStale || shown.Manifest == nil || shown.JWS == "" {
 		t.Fatalf("show = state %s, manifest %v, jws %q", shown.State, shown.Manifest != nil, shown.JWS)
 	}
 }
 
-func isState(st lease.State) func(error) bool {
+func isState(st record.State) func(error) bool {
 	return func(err error) bool {
-		var se *lease.StateError
+		var se *record.StateError
 		return errors.As(err, &se) && se.State == st
 	}
 }
@@ -177,7 +178,7 @@ func TestRetireWaitsForLeaseMarkers(t *testing.T) {
 	}
 
 	_, err = s.Retire(ctx, ep.ID, 0)
-	var blocked *lease.RetireBlockedError
+	var blocked *record.RetireBlockedError
 	if !errors.As(err, &blocked) || blocked.Active != 1 || blocked.Uncertain != 1 {
 		t.Fatalf("retire with markers: %v, want RetireBlockedError 1/1", err)
 	}
@@ -199,7 +200,7 @@ func TestRetireWaitsForLeaseMarkers(t *testing.T) {
 	const wait = time.Minute
 	start := time.Now()
 	st, err := s.Retire(ctx, ep.ID, wait)
-	if err != nil || st != lease.StateStale {
+	if err != nil || st != record.StateStale {
 		t.Fatalf("retire with wait = %q, %v", st, err)
 	}
 	last := <-released
@@ -274,14 +275,14 @@ func TestSnapshotsAreImmutable(t *testing.T) {
 		snap, tool string
 		want       error
 	}{
-		{s2.ID, "github/nope", lease.ErrToolNotFound},
-		{"sha256:nope", "github/create_repository", lease.ErrSnapshotNotFound},
+		{s2.ID, "github/nope", record.ErrToolNotFound},
+		{"sha256:nope", "github/create_repository", record.ErrSnapshotNotFound},
 	} {
 		if _, err := s.SnapshotTool(ctx, tc.snap, tc.tool); !errors.Is(err, tc.want) {
 			t.Errorf("SnapshotTool(%s, %s) = %v, want %v", tc.snap, tc.tool, err, tc.want)
 		}
 	}
-	if _, _, err := s.CreateSnapshot(ctx, []string{"nosuch"}); !errors.Is(err, lease.ErrNoActiveEpochs) {
+	if _, _, err := s.CreateSnapshot(ctx, []string{"nosuch"}); !errors.Is(err, record.ErrNoActiveEpochs) {
 		t.Errorf("snapshot of unknown server: %v", err)
 	}
 }
@@ -293,7 +294,7 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	ep := register(t, s, testManifest(t, "github", "v1.4.0", "private"))
 
 	m.Stop()
-	if err := s.Ping(ctx); !errors.Is(err, lease.ErrUnavailable) {
+	if err := s.Ping(ctx); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("ping with etcd down: %v", err)
 	}
 	ops := map[string]func() error{
@@ -303,11 +304,11 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 		},
 		"drain":    func() error { _, err := s.Drain(ctx, ep.ID); return err },
 		"retire":   func() error { _, err := s.Retire(ctx, ep.ID, 0); return err },
-		"list":     func() error { _, err := s.ListEpochs(ctx, lease.EpochFilter{}); return err },
+		"list":     func() error { _, err := s.ListEpochs(ctx, record.EpochFilter{}); return err },
 		"snapshot": func() error { _, _, err := s.CreateSnapshot(ctx, nil); return err },
 	}
 	for name, op := range ops {
-		if err := op(); !errors.Is(err, lease.ErrUnavailable) {
+		if err := op(); !errors.Is(err, record.ErrUnavailable) {
 			t.Errorf("%s with etcd down: %v, want ErrUnavailable", name, err)
 		}
 	}
@@ -324,7 +325,7 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 		t.Fatalf("etcd back, ping still fails: %v", err)
 	}
 	got, err := s.GetEpoch(ctx, ep.ID)
-	if err != nil || got.State != lease.StateActive {
+	if err != nil || got.State != record.StateActive {
 		t.Fatalf("epoch after restart: %+v %v", got, err)
 	}
 	if _, err := s.Drain(ctx, ep.ID); err != nil {

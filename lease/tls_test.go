@@ -12,6 +12,7 @@ import (
 
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // TestOpenOverTLS: against a member that serves TLS and requires client
@@ -52,7 +53,7 @@ func TestOpenOverTLS(t *testing.T) {
 			switch {
 			case tc.ok && err != nil:
 				t.Fatalf("ping: %v", err)
-			case !tc.ok && !errors.Is(err, lease.ErrUnavailable):
+			case !tc.ok && !errors.Is(err, record.ErrUnavailable):
 				t.Fatalf("ping: %v, want ErrUnavailable", err)
 			}
 		})

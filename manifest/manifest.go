@@ -54,6 +54,16 @@ type Artifact struct {
 // Pinned reports whether the artifact is identified by a content digest.
 func (a Artifact) Pinned() bool { return ValidDigest(a.Digest) }
 
+// ID is what names the artifact to a backend (a dispatch token's
+// fcd_artifact): its content digest when it has one, else its image
+// reference.
+func (a Artifact) ID() string {
+	if a.Digest != "" {
+		return a.Digest
+	}
+	return a.Image
+}
+
 // Deployment identifies a deployment of the artifact.
 type Deployment struct {
 	Platform  string `json:"platform,omitempty"`

@@ -50,6 +50,14 @@ type Epoch struct {
 	Revision int64 `json:"-"`
 }
 
+// Target is where a call admitted to this epoch runs.
+func (e *Epoch) Target() Target {
+	return Target{
+		Epoch: e.ID, Server: e.Server, Release: e.Release, Pool: e.Pool,
+		Artifact: e.Artifact, ConfigDigest: e.ConfigDigest,
+	}
+}
+
 // EpochTool names one tool of an epoch with its descriptor digest.
 type EpochTool struct {
 	Name        string              `json:"name"`

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Errors returned by the store. Callers match them with errors.Is.
+// Errors of the store's records. Callers match them with errors.Is.
 var (
 	// ErrUnavailable: etcd did not answer in time or has no quorum. Nothing
 	// may be dispatched on this answer.

@@ -15,9 +15,8 @@ import (
 
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/open-policy-agent/opa/v1/ast"
-
-	"github.com/fcd-authz/fcd/lease"
 )
 
 // Cedar entity types of the mapping documented in policies/README.md.
@@ -144,7 +143,7 @@ func (e *CedarEngine) Name() string { return EngineCedar }
 // Action::"substitute" decides it: a matching forbid or any diagnostic
 // error refuses it; no matching permit does not. The verdict on the call
 // is the first request's alone.
-func (e *CedarEngine) Decide(ctx context.Context, doc *Document) lease.EngineDecision {
+func (e *CedarEngine) Decide(ctx context.Context, doc *Document) record.EngineDecision {
 	if err := ctx.Err(); err != nil {
 		return failed(EngineCedar, doc, err)
 	}
@@ -164,13 +163,13 @@ func (e *CedarEngine) Decide(ctx context.Context, doc *Document) lease.EngineDec
 }
 
 // decide authorizes the call's own request.
-func (e *CedarEngine) decide(entities cedar.EntityMap, req cedar.Request) lease.EngineDecision {
+func (e *CedarEngine) decide(entities cedar.EntityMap, req cedar.Request) record.EngineDecision {
 	verdict, diag := cedar.Authorize(e.policies, entities, req)
 	if len(diag.Errors) > 0 {
 		return errorDecision(EngineCedar, diagnosticError(diag))
 	}
 	if verdict == cedar.Deny && len(diag.Reasons) == 0 {
-		return decision(EngineCedar, lease.VerdictDeny, 0,
+		return decision(EngineCedar, record.VerdictDeny, 0,
 			[]finding{{ruleDefaultDeny, "no permit policy matched"}})
 	}
 	fs := make([]finding, 0, len(diag.Reasons))
@@ -181,16 +180,16 @@ func (e *CedarEngine) decide(entities cedar.EntityMap, req cedar.Request) lease.
 		n = max(n, p.approvals)
 	}
 	if verdict == cedar.Deny {
-		return decision(EngineCedar, lease.VerdictDeny, 0, mergeFindings(fs))
+		return decision(EngineCedar, record.VerdictDeny, 0, mergeFindings(fs))
 	}
-	return decision(EngineCedar, lease.VerdictAllow, n, mergeFindings(fs))
+	return decision(EngineCedar, record.VerdictAllow, n, mergeFindings(fs))
 }
 
 // substitute authorizes req, whose action is Action::"substitute", and
 // answers on the candidate successor: refused by the matching forbids, or
 // by any diagnostic error (fail closed: an erroring forbid might have
 // applied); allowed otherwise, whether or not a permit matched.
-func (e *CedarEngine) substitute(entities cedar.EntityMap, req cedar.Request) *lease.SuccessorVerdict {
+func (e *CedarEngine) substitute(entities cedar.EntityMap, req cedar.Request) *record.SuccessorVerdict {
 	verdict, diag := cedar.Authorize(e.policies, entities, req)
 	if len(diag.Errors) > 0 {
 		return successorError(diagnosticError(diag))
@@ -339,7 +338,7 @@ func cedarEpoch(ep *EpochInput) cedar.Record {
 	})
 }
 
-func cedarTarget(t *lease.Target) cedar.RecordMap {
+func cedarTarget(t *record.Target) cedar.RecordMap {
 	return cedar.RecordMap{
 		"epoch":          cedar.String(t.Epoch),
 		"server":         cedar.String(t.Server),

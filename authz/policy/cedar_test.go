@@ -9,8 +9,7 @@ import (
 
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
-
-	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // TestCedarRejectedAtBuild covers the annotations NewCedarEngine requires.
@@ -106,7 +105,7 @@ func TestCedarFailsClosed(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := e.Decide(context.Background(), doc)
-			if got.Verdict != lease.VerdictDeny || got.Error == "" {
+			if got.Verdict != record.VerdictDeny || got.Error == "" {
 				t.Fatalf("got %s (error %q), want a deny with an error", got.Verdict, got.Error)
 			}
 			if !strings.Contains(got.Error, tc.errPart) {
@@ -247,19 +246,19 @@ func TestCedarSuccessorFailsClosed(t *testing.T) {
 			}
 			got := e.Decide(context.Background(), doc)
 			gs := got.Successor
-			if gs == nil || gs.Verdict != lease.VerdictDeny || !strings.Contains(gs.Error, tc.errPart) {
+			if gs == nil || gs.Verdict != record.VerdictDeny || !strings.Contains(gs.Error, tc.errPart) {
 				t.Fatalf("successor = %+v, want a deny with an error mentioning %q", gs, tc.errPart)
 			}
 			if len(gs.Rules) != 0 || gs.Rules == nil || gs.Reasons == nil {
 				t.Errorf("an erroring successor answer names rules %v / %v", gs.Rules, gs.Reasons)
 			}
 			if tc.callFails {
-				if got.Verdict != lease.VerdictDeny || got.Error == "" {
+				if got.Verdict != record.VerdictDeny || got.Error == "" {
 					t.Errorf("the call: %s (error %q), want a deny with an error", got.Verdict, got.Error)
 				}
 				return
 			}
-			if got.Verdict != lease.VerdictAllow || got.Error != "" || strings.Join(got.Rules, ",") != "allow-all" {
+			if got.Verdict != record.VerdictAllow || got.Error != "" || strings.Join(got.Rules, ",") != "allow-all" {
 				t.Errorf("the call: %s by %v (error %q), want allow by allow-all", got.Verdict, got.Rules, got.Error)
 			}
 		})

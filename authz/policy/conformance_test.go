@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // This file is the one conformance suite every Engine must pass (in the
@@ -55,14 +55,14 @@ const (
 
 // want is the expected engine decision; Reasons are compared only when set.
 type want struct {
-	verdict   lease.Verdict
+	verdict   record.Verdict
 	approvals int
 	rules     []string
 	reasons   []string
 	err       bool
 }
 
-func check(t *testing.T, got lease.EngineDecision, w want) {
+func check(t *testing.T, got record.EngineDecision, w want) {
 	t.Helper()
 	if got.Verdict != w.verdict {
 		t.Errorf("verdict = %s, want %s (rules %v, reasons %v, error %q)", got.Verdict, w.verdict, got.Rules, got.Reasons, got.Error)
@@ -74,7 +74,7 @@ func check(t *testing.T, got lease.EngineDecision, w want) {
 		t.Errorf("error = %q, want error: %v", got.Error, w.err)
 	}
 	if w.err {
-		if got.Verdict != lease.VerdictDeny {
+		if got.Verdict != record.VerdictDeny {
 			t.Errorf("an evaluation error must deny")
 		}
 		return
@@ -95,7 +95,7 @@ func runConformance(t *testing.T, build engineFactory) {
 	ctx := context.Background()
 	read := githubInput(t, m, call{tool: "get_repository"})
 	write := githubInput(t, m, call{tool: "create_repository"})
-	decide := func(t *testing.T, e Engine, in *Input) lease.EngineDecision {
+	decide := func(t *testing.T, e Engine, in *Input) record.EngineDecision {
 		t.Helper()
 		doc, err := NewDocument(in)
 		if err != nil {
@@ -106,7 +106,7 @@ func runConformance(t *testing.T, build engineFactory) {
 
 	t.Run("allow", func(t *testing.T) {
 		e := build(t, fixture{rego: allowAllRego, cedar: allowAllCedar})
-		check(t, decide(t, e, read), want{verdict: lease.VerdictAllow, rules: []string{"allow-all"}, reasons: []string{"everything is allowed"}})
+		check(t, decide(t, e, read), want{verdict: record.VerdictAllow, rules: []string{"allow-all"}, reasons: []string{"everything is allowed"}})
 	})
 
 	t.Run("deny overrides allow", func(t *testing.T) {
@@ -114,8 +114,8 @@ func runConformance(t *testing.T, build engineFactory) {
 			rego:  allowAllRego + `deny contains {"rule": "deny-writes", "reason": "no writes"} if input.tool.sideEffects == "write"`,
 			cedar: allowAllCedar + `@id("deny-writes") @reason("no writes") forbid (principal, action == Action::"write", resource);`,
 		})
-		check(t, decide(t, e, read), want{verdict: lease.VerdictAllow, rules: []string{"allow-all"}})
-		check(t, decide(t, e, write), want{verdict: lease.VerdictDeny, rules: []string{"deny-writes"}, reasons: []string{"no writes"}})
+		check(t, decide(t, e, read), want{verdict: record.VerdictAllow, rules: []string{"allow-all"}})
+		check(t, decide(t, e, write), want{verdict: record.VerdictDeny, rules: []string{"deny-writes"}, reasons: []string{"no writes"}})
 	})
 
 	t.Run("no allow denies", func(t *testing.T) {
@@ -123,7 +123,7 @@ func runConformance(t *testing.T, build engineFactory) {
 			rego:  `allow contains {"rule": "only-none", "reason": "r"} if input.tool.sideEffects == "none"`,
 			cedar: `@id("only-none") permit (principal, action == Action::"none", resource);`,
 		})
-		check(t, decide(t, e, read), want{verdict: lease.VerdictDeny, rules: []string{ruleDefaultDeny}})
+		check(t, decide(t, e, read), want{verdict: record.VerdictDeny, rules: []string{ruleDefaultDeny}})
 	})
 
 	t.Run("approvals are the largest obligation of the deciding rules, rules sorted", func(t *testing.T) {
@@ -142,8 +142,8 @@ approvals contains {"rule": "c-rule", "count": 5, "reason": "c"} if input.tool.s
 @id("c-rule") @reason("c") @approvals("5") permit (principal, action == Action::"none", resource);
 `,
 		})
-		check(t, decide(t, e, write), want{verdict: lease.VerdictAllow, approvals: 3, rules: []string{"a-rule", "b-rule"}, reasons: []string{"a", "b"}})
-		check(t, decide(t, e, read), want{verdict: lease.VerdictDeny, rules: []string{ruleDefaultDeny}})
+		check(t, decide(t, e, write), want{verdict: record.VerdictAllow, approvals: 3, rules: []string{"a-rule", "b-rule"}, reasons: []string{"a", "b"}})
+		check(t, decide(t, e, read), want{verdict: record.VerdictDeny, rules: []string{ruleDefaultDeny}})
 	})
 
 	t.Run("every documented input field reaches the policy", func(t *testing.T) {
@@ -191,7 +191,7 @@ when {
 		})
 		const args = `{"owner":"octo-org","repo":"payroll-exports","perPage":50}`
 		base := call{tool: "delete_repository", admin: true, completed: []string{"github/get_repository"}, args: args}
-		check(t, decide(t, e, githubInput(t, m, base)), want{verdict: lease.VerdictAllow, rules: []string{"facts"}})
+		check(t, decide(t, e, githubInput(t, m, base)), want{verdict: record.VerdictAllow, rules: []string{"facts"}})
 		flips := map[string]func(c *call, in *Input){
 			"principal id":      func(_ *call, in *Input) { in.Formation.Principal.ID = "bob" },
 			"principal groups":  func(c *call, _ *Input) { c.admin = false },
@@ -199,7 +199,7 @@ when {
 			"numeric argument":  func(c *call, _ *Input) { c.args = `{"owner":"octo-org","repo":"x","perPage":51}` },
 			"session completed": func(c *call, _ *Input) { c.completed = nil },
 			"session admitted":  func(c *call, _ *Input) { c.admitted = []string{"github/create_repository"} },
-			"epoch state":       func(c *call, _ *Input) { c.state = lease.StateDraining },
+			"epoch state":       func(c *call, _ *Input) { c.state = record.StateDraining },
 			"epoch pinned":      func(c *call, _ *Input) { c.unpinned = true },
 			"source pool":       func(_ *call, in *Input) { in.Formation.Source.Pool = "github-v1-3" },
 			"tool":              func(c *call, _ *Input) { c.tool, c.effects = "create_repository", manifest.SideEffectDelete },
@@ -214,7 +214,7 @@ when {
 				in := githubInput(t, m, c)
 				flip(&call{}, in)
 				got := decide(t, e, in)
-				if got.Verdict != lease.VerdictDeny || got.Error != "" {
+				if got.Verdict != record.VerdictDeny || got.Error != "" {
 					t.Errorf("flipping %s: got %s (error %q), want a plain deny", name, got.Verdict, got.Error)
 				}
 			})
@@ -295,26 +295,26 @@ unless {
 		tests := []struct {
 			note      string
 			successor *successor
-			want      *lease.SuccessorVerdict
+			want      *record.SuccessorVerdict
 		}{
 			{note: "no successor: no answer, whatever deny_successor holds"},
 			{
 				note: "a successor no rule refuses is allowed", successor: &successor{},
-				want: &lease.SuccessorVerdict{Verdict: lease.VerdictAllow, Rules: []string{}, Reasons: []string{}},
+				want: &record.SuccessorVerdict{Verdict: record.VerdictAllow, Rules: []string{}, Reasons: []string{}},
 			},
 			{
 				note: "one refusal", successor: &successor{effects: public},
-				want: &lease.SuccessorVerdict{Verdict: lease.VerdictDeny, Rules: []string{"no-public"}, Reasons: []string{"public"}},
+				want: &record.SuccessorVerdict{Verdict: record.VerdictDeny, Rules: []string{"no-public"}, Reasons: []string{"public"}},
 			},
 			{
 				note: "two refusals, sorted", successor: &successor{effects: public, unpinned: true},
-				want: &lease.SuccessorVerdict{Verdict: lease.VerdictDeny, Rules: []string{"no-public", "no-unpinned"}, Reasons: []string{"public", "unpinned"}},
+				want: &record.SuccessorVerdict{Verdict: record.VerdictDeny, Rules: []string{"no-public", "no-unpinned"}, Reasons: []string{"public", "unpinned"}},
 			},
 		}
 		for _, tc := range tests {
 			t.Run(tc.note, func(t *testing.T) {
 				got := decide(t, e, githubInput(t, m, call{tool: "get_repository", successor: tc.successor}))
-				check(t, got, want{verdict: lease.VerdictAllow, rules: []string{"allow-all"}, reasons: []string{"everything is allowed"}})
+				check(t, got, want{verdict: record.VerdictAllow, rules: []string{"allow-all"}, reasons: []string{"everything is allowed"}})
 				if !reflect.DeepEqual(got.Successor, tc.want) {
 					t.Errorf("successor = %+v, want %+v", got.Successor, tc.want)
 				}
@@ -328,7 +328,7 @@ unless {
 			cedar: allowAllCedar + `@id("boom") forbid (principal, action, resource) when { context.noSuchAttribute == 1 };`,
 		})
 		got := decide(t, e, read)
-		check(t, got, want{verdict: lease.VerdictDeny, err: true})
+		check(t, got, want{verdict: record.VerdictDeny, err: true})
 		if len(got.Rules) != 0 || got.Approvals != 0 {
 			t.Errorf("an erroring decision names rules %v / approvals %d", got.Rules, got.Approvals)
 		}
@@ -342,12 +342,12 @@ unless {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(t, e.Decide(cctx, doc), want{verdict: lease.VerdictDeny, err: true})
+		check(t, e.Decide(cctx, doc), want{verdict: record.VerdictDeny, err: true})
 	})
 
 	t.Run("a nil document denies", func(t *testing.T) {
 		e := build(t, fixture{rego: allowAllRego, cedar: allowAllCedar})
-		check(t, e.Decide(ctx, nil), want{verdict: lease.VerdictDeny, err: true})
+		check(t, e.Decide(ctx, nil), want{verdict: record.VerdictDeny, err: true})
 	})
 
 	t.Run("strings are compared exactly, not as patterns", func(t *testing.T) {
@@ -355,7 +355,7 @@ unless {
 			rego:  `allow contains {"rule": "exact", "reason": "r"} if input.formation.arguments.owner == "octo-*"`,
 			cedar: `@id("exact") permit (principal, action, resource) when { context.arguments.owner == "octo-*" };`,
 		})
-		check(t, decide(t, e, read), want{verdict: lease.VerdictDeny, rules: []string{ruleDefaultDeny}})
+		check(t, decide(t, e, read), want{verdict: record.VerdictDeny, rules: []string{ruleDefaultDeny}})
 	})
 
 	t.Run("decisions are deterministic and safe for concurrent use", func(t *testing.T) {
@@ -373,7 +373,7 @@ approvals contains {"rule": "m-rule", "count": 2, "reason": "m"}`,
 			t.Fatal(err)
 		}
 		first := e.Decide(ctx, doc)
-		check(t, first, want{verdict: lease.VerdictAllow, approvals: 2, rules: []string{"allow-all", "m-rule", "z-rule"}})
+		check(t, first, want{verdict: record.VerdictAllow, approvals: 2, rules: []string{"allow-all", "m-rule", "z-rule"}})
 		var wg sync.WaitGroup
 		errs := make(chan string, 16)
 		for range 16 {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // Engine names, as recorded in [lease.EngineDecision.Engine]. A [Set]
@@ -28,14 +28,14 @@ type Engine interface {
 	// When the input has a candidate successor, the decision's Successor
 	// is the engine's answer on it (a refusal never changes the verdict on
 	// the call itself); without one it is nil.
-	Decide(ctx context.Context, doc *Document) lease.EngineDecision
+	Decide(ctx context.Context, doc *Document) record.EngineDecision
 }
 
 // errorDecision is the fail-closed answer of an engine that could not
 // evaluate.
-func errorDecision(engine string, err error) lease.EngineDecision {
-	return lease.EngineDecision{
-		Engine: engine, Verdict: lease.VerdictDeny,
+func errorDecision(engine string, err error) record.EngineDecision {
+	return record.EngineDecision{
+		Engine: engine, Verdict: record.VerdictDeny,
 		Rules: []string{}, Reasons: []string{}, Error: err.Error(),
 	}
 }
@@ -44,7 +44,7 @@ func errorDecision(engine string, err error) lease.EngineDecision {
 // doc: errorDecision, and, when doc has a candidate successor, a refusal of
 // it carrying the same error (an engine that could not decide has not
 // allowed the successor either).
-func failed(engine string, doc *Document, err error) lease.EngineDecision {
+func failed(engine string, doc *Document, err error) record.EngineDecision {
 	d := errorDecision(engine, err)
 	if doc != nil && doc.in.Successor != nil {
 		d.Successor = successorError(err)
@@ -54,21 +54,21 @@ func failed(engine string, doc *Document, err error) lease.EngineDecision {
 
 // successorError is the fail-closed answer on a candidate successor whose
 // evaluation failed.
-func successorError(err error) *lease.SuccessorVerdict {
-	return &lease.SuccessorVerdict{
-		Verdict: lease.VerdictDeny, Rules: []string{}, Reasons: []string{}, Error: err.Error(),
+func successorError(err error) *record.SuccessorVerdict {
+	return &record.SuccessorVerdict{
+		Verdict: record.VerdictDeny, Rules: []string{}, Reasons: []string{}, Error: err.Error(),
 	}
 }
 
 // successorVerdict is the answer on a candidate successor from the merged
 // findings that refuse it: deny naming them, or allow with none.
-func successorVerdict(fs []finding) *lease.SuccessorVerdict {
-	v := &lease.SuccessorVerdict{
-		Verdict: lease.VerdictAllow,
+func successorVerdict(fs []finding) *record.SuccessorVerdict {
+	v := &record.SuccessorVerdict{
+		Verdict: record.VerdictAllow,
 		Rules:   make([]string, 0, len(fs)), Reasons: make([]string, 0, len(fs)),
 	}
 	if len(fs) > 0 {
-		v.Verdict = lease.VerdictDeny
+		v.Verdict = record.VerdictDeny
 	}
 	for _, f := range fs {
 		v.Rules = append(v.Rules, f.rule)
@@ -101,8 +101,8 @@ func mergeFindings(fs []finding) []finding {
 
 // decision assembles an engine decision from merged findings, keeping
 // Rules and Reasons index-aligned.
-func decision(engine string, v lease.Verdict, approvals int, fs []finding) lease.EngineDecision {
-	d := lease.EngineDecision{
+func decision(engine string, v record.Verdict, approvals int, fs []finding) record.EngineDecision {
+	d := record.EngineDecision{
 		Engine: engine, Verdict: v, Approvals: approvals,
 		Rules: make([]string, 0, len(fs)), Reasons: make([]string, 0, len(fs)),
 	}

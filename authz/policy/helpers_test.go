@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // githubManifest decodes the example manifest every realistic input here
@@ -79,7 +79,7 @@ type call struct {
 	attrs               map[string]any
 	completed, admitted []string
 	unpinned            bool
-	state               lease.State
+	state               record.State
 	args                string
 	// successor, when set, gives the call a candidate successor.
 	successor *successor
@@ -117,9 +117,9 @@ func githubInput(t testing.TB, m *manifest.Manifest, c call) *Input {
 	}
 	state := c.state
 	if state == "" {
-		state = lease.StateActive
+		state = record.StateActive
 	}
-	ep := &lease.Epoch{
+	ep := &record.Epoch{
 		ID: epochID, Server: mc.Server.Name, Release: mc.Server.Release, Pool: mc.Pool,
 		Artifact: mc.Artifact, ConfigDigest: mc.Config.Digest, SignerKeyID: "registrar-1",
 		State: state, Manifest: &mc,
@@ -144,16 +144,16 @@ func githubInput(t testing.TB, m *manifest.Manifest, c call) *Input {
 		attrs = c.attrs
 	}
 	created := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
-	rec := lease.Call{
+	rec := record.Call{
 		ID: "frm-1", Session: "sess-1",
-		Principal: lease.Principal{ID: "alice", Attributes: attrs, Host: "agent-host"},
+		Principal: record.Principal{ID: "alice", Attributes: attrs, Host: "agent-host"},
 		Snapshot:  "sha256:" + strings.Repeat("5", 64), Tool: mc.Server.Name + "/" + desc.Name,
 		DescriptorDigest: descDigest, Arguments: json.RawMessage(args), ArgumentDigest: argDigest,
-		Source: lease.Target{
+		Source: record.Target{
 			Epoch: ep.ID, Server: ep.Server, Release: ep.Release, Pool: ep.Pool,
 			Artifact: ep.Artifact, ConfigDigest: ep.ConfigDigest,
 		},
-		Metadata: lease.Metadata{
+		Metadata: record.Metadata{
 			Summary: desc.Summary, SideEffects: desc.SideEffects, RequiresApproval: desc.RequiresApproval,
 			FailureModes: desc.FailureModes, Dependencies: desc.Dependencies,
 		},
@@ -178,14 +178,14 @@ func githubInput(t testing.TB, m *manifest.Manifest, c call) *Input {
 		Formation: FormationInput{Call: rec, Digest: digest},
 		Tool:      NewToolInput(mc.Server.Name, &desc),
 		Epoch:     NewEpochInput(ep),
-		Session:   lease.SessionHistory{Session: "sess-1", Completed: completed, Admitted: admitted},
+		Session:   record.SessionHistory{Session: "sess-1", Completed: completed, Admitted: admitted},
 		Successor: succ,
 	}
 }
 
 // githubSuccessor builds the record's successor and the policy input's
 // successor member for a call formed on the epoch source.
-func githubSuccessor(t testing.TB, source string, s successor) (*lease.Successor, *SuccessorInput) {
+func githubSuccessor(t testing.TB, source string, s successor) (*record.Successor, *SuccessorInput) {
 	t.Helper()
 	mt := githubExample(t, "manifest-v1.3.json")
 	if s.unpinned {
@@ -195,18 +195,18 @@ func githubSuccessor(t testing.TB, source string, s successor) (*lease.Successor
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := &lease.Epoch{
+	target := &record.Epoch{
 		ID: id, Server: mt.Server.Name, Release: mt.Server.Release, Pool: mt.Pool,
 		Artifact: mt.Artifact, ConfigDigest: mt.Config.Digest, SignerKeyID: "registrar-1",
-		State: lease.StateActive, Manifest: mt,
+		State: record.StateActive, Manifest: mt,
 	}
 	cert := githubCertificate(t)
 	cert.Source, cert.Target = source, id
 	if s.effects != nil {
 		cert.Effects = s.effects
 	}
-	rec := &lease.Successor{
-		Target: lease.Target{
+	rec := &record.Successor{
+		Target: record.Target{
 			Epoch: target.ID, Server: target.Server, Release: target.Release, Pool: target.Pool,
 			Artifact: target.Artifact, ConfigDigest: target.ConfigDigest,
 		},

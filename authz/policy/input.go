@@ -1,8 +1,8 @@
 package policy
 
 import (
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // Input is the one document both engines decide over. Rego sees it as
@@ -24,7 +24,7 @@ type Input struct {
 	// signed manifest binds.
 	Epoch EpochInput `json:"epoch"`
 	// Session is the session's history at the time of the decision.
-	Session lease.SessionHistory `json:"session"`
+	Session record.SessionHistory `json:"session"`
 	// Successor describes the candidate successor (formation.successor)
 	// in full: the target epoch and the certificate that covers the call.
 	// Present exactly when formation.successor is, naming the same epoch
@@ -61,7 +61,7 @@ const (
 
 // FormationInput is the formation record as policies see it.
 type FormationInput struct {
-	lease.Call
+	record.Call
 	Digest string `json:"digest"`
 }
 
@@ -86,7 +86,7 @@ type EpochInput struct {
 	Server   string            `json:"server"`
 	Release  string            `json:"release"`
 	Pool     string            `json:"pool"`
-	State    lease.State       `json:"state"`
+	State    record.State      `json:"state"`
 	Artifact manifest.Artifact `json:"artifact"`
 	// ArtifactPinned is true when the artifact is identified by a digest.
 	ArtifactPinned bool   `json:"artifactPinned"`
@@ -127,7 +127,7 @@ func NewToolInput(server string, t *manifest.Tool) ToolInput {
 }
 
 // NewEpochInput describes an epoch for policy input.
-func NewEpochInput(e *lease.Epoch) EpochInput {
+func NewEpochInput(e *record.Epoch) EpochInput {
 	in := EpochInput{
 		ID: e.ID, Server: e.Server, Release: e.Release, Pool: e.Pool, State: e.State,
 		Artifact: e.Artifact, ArtifactPinned: e.Artifact.Pinned(), ConfigDigest: e.ConfigDigest,

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // Source is where a [Manager] loads its policy set from: an operating
@@ -114,7 +114,7 @@ func (m *Manager) Current() *Set { return m.cur.Load() }
 
 // Decide decides with the set in force; it makes a Manager an
 // authz.Decider whose decisions follow reloads.
-func (m *Manager) Decide(ctx context.Context, in *Input) lease.Decision {
+func (m *Manager) Decide(ctx context.Context, in *Input) record.Decision {
 	return m.Current().Decide(ctx, in)
 }
 

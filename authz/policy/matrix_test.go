@@ -6,9 +6,9 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // loadDefaults loads the embedded default policy set.
@@ -100,15 +100,15 @@ func matrixWant(effects manifest.SideEffect, admin, met, pinned bool) want {
 		deny = append(deny, "deny-artifact-unpinned")
 	}
 	if len(deny) > 0 {
-		return want{verdict: lease.VerdictDeny, rules: sorted(deny)}
+		return want{verdict: record.VerdictDeny, rules: sorted(deny)}
 	}
 	switch effects {
 	case manifest.SideEffectWrite:
-		return want{verdict: lease.VerdictAllow, approvals: 1, rules: []string{"allow-write"}}
+		return want{verdict: record.VerdictAllow, approvals: 1, rules: []string{"allow-write"}}
 	case manifest.SideEffectDelete:
-		return want{verdict: lease.VerdictAllow, approvals: 2, rules: []string{"allow-delete-repo-admin"}}
+		return want{verdict: record.VerdictAllow, approvals: 2, rules: []string{"allow-delete-repo-admin"}}
 	}
-	return want{verdict: lease.VerdictAllow, rules: []string{"allow-read"}}
+	return want{verdict: record.VerdictAllow, rules: []string{"allow-read"}}
 }
 
 // TestDefaultCasesAgreeAcrossEngines runs the default Cedar cases
@@ -147,7 +147,7 @@ func TestDefaultCasesAgreeAcrossEngines(t *testing.T) {
 			}
 			// Allow reasons are static in both halves and must read the
 			// same; some Rego deny reasons name values Cedar cannot.
-			if r.Verdict == lease.VerdictAllow && !reflect.DeepEqual(r.Reasons, ce.Reasons) {
+			if r.Verdict == record.VerdictAllow && !reflect.DeepEqual(r.Reasons, ce.Reasons) {
 				t.Errorf("allow reasons differ: rego %q, cedar %q", r.Reasons, ce.Reasons)
 			}
 			// Both answer on a successor exactly when the input has one.
@@ -157,7 +157,7 @@ func TestDefaultCasesAgreeAcrossEngines(t *testing.T) {
 			if (r.Successor == nil) != (ce.Successor == nil) || (r.Successor == nil) != (in.Successor == nil) {
 				t.Fatalf("successor answers: rego %+v, cedar %+v, input successor %v", r.Successor, ce.Successor, in.Successor != nil)
 			}
-			if r.Successor != nil && r.Verdict == lease.VerdictAllow &&
+			if r.Successor != nil && r.Verdict == record.VerdictAllow &&
 				(r.Successor.Verdict != ce.Successor.Verdict || !reflect.DeepEqual(r.Successor.Rules, ce.Successor.Rules)) {
 				t.Errorf("engines disagree on the successor: rego %s %v, cedar %s %v",
 					r.Successor.Verdict, r.Successor.Rules, ce.Successor.Verdict, ce.Successor.Rules)

@@ -9,12 +9,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fcd-authz/fcd/record"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
-
-	"github.com/fcd-authz/fcd/lease"
 )
 
 // RegoPackage is the package every Rego policy of a set contributes to.
@@ -168,7 +167,7 @@ func (e *RegoEngine) Name() string { return EngineRego }
 // does not depend on it. Any evaluation error or malformed element, in
 // deny_successor too, fails the whole decision closed. Without a
 // successor deny_successor is not evaluated at all.
-func (e *RegoEngine) Decide(ctx context.Context, doc *Document) lease.EngineDecision {
+func (e *RegoEngine) Decide(ctx context.Context, doc *Document) record.EngineDecision {
 	// OPA only notices cancellation while a long evaluation runs; a caller
 	// that has given up must never get an allow.
 	if err := ctx.Err(); err != nil {
@@ -207,19 +206,19 @@ func (e *RegoEngine) Decide(ctx context.Context, doc *Document) lease.EngineDeci
 			return failed(EngineRego, doc, err)
 		}
 	}
-	var d lease.EngineDecision
+	var d record.EngineDecision
 	switch {
 	case len(deny) > 0:
-		d = decision(EngineRego, lease.VerdictDeny, 0, mergeFindings(findingsOf(deny)))
+		d = decision(EngineRego, record.VerdictDeny, 0, mergeFindings(findingsOf(deny)))
 	case len(allow) == 0:
-		d = decision(EngineRego, lease.VerdictDeny, 0,
+		d = decision(EngineRego, record.VerdictDeny, 0,
 			[]finding{{ruleDefaultDeny, "no allow rule of package " + RegoPackage + " matched"}})
 	default:
 		n := 0
 		for _, o := range obligations {
 			n = max(n, o.count)
 		}
-		d = decision(EngineRego, lease.VerdictAllow, n, mergeFindings(append(findingsOf(allow), findingsOf(obligations)...)))
+		d = decision(EngineRego, record.VerdictAllow, n, mergeFindings(append(findingsOf(allow), findingsOf(obligations)...)))
 	}
 	if doc.in.Successor != nil {
 		d.Successor = successorVerdict(mergeFindings(findingsOf(refusals)))

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 func regoEngine(t *testing.T, src string) *RegoEngine {
@@ -115,7 +115,7 @@ approvals contains {"rule": "r", "count": 1000, "reason": "x"}`,
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			got := regoEngine(t, tc.src).Decide(context.Background(), doc)
-			if got.Verdict != lease.VerdictDeny || got.Error == "" {
+			if got.Verdict != record.VerdictDeny || got.Error == "" {
 				t.Fatalf("got %s (error %q), want a deny with an error", got.Verdict, got.Error)
 			}
 			if !strings.Contains(got.Error, tc.errPart) {
@@ -234,11 +234,11 @@ deny_successor contains {"rule": "boom"} if 1 / count(input.session.completed) >
 				ctx = context.Background()
 			}
 			got := regoEngine(t, tc.src).Decide(ctx, doc)
-			if got.Verdict != lease.VerdictDeny || !strings.Contains(got.Error, tc.errPart) {
+			if got.Verdict != record.VerdictDeny || !strings.Contains(got.Error, tc.errPart) {
 				t.Errorf("got %s (error %q), want a deny with an error mentioning %q", got.Verdict, got.Error, tc.errPart)
 			}
 			gs := got.Successor
-			if gs == nil || gs.Verdict != lease.VerdictDeny || gs.Error != got.Error || gs.Rules == nil || gs.Reasons == nil {
+			if gs == nil || gs.Verdict != record.VerdictDeny || gs.Error != got.Error || gs.Rules == nil || gs.Reasons == nil {
 				t.Errorf("successor = %+v, want a deny with the engine's error", gs)
 			}
 		})
@@ -261,7 +261,7 @@ func TestRegoDenySuccessorOnlyWithSuccessor(t *testing.T) {
 	} {
 		src := "package fcd.authz\n" + allowAllRego + rule
 		got := regoEngine(t, src).Decide(context.Background(), doc)
-		if got.Verdict != lease.VerdictAllow || got.Error != "" || got.Successor != nil {
+		if got.Verdict != record.VerdictAllow || got.Error != "" || got.Successor != nil {
 			t.Errorf("%s: got %s (error %q, successor %+v), want allow and no answer on a successor", rule, got.Verdict, got.Error, got.Successor)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // Policy file kinds, by name. Only the top level of a policy directory is
@@ -174,18 +174,18 @@ func (s *Set) WithClock(now func() time.Time) *Set {
 // combined answer on it, deny-overrides too: allow only if every engine
 // answered on it and allowed it. A refused successor never changes the
 // verdict on the call: it only means the call has no successor.
-func (s *Set) Decide(ctx context.Context, in *Input) lease.Decision {
+func (s *Set) Decide(ctx context.Context, in *Input) record.Decision {
 	succ := successorDecision(in)
 	if s == nil || len(s.engines) == 0 {
 		if succ != nil {
-			succ.Verdict = lease.VerdictDeny
+			succ.Verdict = record.VerdictDeny
 		}
-		return lease.Decision{
-			Verdict: lease.VerdictDeny, Engines: []lease.EngineDecision{},
+		return record.Decision{
+			Verdict: record.VerdictDeny, Engines: []record.EngineDecision{},
 			Successor: succ, DecidedAt: time.Now().UTC(),
 		}
 	}
-	d := lease.Decision{Verdict: lease.VerdictAllow, PolicyDigest: s.digest, Engines: make([]lease.EngineDecision, len(s.engines))}
+	d := record.Decision{Verdict: record.VerdictAllow, PolicyDigest: s.digest, Engines: make([]record.EngineDecision, len(s.engines))}
 	doc, err := NewDocument(in)
 	for i, e := range s.engines {
 		if err != nil {
@@ -197,17 +197,17 @@ func (s *Set) Decide(ctx context.Context, in *Input) lease.Decision {
 			d.Engines[i] = e.Decide(ctx, doc)
 		}
 		ed := &d.Engines[i]
-		if ed.Verdict != lease.VerdictAllow || ed.Error != "" {
-			d.Verdict = lease.VerdictDeny
+		if ed.Verdict != record.VerdictAllow || ed.Error != "" {
+			d.Verdict = record.VerdictDeny
 		}
 		d.Approvals = max(d.Approvals, ed.Approvals)
 		if succ != nil {
-			if es := ed.Successor; es == nil || es.Verdict != lease.VerdictAllow || es.Error != "" {
-				succ.Verdict = lease.VerdictDeny
+			if es := ed.Successor; es == nil || es.Verdict != record.VerdictAllow || es.Error != "" {
+				succ.Verdict = record.VerdictDeny
 			}
 		}
 	}
-	if d.Verdict != lease.VerdictAllow {
+	if d.Verdict != record.VerdictAllow {
 		d.Approvals = 0
 	}
 	d.Successor = succ
@@ -217,12 +217,12 @@ func (s *Set) Decide(ctx context.Context, in *Input) lease.Decision {
 
 // successorDecision starts the combined answer on the successor the
 // formation names, allowed until an engine refuses it; nil without one.
-func successorDecision(in *Input) *lease.SuccessorDecision {
+func successorDecision(in *Input) *record.SuccessorDecision {
 	if in == nil || in.Formation.Successor == nil {
 		return nil
 	}
 	fs := in.Formation.Successor
-	return &lease.SuccessorDecision{Certificate: fs.Certificate, Epoch: fs.Epoch, Verdict: lease.VerdictAllow}
+	return &record.SuccessorDecision{Certificate: fs.Certificate, Epoch: fs.Epoch, Verdict: record.VerdictAllow}
 }
 
 // engineFiles returns the names of one engine's source files, sorted.

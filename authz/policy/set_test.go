@@ -10,7 +10,7 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // tinySet is a small valid policy set whose write approvals are n and whose
@@ -183,14 +183,14 @@ func TestSetDecide(t *testing.T) {
 		}
 		s = s.WithClock(clock)
 		d := s.Decide(ctx, githubInput(t, m, call{tool: "create_repository"}))
-		if d.Verdict != lease.VerdictAllow || d.Approvals != 2 || !d.DecidedAt.Equal(at) || d.PolicyDigest != s.Digest() {
+		if d.Verdict != record.VerdictAllow || d.Approvals != 2 || !d.DecidedAt.Equal(at) || d.PolicyDigest != s.Digest() {
 			t.Errorf("write: %+v", d)
 		}
 		d = s.Decide(ctx, githubInput(t, m, call{tool: "delete_repository"}))
-		if d.Verdict != lease.VerdictDeny || d.Approvals != 0 {
+		if d.Verdict != record.VerdictDeny || d.Approvals != 0 {
 			t.Errorf("delete: %s with %d approvals, want deny with 0", d.Verdict, d.Approvals)
 		}
-		if d.Engines[0].Verdict != lease.VerdictAllow || d.Engines[1].Verdict != lease.VerdictDeny ||
+		if d.Engines[0].Verdict != record.VerdictAllow || d.Engines[1].Verdict != record.VerdictDeny ||
 			d.Engines[1].Rules[0] != "no-deletes" {
 			t.Errorf("engines: %+v", d.Engines)
 		}
@@ -201,11 +201,11 @@ func TestSetDecide(t *testing.T) {
 		in := githubInput(t, m, call{tool: "get_repository"})
 		in.Formation.Metadata.SideEffects = "delete"
 		d := s.Decide(ctx, in)
-		if d.Verdict != lease.VerdictDeny || len(d.Engines) != 2 {
+		if d.Verdict != record.VerdictDeny || len(d.Engines) != 2 {
 			t.Fatalf("got %+v", d)
 		}
 		for _, e := range d.Engines {
-			if e.Error == "" || e.Verdict != lease.VerdictDeny {
+			if e.Error == "" || e.Verdict != record.VerdictDeny {
 				t.Errorf("%s: %+v", e.Engine, e)
 			}
 		}
@@ -214,17 +214,17 @@ func TestSetDecide(t *testing.T) {
 	t.Run("invalid raw arguments deny", func(t *testing.T) {
 		in := githubInput(t, m, call{tool: "get_repository"})
 		in.Formation.Arguments = []byte(`{"owner":`)
-		if d := loadDefaults(t).Decide(ctx, in); d.Verdict != lease.VerdictDeny || d.Engines[0].Error == "" {
+		if d := loadDefaults(t).Decide(ctx, in); d.Verdict != record.VerdictDeny || d.Engines[0].Error == "" {
 			t.Errorf("got %+v", d)
 		}
 	})
 
 	t.Run("a nil or zero set denies", func(t *testing.T) {
 		var s *Set
-		if d := s.Decide(ctx, githubInput(t, m, call{tool: "get_repository"})); d.Verdict != lease.VerdictDeny {
+		if d := s.Decide(ctx, githubInput(t, m, call{tool: "get_repository"})); d.Verdict != record.VerdictDeny {
 			t.Errorf("nil set: got %+v", d)
 		}
-		if d := new(Set).Decide(ctx, githubInput(t, m, call{tool: "get_repository"})); d.Verdict != lease.VerdictDeny {
+		if d := new(Set).Decide(ctx, githubInput(t, m, call{tool: "get_repository"})); d.Verdict != record.VerdictDeny {
 			t.Errorf("zero set: got %+v", d)
 		}
 	})

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // TestSuccessorVerdicts decides calls with and without a candidate
@@ -20,17 +20,17 @@ func TestSuccessorVerdicts(t *testing.T) {
 		note      string
 		successor *successor
 		// verdict is the expected answer on the successor; "" means none.
-		verdict lease.Verdict
+		verdict record.Verdict
 		rules   []string
 	}{
 		{note: "no successor"},
-		{note: "pinned target, private effects", successor: &successor{}, verdict: lease.VerdictAllow, rules: []string{}},
-		{note: "effects without visibility", successor: &successor{effects: map[string]any{"owner": "octo-org"}}, verdict: lease.VerdictAllow, rules: []string{}},
-		{note: "unpinned target", successor: &successor{unpinned: true}, verdict: lease.VerdictDeny, rules: []string{"deny-successor-unpinned"}},
-		{note: "public effects", successor: &successor{effects: map[string]any{"visibility": "public"}}, verdict: lease.VerdictDeny, rules: []string{"deny-successor-public"}},
+		{note: "pinned target, private effects", successor: &successor{}, verdict: record.VerdictAllow, rules: []string{}},
+		{note: "effects without visibility", successor: &successor{effects: map[string]any{"owner": "octo-org"}}, verdict: record.VerdictAllow, rules: []string{}},
+		{note: "unpinned target", successor: &successor{unpinned: true}, verdict: record.VerdictDeny, rules: []string{"deny-successor-unpinned"}},
+		{note: "public effects", successor: &successor{effects: map[string]any{"visibility": "public"}}, verdict: record.VerdictDeny, rules: []string{"deny-successor-public"}},
 		{
 			note: "unpinned target and public effects", successor: &successor{unpinned: true, effects: map[string]any{"visibility": "public"}},
-			verdict: lease.VerdictDeny, rules: []string{"deny-successor-public", "deny-successor-unpinned"},
+			verdict: record.VerdictDeny, rules: []string{"deny-successor-public", "deny-successor-unpinned"},
 		},
 	}
 	// Each row is decided for an allowed write and a denied one (an
@@ -83,11 +83,11 @@ func TestSuccessorVerdicts(t *testing.T) {
 					// successor of a denied call too; the rules that say
 					// anything about the successor itself are checked on
 					// the allowed call only.
-					if got.Verdict == lease.VerdictAllow || e.Name() == EngineRego {
+					if got.Verdict == record.VerdictAllow || e.Name() == EngineRego {
 						if gs.Verdict != tc.verdict || !reflect.DeepEqual(gs.Rules, tc.rules) {
 							t.Errorf("%s: successor %s by %q, want %s by %q", e.Name(), gs.Verdict, gs.Rules, tc.verdict, tc.rules)
 						}
-					} else if gs.Verdict != lease.VerdictDeny {
+					} else if gs.Verdict != record.VerdictDeny {
 						t.Errorf("%s: the successor of a call an unconstrained forbid denies is %s, want deny", e.Name(), gs.Verdict)
 					}
 					if len(gs.Rules) != len(gs.Reasons) {
@@ -108,9 +108,9 @@ func TestSuccessorVerdicts(t *testing.T) {
 					}
 					return
 				}
-				want := &lease.SuccessorDecision{Certificate: successorCertID, Epoch: in.Formation.Successor.Epoch, Verdict: tc.verdict}
-				if ref.Verdict != lease.VerdictAllow {
-					want.Verdict = lease.VerdictDeny // refused by Cedar's unconstrained forbids
+				want := &record.SuccessorDecision{Certificate: successorCertID, Epoch: in.Formation.Successor.Epoch, Verdict: tc.verdict}
+				if ref.Verdict != record.VerdictAllow {
+					want.Verdict = record.VerdictDeny // refused by Cedar's unconstrained forbids
 				}
 				if !reflect.DeepEqual(d.Successor, want) {
 					t.Errorf("combined successor = %+v, want %+v", d.Successor, want)
@@ -131,23 +131,23 @@ func TestSetDecideSuccessorDenyOverrides(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		note, rego, cedar string
-		want              lease.Verdict
+		want              record.Verdict
 	}{
-		{"neither refuses", "", "", lease.VerdictAllow},
+		{"neither refuses", "", "", record.VerdictAllow},
 		{
 			note: "only Rego refuses",
 			rego: `deny_successor contains {"rule": "no-successors", "reason": "never"} if input.successor`,
-			want: lease.VerdictDeny,
+			want: record.VerdictDeny,
 		},
 		{
 			note:  "only Cedar refuses",
 			cedar: `@id("no-successors") forbid (principal, action == Action::"substitute", resource);`,
-			want:  lease.VerdictDeny,
+			want:  record.VerdictDeny,
 		},
 		{
 			note:  "a Cedar permit of substitute allows nothing extra, no permit refuses nothing",
 			cedar: `@id("substitute-ok") permit (principal, action == Action::"substitute", resource);`,
-			want:  lease.VerdictAllow,
+			want:  record.VerdictAllow,
 		},
 	}
 	for _, tc := range tests {
@@ -161,7 +161,7 @@ func TestSetDecideSuccessorDenyOverrides(t *testing.T) {
 			}
 			in := githubInput(t, m, call{tool: "create_repository", successor: &successor{}})
 			d := s.Decide(ctx, in)
-			if d.Verdict != lease.VerdictAllow || d.Approvals != 1 {
+			if d.Verdict != record.VerdictAllow || d.Approvals != 1 {
 				t.Errorf("the call: %s with %d approvals, want allow with 1", d.Verdict, d.Approvals)
 			}
 			if d.Successor == nil || d.Successor.Verdict != tc.want ||
@@ -200,21 +200,21 @@ func TestSetDecideInconsistentSuccessor(t *testing.T) {
 			in := githubInput(t, m, call{tool: "get_repository", successor: &successor{}})
 			tc.edit(in)
 			d := s.Decide(ctx, in)
-			if d.Verdict != lease.VerdictDeny || d.Approvals != 0 {
+			if d.Verdict != record.VerdictDeny || d.Approvals != 0 {
 				t.Errorf("verdict %s with %d approvals, want deny", d.Verdict, d.Approvals)
 			}
 			for _, e := range d.Engines {
-				if e.Verdict != lease.VerdictDeny || e.Error == "" {
+				if e.Verdict != record.VerdictDeny || e.Error == "" {
 					t.Errorf("%s: %+v, want a deny with the input error", e.Engine, e)
 				}
-				if tc.answered && (e.Successor == nil || e.Successor.Verdict != lease.VerdictDeny || e.Successor.Error == "") {
+				if tc.answered && (e.Successor == nil || e.Successor.Verdict != record.VerdictDeny || e.Successor.Error == "") {
 					t.Errorf("%s: successor %+v, want a deny with the input error", e.Engine, e.Successor)
 				}
 			}
 			switch {
 			case !tc.answered && d.Successor != nil:
 				t.Errorf("successor = %+v, want none (the record names none)", d.Successor)
-			case tc.answered && (d.Successor == nil || d.Successor.Verdict != lease.VerdictDeny):
+			case tc.answered && (d.Successor == nil || d.Successor.Verdict != record.VerdictDeny):
 				t.Errorf("successor = %+v, want a deny", d.Successor)
 			}
 		})

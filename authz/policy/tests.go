@@ -14,8 +14,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/tester"
 
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // regoTestTimeout bounds one Rego test; a policy test that runs longer is
@@ -259,7 +259,7 @@ type CedarCase struct {
 
 // CedarExpect is what a Cedar case expects.
 type CedarExpect struct {
-	Verdict lease.Verdict `json:"verdict"`
+	Verdict record.Verdict `json:"verdict"`
 	// Approvals, when set, must equal the engine's obligation.
 	Approvals *int `json:"approvals,omitempty"`
 	// Rules must all be among the deciding policy ids (a subset check).
@@ -271,7 +271,7 @@ type CedarExpect struct {
 	Error bool `json:"error,omitempty"`
 	// Successor, when set ("allow" or "deny"), is the expected answer on
 	// the input's candidate successor; the input must have one.
-	Successor *lease.Verdict `json:"successor,omitempty"`
+	Successor *record.Verdict `json:"successor,omitempty"`
 	// SuccessorRules must all be among the policy ids that refused the
 	// successor (a subset check).
 	SuccessorRules []string `json:"successorRules,omitempty"`
@@ -290,9 +290,9 @@ func runCedarCases(ctx context.Context, e *CedarEngine, file string, data []byte
 			return nil, fmt.Errorf("%w: %s: case %d has no name", ErrInvalidPolicy, file, i)
 		case seen[c.Name]:
 			return nil, fmt.Errorf("%w: %s: duplicate case name %q", ErrInvalidPolicy, file, c.Name)
-		case c.Expect.Verdict != lease.VerdictAllow && c.Expect.Verdict != lease.VerdictDeny:
+		case c.Expect.Verdict != record.VerdictAllow && c.Expect.Verdict != record.VerdictDeny:
 			return nil, fmt.Errorf("%w: %s: case %q: expect.verdict must be \"allow\" or \"deny\"", ErrInvalidPolicy, file, c.Name)
-		case c.Expect.Successor != nil && *c.Expect.Successor != lease.VerdictAllow && *c.Expect.Successor != lease.VerdictDeny:
+		case c.Expect.Successor != nil && *c.Expect.Successor != record.VerdictAllow && *c.Expect.Successor != record.VerdictDeny:
 			return nil, fmt.Errorf("%w: %s: case %q: expect.successor must be \"allow\" or \"deny\"", ErrInvalidPolicy, file, c.Name)
 		case len(c.Expect.SuccessorRules) > 0 && c.Expect.Successor == nil:
 			return nil, fmt.Errorf("%w: %s: case %q: expect.successorRules needs expect.successor", ErrInvalidPolicy, file, c.Name)
@@ -314,7 +314,7 @@ func checkCedarCase(ctx context.Context, e Engine, c *CedarCase) string {
 	if err != nil {
 		return err.Error()
 	}
-	var d lease.EngineDecision
+	var d record.EngineDecision
 	if doc, err := NewDocument(in); err != nil {
 		d = errorDecision(e.Name(), err)
 	} else {
@@ -324,7 +324,7 @@ func checkCedarCase(ctx context.Context, e Engine, c *CedarCase) string {
 }
 
 // expectationMismatch compares a decision with an expectation.
-func expectationMismatch(want *CedarExpect, got *lease.EngineDecision) string {
+func expectationMismatch(want *CedarExpect, got *record.EngineDecision) string {
 	var problems []string
 	gs := got.Successor
 	switch {

@@ -59,6 +59,7 @@ import (
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -179,7 +180,7 @@ type bench struct {
 	registrar func(payload []byte) ([]byte, error)
 
 	snapshot string
-	epoch    *lease.Epoch
+	epoch    *record.Epoch
 	// formationVal and markerVal have the sizes of what one admission
 	// writes, taken from a real formation; designs a and c write them.
 	formationVal, markerVal []byte
@@ -437,9 +438,9 @@ func (b *bench) registerAndSnapshot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l := &lease.Lease{ID: lid, State: lease.LeaseAdmitted, Formation: f.ID, Session: f.Session, Tool: f.Tool,
+	l := &record.Lease{ID: lid, State: record.LeaseAdmitted, Formation: f.ID, Session: f.Session, Tool: f.Tool,
 		ArgumentDigest: f.ArgumentDigest, Target: f.Source, AdmittedAt: time.Now().UTC()}
-	f.Status, f.Lease, f.UpdatedAt = lease.StatusAdmitted, lid, l.AdmittedAt
+	f.Status, f.Lease, f.UpdatedAt = record.StatusAdmitted, lid, l.AdmittedAt
 	if b.formationVal, err = json.Marshal(f); err != nil {
 		return err
 	}
@@ -456,7 +457,7 @@ func (b *bench) registerAndSnapshot(ctx context.Context) error {
 const benchTool = "github/get_repository"
 
 // form records one ready formation in its own session.
-func (b *bench) form(ctx context.Context, session string, i int) (*authz.Formation, error) {
+func (b *bench) form(ctx context.Context, session string, i int) (*record.Formation, error) {
 	f, err := b.forms.Form(ctx, authz.FormRequest{
 		Snapshot: b.snapshot, Session: session, Tool: benchTool,
 		Arguments: json.RawMessage(fmt.Sprintf(`{"owner":"bench","repo":"r%d"}`, i)), Host: "bench-host",
@@ -464,7 +465,7 @@ func (b *bench) form(ctx context.Context, session string, i int) (*authz.Formati
 	if err != nil {
 		return nil, err
 	}
-	if f.Status != authz.StatusReady {
+	if f.Status != record.StatusReady {
 		return nil, fmt.Errorf("formation %s is %s, want ready (decision %+v)", f.ID, f.Status, f.Decision)
 	}
 	return f, nil
@@ -561,7 +562,7 @@ func (b *bench) precreate(ctx context.Context, prefix string, n int) (*etcdFixtu
 		state: prefix + "states/" + b.epoch.ID, gen: prefix + "pools/" + b.epoch.Pool + "/generation",
 		record: prefix + "epoch-records/" + b.epoch.ID,
 	}
-	if _, err := b.cli.Put(ctx, fx.state, string(lease.StateActive)); err != nil {
+	if _, err := b.cli.Put(ctx, fx.state, string(record.StateActive)); err != nil {
 		return nil, err
 	}
 	const batch = 64
@@ -603,7 +604,7 @@ func (b *bench) floorOp(ctx context.Context, fx *etcdFixture, i int, rev int64) 
 	defer cancel()
 	resp, err := b.cli.Txn(octx).If(
 		clientv3.Compare(clientv3.ModRevision(fx.formations[i]), "=", rev),
-		clientv3.Compare(clientv3.Value(fx.state), "=", string(lease.StateActive)),
+		clientv3.Compare(clientv3.Value(fx.state), "=", string(record.StateActive)),
 		clientv3.Compare(clientv3.CreateRevision(fx.gen), "=", 0),
 	).Then(
 		clientv3.OpPut(fx.prefix+"markers/"+b.epoch.ID+"/"+lid, string(b.markerVal)),
@@ -665,7 +666,7 @@ type sharedLease struct {
 // resetRecord writes design c's record afresh.
 func (b *bench) resetRecord(ctx context.Context, fx *etcdFixture, open int) error {
 	fx.open = open
-	val, err := json.Marshal(sharedRecord{Epoch: b.epoch.ID, State: string(lease.StateActive), Open: []sharedLease{}})
+	val, err := json.Marshal(sharedRecord{Epoch: b.epoch.ID, State: string(record.StateActive), Open: []sharedLease{}})
 	if err != nil {
 		return err
 	}
@@ -713,7 +714,7 @@ func (b *bench) sharedOp(ctx context.Context, fx *etcdFixture, i int) (int, erro
 		resp, err := b.cli.Txn(octx).If(
 			clientv3.Compare(clientv3.ModRevision(fx.record), "=", got.Kvs[0].ModRevision),
 			clientv3.Compare(clientv3.ModRevision(fx.formations[i]), "=", fx.revs[i]),
-			clientv3.Compare(clientv3.Value(fx.state), "=", string(lease.StateActive)),
+			clientv3.Compare(clientv3.Value(fx.state), "=", string(record.StateActive)),
 			clientv3.Compare(clientv3.CreateRevision(fx.gen), "=", 0),
 		).Then(
 			clientv3.OpPut(fx.record, string(val)),

@@ -10,8 +10,8 @@ import (
 	"os"
 
 	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/record"
 )
 
 // errPolicyFailed makes `policy test` exit 1 after its report, and `policy
@@ -69,7 +69,7 @@ func policyCommand(ctx context.Context, sub string, args []string, stdin io.Read
 		if err := printJSON(stdout, d); err != nil {
 			return err
 		}
-		if d.Verdict != lease.VerdictAllow {
+		if d.Verdict != record.VerdictAllow {
 			return errPolicyFailed
 		}
 		return nil
