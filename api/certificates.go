@@ -15,7 +15,7 @@ func (s *server) registerCertificate(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	rec, created, err := s.reg.RegisterCertificate(r.Context(), body)
+	rec, created, err := s.reg.Certificates.Register(r.Context(), body)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -30,7 +30,7 @@ func (s *server) registerCertificate(w http.ResponseWriter, r *http.Request) {
 
 // revokeCertificate revokes a certificate.
 func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.reg.RevokeCertificate(r.Context(), chi.URLParam(r, "certificate"))
+	rec, err := s.reg.Certificates.Revoke(r.Context(), chi.URLParam(r, "certificate"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -40,7 +40,7 @@ func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
 
 // showCertificate shows one registered certificate.
 func (s *server) showCertificate(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.reg.Certificate(r.Context(), chi.URLParam(r, "certificate"))
+	rec, err := s.reg.Certificates.Get(r.Context(), chi.URLParam(r, "certificate"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -52,7 +52,7 @@ func (s *server) showCertificate(w http.ResponseWriter, r *http.Request) {
 // source epoch (?source=) and tool (&tool=).
 func (s *server) listCertificates(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	recs, err := s.reg.Certificates(r.Context(), q.Get("source"), q.Get("tool"))
+	recs, err := s.reg.Certificates.List(r.Context(), q.Get("source"), q.Get("tool"))
 	if err != nil {
 		s.problem(w, r, err)
 		return

@@ -47,10 +47,11 @@ const grpcHeaderAllowance = 256 << 10
 // the problem's (as on /v1/ext_authz/*), with problem+json body and the
 // Fcd-Problem header.
 func NewCheckServer(cfg Config, opts ...grpc.ServerOption) (*grpc.Server, error) {
-	if cfg.Formations == nil || cfg.Auth == nil {
-		return nil, errors.New("api: Formations and Auth are required")
+	if cfg.UseCases == nil || cfg.Auth == nil {
+		return nil, errors.New("api: UseCases and Auth are required")
 	}
-	s := &server{formations: cfg.Formations, auth: cfg.Auth, limit: cfg.BodyLimit, log: cfg.Logger}
+	s := &server{auth: cfg.Auth, limit: cfg.BodyLimit, log: cfg.Logger}
+	s.setUseCases(cfg.UseCases)
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
@@ -22,9 +23,9 @@ func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 
 // formations returns the formation use case decided by the embedded
 // default policies.
-func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.Formations {
+func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.UseCases {
 	f.t.Helper()
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerOptions{Logger: log})
+	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
 	if err != nil {
 		f.t.Fatalf("default policies: %v", err)
 	}
@@ -33,7 +34,7 @@ func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.Format
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "fcd-test", Lifetime: 30 * time.Second})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.Format
 	f.t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	f.issuer = iss
-	return authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss, Certificates: f.certificates, GatewayCaller: f.binding})
+	return authztest.New(f.t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: f.certificates, GatewayCaller: f.binding})
 }
 
 // waitPublished waits until the signing key is published in etcd.

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/go-chi/chi/v5"
 	"sigs.k8s.io/yaml"
 )
@@ -35,7 +40,16 @@ type oasOperation struct {
 // oasMethods are the operation keys of an OpenAPI path item.
 var oasMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
-// oasRouter builds the real router over a registry and formations without
+// noDecider is a Decider for a router whose use cases are never called.
+type noDecider struct{}
+
+func (noDecider) Decide(context.Context, *policy.Input) record.Decision {
+	return record.Decision{Verdict: record.VerdictDeny}
+}
+
+func (noDecider) Digest() string { return "" }
+
+// oasRouter builds the real router over a registry and use cases without
 // a store. The walk never calls them; a probe that passes the role check and
 // reaches the store panics, which the router's recovery answers with 500,
 // and the role probe counts as admitted. It returns one secret per role.
@@ -56,10 +70,12 @@ func oasRouter(t *testing.T) (http.Handler, map[api.Role]api.Secret) {
 		t.Fatal(err)
 	}
 	h, err := api.New(api.Config{
-		Registry:   authz.NewRegistry(nil, nil, nil),
-		Formations: authz.NewFormations(nil, nil, authz.FormationConfig{}),
-		Auth:       auth,
-		Logger:     slog.New(slog.DiscardHandler),
+		// A store that was never opened: the walk never reaches it (a
+		// probe that does panics and is answered 500, see above).
+		Registry: authztest.Registry(t, authz.RegistryConfig{Store: new(lease.Store)}),
+		UseCases: authztest.New(t, authz.Config{Store: new(lease.Store), Decider: noDecider{}}),
+		Auth:     auth,
+		Logger:   slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

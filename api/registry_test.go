@@ -17,6 +17,7 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -112,7 +113,7 @@ func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBindin
 	}
 	f.issuerKey = issuerKey
 	f.certificates = issuers
-	f.cfg = api.Config{Registry: authz.NewRegistry(store, verifier, log).WithCertificateIssuers(issuers), Formations: f.formations(store, log),
+	f.cfg = api.Config{Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: verifier, Logger: log, Certificates: issuers}), UseCases: f.formations(store, log),
 		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log}
 	h, err := api.New(f.cfg)
 	if err != nil {

@@ -27,8 +27,9 @@ const DefaultBodyLimit = 1 << 20
 type Config struct {
 	// Registry serves the registry routes. Required.
 	Registry *authz.Registry
-	// Formations serves formations and approvals. Required.
-	Formations *authz.Formations
+	// UseCases serve formations, approvals, admissions, leases and the
+	// gateway routes. Required.
+	UseCases *authz.UseCases
 	// PolicyStatus reports the policy set in force and the last reload
 	// failure, shown in /readyz's body; nil shows nothing.
 	PolicyStatus func() policy.Status
@@ -46,6 +47,9 @@ type Config struct {
 type server struct {
 	reg          *authz.Registry
 	formations   *authz.Formations
+	admissions   *authz.Admissions
+	leases       *authz.Leases
+	gatekeeper   *authz.Gate
 	policyStatus func() policy.Status
 	auth         *Authenticator
 	limit        int64
@@ -62,10 +66,11 @@ func OpenAPI() []byte { return bytes.Clone(openAPIDocument) }
 
 // New returns the HTTP handler of fcd.
 func New(cfg Config) (http.Handler, error) {
-	if cfg.Registry == nil || cfg.Formations == nil || cfg.Auth == nil {
-		return nil, errors.New("api: Registry, Formations and Auth are required")
+	if cfg.Registry == nil || cfg.UseCases == nil || cfg.Auth == nil {
+		return nil, errors.New("api: Registry, UseCases and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, formations: cfg.Formations, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics(cfg.Formations.Collectors()...)}
+	s := &server{reg: cfg.Registry, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics(cfg.UseCases.Collectors()...)}
+	s.setUseCases(cfg.UseCases)
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}
@@ -230,4 +235,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// setUseCases gives the server the use cases its routes call.
+func (s *server) setUseCases(uc *authz.UseCases) {
+	s.formations, s.admissions, s.leases, s.gatekeeper = uc.Formations, uc.Admissions, uc.Leases, uc.Gate
 }

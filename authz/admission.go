@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
@@ -16,7 +18,6 @@ import (
 
 // Errors of admission and the lease lifecycle.
 var (
-
 	// ErrNotApproved: the formation lacks the approvals it needs.
 	ErrNotApproved = errors.New("authz: formation is not approved")
 	// ErrFormationDenied: the policy or an approver denied the formation.
@@ -37,6 +38,43 @@ var (
 	// ErrAdmissionDisabled: this server has no signing key.
 	ErrAdmissionDisabled = errors.New("authz: admission is not configured (no signing key)")
 )
+
+// Admissions is the use case of gateways: the etcd-ordered admission of a
+// ready formation to its source epoch, or to its certified successor once
+// the source retired, and the dispatch token that carries the decision to
+// the backend.
+type Admissions struct {
+	store      *lease.Store
+	decider    Decider
+	successors *successors
+	// ready is shared with Formations: formations this replica saw
+	// become ready; see readyCache.
+	ready *readyCache
+	// generations caches pool generations (pool → int64), shared with
+	// Leases, which drops a pool's entry when it records a newer one; see
+	// generation.
+	generations *sync.Map
+	issuer      *TokenIssuer
+	grace       time.Duration
+	metrics     *metrics
+	now         func() time.Time
+	log         *slog.Logger
+}
+
+// Leases is the use case of backends and operators after admission: a
+// backend claims a lease before the effect and reports its outcome; an
+// operator resolves an uncertain one; a redeployed pool releases its old
+// leases; a sweep marks the never-reported ones uncertain.
+type Leases struct {
+	store       *lease.Store
+	issuer      *TokenIssuer
+	generations *sync.Map
+	grace       time.Duration
+	retention   time.Duration
+	metrics     *metrics
+	now         func() time.Time
+	log         *slog.Logger
+}
 
 // Admission is a granted admission: the dispatch token and where it goes.
 type Admission struct {
@@ -66,30 +104,30 @@ type Where struct {
 // policy set changed since formation it is evaluated again and may deny,
 // never widen. An ambiguous etcd error is resolved by reading the
 // formation back; the call is never admitted twice.
-func (f *Formations) Admit(ctx context.Context, id string) (*Admission, error) {
-	return f.admitChecked(ctx, id, nil)
+func (ad *Admissions) Admit(ctx context.Context, id string) (*Admission, error) {
+	return ad.admitChecked(ctx, id, nil)
 }
 
 // admitChecked is Admit with a check of the formation as read, before
 // anything else (a gateway's caller binding); its error is returned as is.
-func (f *Formations) admitChecked(ctx context.Context, id string, check func(*record.Formation) error) (*Admission, error) {
-	a, err := f.admit(ctx, id, check)
-	f.metrics.admissions.WithLabelValues(admissionResult(a, err)).Inc()
+func (ad *Admissions) admitChecked(ctx context.Context, id string, check func(*record.Formation) error) (*Admission, error) {
+	a, err := ad.admit(ctx, id, check)
+	ad.metrics.admissions.WithLabelValues(admissionResult(a, err)).Inc()
 	return a, err
 }
 
-func (f *Formations) admit(ctx context.Context, id string, check func(*record.Formation) error) (*Admission, error) {
-	if f.issuer == nil {
+func (ad *Admissions) admit(ctx context.Context, id string, check func(*record.Formation) error) (*Admission, error) {
+	if ad.issuer == nil {
 		return nil, ErrAdmissionDisabled
 	}
 	for attempt := 0; ; attempt++ {
-		a, err := f.admitOnce(ctx, id, attempt == 0, check)
+		a, err := ad.admitOnce(ctx, id, attempt == 0, check)
 		if errors.Is(err, lease.ErrGenerationChanged) {
-			f.generations.Clear() // the pool is not known here; refill on demand
+			ad.generations.Clear() // the pool is not known here; refill on demand
 		}
 		if errors.Is(err, lease.ErrFormationChanged) || errors.Is(err, lease.ErrGenerationChanged) ||
 			errors.Is(err, lease.ErrCertificateChanged) {
-			f.ready.drop(id)
+			ad.ready.drop(id)
 			if attempt < 8 {
 				continue
 			}
@@ -102,26 +140,26 @@ func (f *Formations) admit(ctx context.Context, id string, check func(*record.Fo
 	}
 }
 
-func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, check func(*record.Formation) error) (*Admission, error) {
-	rec, rev, ok := f.ready.take(id)
+func (ad *Admissions) admitOnce(ctx context.Context, id string, cached bool, check func(*record.Formation) error) (*Admission, error) {
+	rec, rev, ok := ad.ready.take(id)
 	if !cached || !ok {
 		var err error
-		if rec, rev, err = f.store.GetFormationRevision(ctx, id); err != nil {
+		if rec, rev, err = ad.store.GetFormationRevision(ctx, id); err != nil {
 			return nil, err
 		}
 	}
 	if check != nil {
 		if err := check(rec); err != nil {
 			if ok {
-				f.ready.put(rec, rev) // untouched: keep it for its caller
+				ad.ready.put(rec, rev) // untouched: keep it for its caller
 			}
 			return nil, err
 		}
 	}
-	now := f.now().UTC()
+	now := ad.now().UTC()
 	switch rec.Status {
 	case record.StatusAdmitted:
-		return f.reissue(ctx, rec, now)
+		return ad.reissue(ctx, rec, now)
 	case record.StatusReady:
 	case record.StatusPendingApproval:
 		if !now.Before(rec.ExpiresAt) {
@@ -145,16 +183,16 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, chec
 	if !ready(rec) {
 		return nil, fmt.Errorf("%w: %d of %d approvals", ErrNotApproved, approvedBy(rec), requiredApprovals(rec))
 	}
-	successorAllowed, err := f.recheck(ctx, rec)
+	successorAllowed, err := ad.recheck(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
 	// Do not open a lease that could not be given a token.
-	if !f.issuer.Published() {
+	if !ad.issuer.Published() {
 		return nil, ErrSigningKeyUnpublished
 	}
 	// The source always wins while it is ACTIVE.
-	a, err := f.admitTo(ctx, rec, rev, rec.Source, nil, now)
+	a, err := ad.admitTo(ctx, rec, rev, rec.Source, nil, now)
 	var se *record.StateError
 	if !errors.As(err, &se) {
 		return a, err
@@ -171,11 +209,11 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, chec
 	case !successorAllowed:
 		return nil, fmt.Errorf("%w: the policy in force refuses the successor", ErrSourceStale)
 	}
-	cert, err := f.successorAdmission(ctx, rec, now)
+	cert, err := ad.successors.admission(ctx, rec, now)
 	if err != nil {
 		return nil, err
 	}
-	a, err = f.admitTo(ctx, rec, rev, rec.Successor.Target, cert, now)
+	a, err = ad.admitTo(ctx, rec, rev, rec.Successor.Target, cert, now)
 	if errors.As(err, &se) {
 		return nil, fmt.Errorf("%w: successor epoch %s is %s", ErrSourceStale, rec.Successor.Epoch, se.State)
 	}
@@ -185,8 +223,8 @@ func (f *Formations) admitOnce(ctx context.Context, id string, cached bool, chec
 // admitTo runs the admission transaction of rec to target: its source, or
 // (with the certificate it relies on) its successor once the source is
 // STALE. A *lease.StateError is returned as is for the caller to map.
-func (f *Formations) admitTo(ctx context.Context, rec *record.Formation, rev int64, target record.Target, cert *record.Certificate, now time.Time) (*Admission, error) {
-	gen, err := f.generation(ctx, target.Pool)
+func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev int64, target record.Target, cert *record.Certificate, now time.Time) (*Admission, error) {
+	gen, err := ad.generation(ctx, target.Pool)
 	if err != nil {
 		return nil, err
 	}
@@ -210,33 +248,33 @@ func (f *Formations) admitTo(ctx context.Context, rec *record.Formation, rev int
 		req.Requires = qualify(rec.Source.Server, d.Requires)
 		req.Exclusive = qualify(rec.Source.Server, d.ExclusiveWith)
 	}
-	err = f.store.Admit(ctx, req)
+	err = ad.store.Admit(ctx, req)
 	switch {
 	case errors.Is(err, record.ErrUnavailable):
 		// The commit may or may not have happened: read back.
-		return f.readBack(ctx, rec.ID, lid, now, err)
+		return ad.readBack(ctx, rec.ID, lid, now, err)
 	case err != nil:
 		return nil, err
 	}
-	f.ready.drop(rec.ID)
-	f.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
+	ad.ready.drop(rec.ID)
+	ad.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
 		"revision", l.Revision, "certificate", l.Certificate)
-	return f.token(l, now)
+	return ad.token(l, now)
 }
 
 // generation returns the pool's backend generation from a cache: the
 // admission transaction compares it, so a stale value costs one retry
 // (the cache entry is dropped on ErrGenerationChanged), never a wrong
 // token.
-func (f *Formations) generation(ctx context.Context, pool string) (int64, error) {
-	if g, ok := f.generations.Load(pool); ok {
+func (ad *Admissions) generation(ctx context.Context, pool string) (int64, error) {
+	if g, ok := ad.generations.Load(pool); ok {
 		return g.(int64), nil
 	}
-	g, err := f.store.PoolGeneration(ctx, pool)
+	g, err := ad.store.PoolGeneration(ctx, pool)
 	if err != nil {
 		return 0, err
 	}
-	f.generations.Store(pool, g)
+	ad.generations.Store(pool, g)
 	return g, nil
 }
 
@@ -248,32 +286,20 @@ func qualify(server string, names []string) []string {
 	return out
 }
 
-// policyDigest returns the digest of the policy set the decider would use
-// now, when it can tell.
-func policyDigest(d Decider) (string, bool) {
-	switch v := d.(type) {
-	case interface{ Current() *policy.Set }:
-		return v.Current().Digest(), true
-	case interface{ Digest() string }:
-		return v.Digest(), true
-	}
-	return "", false
-}
-
 // recheck evaluates the policy again when the set in force differs from
 // the one that decided the formation. It can only narrow: a deny, or an
 // obligation of more approvals than were given, refuses the admission; a
 // refusal of the successor takes the successor away (successorAllowed
 // false) and leaves the source.
-func (f *Formations) recheck(ctx context.Context, rec *record.Formation) (successorAllowed bool, err error) {
-	if d, ok := policyDigest(f.decider); ok && d == rec.Decision.PolicyDigest {
+func (ad *Admissions) recheck(ctx context.Context, rec *record.Formation) (successorAllowed bool, err error) {
+	if d := ad.decider.Digest(); d != "" && d == rec.Decision.PolicyDigest {
 		return true, nil
 	}
-	tool, epoch, err := f.store.ResolveTool(ctx, rec.Snapshot, rec.Tool)
+	tool, epoch, err := ad.store.ResolveTool(ctx, rec.Snapshot, rec.Tool)
 	if err != nil {
 		return false, err
 	}
-	history, err := f.store.SessionHistory(ctx, rec.Session)
+	history, err := ad.store.SessionHistory(ctx, rec.Session)
 	if err != nil {
 		return false, err
 	}
@@ -285,7 +311,7 @@ func (f *Formations) recheck(ctx context.Context, rec *record.Formation) (succes
 		Session:   *history,
 	}
 	if rec.Successor != nil {
-		switch in.Successor, err = f.successorPolicyInput(ctx, rec.Successor); {
+		switch in.Successor, err = ad.successors.policyInput(ctx, rec.Successor); {
 		case errors.Is(err, record.ErrCertificateNotFound) || errors.Is(err, record.ErrEpochNotFound):
 			// The admission of the successor refuses it anyway; decide
 			// the call as if it had none.
@@ -294,7 +320,7 @@ func (f *Formations) recheck(ctx context.Context, rec *record.Formation) (succes
 			return false, err
 		}
 	}
-	d := f.decider.Decide(ctx, in)
+	d := ad.decider.Decide(ctx, in)
 	if d.PolicyDigest == rec.Decision.PolicyDigest {
 		return true, nil
 	}
@@ -321,13 +347,13 @@ func reasons(d record.Decision) string {
 // lease and jti while the lease is open, within the report grace after
 // the admission. Past it the lease is taken for unreported: marked
 // uncertain (see SweepUnreported), and no token is issued.
-func (f *Formations) reissue(ctx context.Context, rec *record.Formation, now time.Time) (*Admission, error) {
-	l, err := f.store.OpenLease(ctx, rec.Lease)
+func (ad *Admissions) reissue(ctx context.Context, rec *record.Formation, now time.Time) (*Admission, error) {
+	l, err := ad.store.OpenLease(ctx, rec.Lease)
 	if err != nil {
 		return nil, err
 	}
-	if cutoff := now.Add(-f.grace); l.State == record.LeaseAdmitted && l.AdmittedAt.Before(cutoff) {
-		if _, err := f.store.MarkLeaseUnreported(ctx, l.ID, cutoff); err != nil {
+	if cutoff := now.Add(-ad.grace); l.State == record.LeaseAdmitted && l.AdmittedAt.Before(cutoff) {
+		if _, err := ad.store.MarkLeaseUnreported(ctx, l.ID, cutoff); err != nil {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: admitted %s ago and never reported", record.ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
@@ -340,7 +366,7 @@ func (f *Formations) reissue(ctx context.Context, rec *record.Formation, now tim
 		// be reported; a second token could only be refused at the fence.
 		return nil, fmt.Errorf("%w: the call is running; its outcome will be reported", record.ErrLeaseClaimed)
 	}
-	a, err := f.token(l, now)
+	a, err := ad.token(l, now)
 	if a != nil {
 		a.reissued = true
 	}
@@ -350,24 +376,24 @@ func (f *Formations) reissue(ctx context.Context, rec *record.Formation, now tim
 // readBack resolves an ambiguous admission: admitted with our lease id
 // means it committed; anything else means it did not, and the caller may
 // retry. If the store cannot answer, nothing is dispatched.
-func (f *Formations) readBack(ctx context.Context, id, lid string, now time.Time, cause error) (*Admission, error) {
-	rec, err := f.store.GetFormation(ctx, id)
+func (ad *Admissions) readBack(ctx context.Context, id, lid string, now time.Time, cause error) (*Admission, error) {
+	rec, err := ad.store.GetFormation(ctx, id)
 	if err != nil {
 		return nil, cause
 	}
 	if rec.Status == record.StatusAdmitted && rec.Lease == lid {
-		l, err := f.store.OpenLease(ctx, lid)
+		l, err := ad.store.OpenLease(ctx, lid)
 		if err != nil {
 			return nil, cause
 		}
-		return f.token(l, now)
+		return ad.token(l, now)
 	}
 	return nil, cause
 }
 
 // token signs the dispatch token of an open lease.
-func (f *Formations) token(l *record.Lease, now time.Time) (*Admission, error) {
-	tok, exp, err := f.issuer.sign(fencecheck.Claims{
+func (ad *Admissions) token(l *record.Lease, now time.Time) (*Admission, error) {
+	tok, exp, err := ad.issuer.sign(fencecheck.Claims{
 		Audience: l.Target.Pool, Subject: l.Session, ID: l.ID,
 		Formation: l.Formation, Tool: l.Tool, ArgumentDigest: l.ArgumentDigest,
 		Epoch: l.Target.Epoch, Artifact: l.Target.Artifact.ID(), Config: l.Target.ConfigDigest,
@@ -398,7 +424,7 @@ type ClaimRequest struct {
 // claim is refused with ErrLeaseClaimed (the fence answers replay); a
 // retry of the same claim is answered as the first. A lease of another
 // pool than the claimant's is refused with ErrLeaseOutOfScope.
-func (f *Formations) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, error) {
+func (ls *Leases) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, error) {
 	if req.Lease == "" || len(req.Lease) > maxIDLength || req.Epoch == "" || len(req.Epoch) > maxIDLength ||
 		req.Revision <= 0 || req.Claim == "" || len(req.Claim) > lease.MaxClaimIDLength {
 		return nil, fmt.Errorf("%w: a claim needs epoch, revision (> 0) and claim (1-%d bytes)", ErrBadRequest, lease.MaxClaimIDLength)
@@ -412,9 +438,9 @@ func (f *Formations) Claim(ctx context.Context, req ClaimRequest) (*record.Claim
 			return nil
 		}
 	}
-	c, err := f.store.ClaimLease(ctx, lease.ClaimRequest{Lease: req.Lease, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim,
-		At: f.now().UTC()}, allow)
-	f.metrics.claims.WithLabelValues(claimResult(err)).Inc()
+	c, err := ls.store.ClaimLease(ctx, lease.ClaimRequest{Lease: req.Lease, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim,
+		At: ls.now().UTC()}, allow)
+	ls.metrics.claims.WithLabelValues(claimResult(err)).Inc()
 	if err != nil {
 		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)
 	}
@@ -462,7 +488,7 @@ type CompleteRequest struct {
 // retirement until resolved. A claimed lease takes outcomes only under its
 // claim (ErrLeaseClaimed); an unclaimed one only rejected, without a claim
 // (a release: ErrLeaseNotClaimed otherwise).
-func (f *Formations) Complete(ctx context.Context, req CompleteRequest) (*record.Lease, error) {
+func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (*record.Lease, error) {
 	switch req.Outcome {
 	case record.OutcomeEffect, record.OutcomeFailed, record.OutcomeRejected, record.OutcomeUncertain:
 	default:
@@ -480,8 +506,8 @@ func (f *Formations) Complete(ctx context.Context, req CompleteRequest) (*record
 			return nil
 		}
 	}
-	l, err := f.store.CloseLease(ctx, lease.CloseRequest{
-		Lease: req.Lease, Outcome: req.Outcome, Claim: req.Claim, Keep: f.retention, Allow: allow,
+	l, err := ls.store.CloseLease(ctx, lease.CloseRequest{
+		Lease: req.Lease, Outcome: req.Outcome, Claim: req.Claim, Keep: ls.retention, Allow: allow,
 	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseOutOfScope) {
@@ -493,8 +519,8 @@ func (f *Formations) Complete(ctx context.Context, req CompleteRequest) (*record
 	if req.Claim == "" {
 		by = "release"
 	}
-	f.metrics.outcomes.WithLabelValues(string(req.Outcome), by).Inc()
-	f.log.Info("lease outcome", "lease", req.Lease, "outcome", req.Outcome, "detail", req.Detail)
+	ls.metrics.outcomes.WithLabelValues(string(req.Outcome), by).Inc()
+	ls.log.Info("lease outcome", "lease", req.Lease, "outcome", req.Outcome, "detail", req.Detail)
 	return l, nil
 }
 
@@ -505,13 +531,13 @@ func (f *Formations) Complete(ctx context.Context, req CompleteRequest) (*record
 // lease held its epoch back with nothing to show for it; marked uncertain
 // it is counted in the epoch's uncertainLeases and an operator can
 // resolve it. Safe to run on every replica at once.
-func (f *Formations) SweepUnreported(ctx context.Context) ([]string, error) {
-	wait := 2 * f.grace
-	if f.issuer != nil {
-		wait += f.issuer.Lifetime()
+func (ls *Leases) SweepUnreported(ctx context.Context) ([]string, error) {
+	wait := 2 * ls.grace
+	if ls.issuer != nil {
+		wait += ls.issuer.Lifetime()
 	}
-	marked, err := f.store.MarkUnreported(ctx, f.now().UTC().Add(-wait))
-	f.metrics.outcomes.WithLabelValues(string(record.OutcomeUncertain), "sweeper").Add(float64(len(marked)))
+	marked, err := ls.store.MarkUnreported(ctx, ls.now().UTC().Add(-wait))
+	ls.metrics.outcomes.WithLabelValues(string(record.OutcomeUncertain), "sweeper").Add(float64(len(marked)))
 	if err != nil {
 		return marked, fmt.Errorf("authz: sweep unreported leases: %w", err)
 	}
@@ -519,7 +545,7 @@ func (f *Formations) SweepUnreported(ctx context.Context) ([]string, error) {
 }
 
 // RunSweeper calls SweepUnreported every interval until ctx ends.
-func (f *Formations) RunSweeper(ctx context.Context, interval time.Duration) {
+func (ls *Leases) RunSweeper(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -527,10 +553,10 @@ func (f *Formations) RunSweeper(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if marked, err := f.SweepUnreported(ctx); err != nil {
-				f.log.Warn("sweep of unreported leases", "err", err)
+			if marked, err := ls.SweepUnreported(ctx); err != nil {
+				ls.log.Warn("sweep of unreported leases", "err", err)
 			} else if len(marked) > 0 {
-				f.log.Warn("leases never reported, marked uncertain", "leases", marked)
+				ls.log.Warn("leases never reported, marked uncertain", "leases", marked)
 			}
 		}
 	}
@@ -538,16 +564,16 @@ func (f *Formations) RunSweeper(ctx context.Context, interval time.Duration) {
 
 // Resolve is an operator's resolution of an uncertain lease: effect or
 // no_effect; either releases the marker.
-func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
+func (ls *Leases) Resolve(ctx context.Context, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
 	if outcome != record.OutcomeEffect && outcome != record.OutcomeNoEffect {
 		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}
-	l, err := f.store.CloseLease(ctx, lease.CloseRequest{Lease: leaseID, Outcome: outcome, Resolve: true, Keep: f.retention})
+	l, err := ls.store.CloseLease(ctx, lease.CloseRequest{Lease: leaseID, Outcome: outcome, Resolve: true, Keep: ls.retention})
 	if err != nil {
 		return l, fmt.Errorf("authz: resolve %s: %w", leaseID, err)
 	}
-	f.metrics.outcomes.WithLabelValues(string(outcome), "operator").Inc()
-	f.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason)
+	ls.metrics.outcomes.WithLabelValues(string(outcome), "operator").Inc()
+	ls.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason)
 	return l, nil
 }
 
@@ -555,16 +581,16 @@ func (f *Formations) Resolve(ctx context.Context, leaseID string, outcome record
 // the pool's open leases (admitted or uncertain) of older generations: the
 // old backends are gone, no effect or report can come from them. Repeating
 // the current generation finishes an interrupted release.
-func (f *Formations) SetGeneration(ctx context.Context, pool string, gen int64) ([]string, error) {
+func (ls *Leases) SetGeneration(ctx context.Context, pool string, gen int64) ([]string, error) {
 	if pool == "" || len(pool) > maxIDLength {
 		return nil, fmt.Errorf("%w: pool", ErrBadRequest)
 	}
 	if gen <= 0 {
 		return nil, fmt.Errorf("%w: generation must be a positive integer", ErrBadRequest)
 	}
-	released, err := f.store.SetGeneration(ctx, pool, gen, f.retention)
-	f.generations.Delete(pool)
-	f.metrics.outcomes.WithLabelValues(string(record.OutcomeReleased), "generation").Add(float64(len(released)))
+	released, err := ls.store.SetGeneration(ctx, pool, gen, ls.retention)
+	ls.generations.Delete(pool)
+	ls.metrics.outcomes.WithLabelValues(string(record.OutcomeReleased), "generation").Add(float64(len(released)))
 	if err != nil {
 		return released, fmt.Errorf("authz: generation of %s: %w", pool, err)
 	}
@@ -572,8 +598,8 @@ func (f *Formations) SetGeneration(ctx context.Context, pool string, gen int64) 
 }
 
 // JWKS returns the JSON Web Key Set of every published signing key.
-func (f *Formations) JWKS(ctx context.Context) ([]byte, error) {
-	keys, err := f.store.PublishedKeys(ctx)
+func (ad *Admissions) JWKS(ctx context.Context) ([]byte, error) {
+	keys, err := ad.store.PublishedKeys(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -39,7 +40,7 @@ func newAdmitEnvAlg(t testing.TB, decider authz.Decider, alg jwa.SignatureAlgori
 	if decider == nil {
 		decider = defaultSet(t)
 	}
-	e.forms = authz.NewFormations(e.store, decider, authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: decider, Now: e.clock.Now, Issuer: iss, Logger: quiet})
 	return &admitEnv{env: e, key: key, iss: iss}
 }
 
@@ -51,7 +52,7 @@ func newIssuer(t testing.TB, store *lease.Store, alg jwa.SignatureAlgorithm) (jw
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "fcd-test", Lifetime: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func (e *admitEnv) claimRequest(t *testing.T, a *authz.Admission, claim string) 
 // claim claims a's lease under claim, as a backend does before the effect.
 func (e *admitEnv) claim(t *testing.T, a *authz.Admission, claim string) (*record.Claim, error) {
 	t.Helper()
-	return e.forms.Claim(context.Background(), e.claimRequest(t, a, claim))
+	return e.forms.Leases.Claim(context.Background(), e.claimRequest(t, a, claim))
 }
 
 // mustClaim claims a's lease under a claim id of its own and returns it.
@@ -137,7 +138,7 @@ func (e *admitEnv) mustClaim(t *testing.T, a *authz.Admission) string {
 func (e *admitEnv) report(t *testing.T, a *authz.Admission, outcome record.Outcome) string {
 	t.Helper()
 	id := e.mustClaim(t, a)
-	if _, err := e.forms.Complete(context.Background(), authz.CompleteRequest{Lease: a.Lease, Outcome: outcome, Claim: id}); err != nil {
+	if _, err := e.forms.Leases.Complete(context.Background(), authz.CompleteRequest{Lease: a.Lease, Outcome: outcome, Claim: id}); err != nil {
 		t.Fatalf("%s outcome of %s: %v", outcome, a.Lease, err)
 	}
 	return id
@@ -145,14 +146,14 @@ func (e *admitEnv) report(t *testing.T, a *authz.Admission, outcome record.Outco
 
 // complete reports outcome for lease under claim.
 func (e *admitEnv) complete(lease, claim string, outcome record.Outcome) (*record.Lease, error) {
-	return e.forms.Complete(context.Background(), authz.CompleteRequest{Lease: lease, Outcome: outcome, Claim: claim, Detail: "test"})
+	return e.forms.Leases.Complete(context.Background(), authz.CompleteRequest{Lease: lease, Outcome: outcome, Claim: claim, Detail: "test"})
 }
 
 func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 	e := newAdmitEnv(t, nil)
 	ctx := context.Background()
 	f := e.ready(t, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, nil)
-	a, err := e.forms.Admit(ctx, f.ID)
+	a, err := e.forms.Admissions.Admit(ctx, f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := e.forms.Get(ctx, f.ID)
+	got, _ := e.forms.Formations.Get(ctx, f.ID)
 	if got.Status != record.StatusAdmitted || got.Lease != a.Lease {
 		t.Fatalf("formation after admission: %s lease %s", got.Status, got.Lease)
 	}
@@ -176,7 +177,7 @@ func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 	// Admitting again while the lease is open: same lease, same jti, same
 	// fencing revision; never a second lease.
 	e.clock.Advance(5 * time.Second)
-	again, err := e.forms.Admit(ctx, f.ID)
+	again, err := e.forms.Admissions.Admit(ctx, f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 	// Completing (under the backend's claim) releases the lease; a closed
 	// lease is not re-admitted.
 	claim := e.report(t, a, record.OutcomeEffect)
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) {
+	if _, err := e.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("admission after completion: %v", err)
 	}
 	if _, err := e.complete(a.Lease, claim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseClosed) {
@@ -201,7 +202,7 @@ func TestAdmitIssuesBoundTokenOnce(t *testing.T) {
 	if _, err := e.complete("ls_nope", claim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseNotFound) {
 		t.Fatalf("unknown lease: %v", err)
 	}
-	if got, _ := e.forms.Get(ctx, f.ID); got.Status != record.StatusCompleted {
+	if got, _ := e.forms.Formations.Get(ctx, f.ID); got.Status != record.StatusCompleted {
 		t.Fatalf("formation after effect: %s", got.Status)
 	}
 }
@@ -221,12 +222,12 @@ func TestAdmitRefusals(t *testing.T) {
 		{"denied", denied.ID, authz.ErrFormationDenied},
 		{"unknown", "fm_nope", record.ErrFormationNotFound},
 	} {
-		if _, err := e.forms.Admit(ctx, tc.id); !errors.Is(err, tc.want) {
+		if _, err := e.forms.Admissions.Admit(ctx, tc.id); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.note, err, tc.want)
 		}
 	}
 	e.clock.Advance(16 * time.Minute)
-	if _, err := e.forms.Admit(ctx, expiring.ID); !errors.Is(err, authz.ErrExpired) {
+	if _, err := e.forms.Admissions.Admit(ctx, expiring.ID); !errors.Is(err, authz.ErrExpired) {
 		t.Errorf("expired: %v", err)
 	}
 }
@@ -237,7 +238,7 @@ func TestAdmitAgainstLifecycle(t *testing.T) {
 	f1 := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"1"}`, nil)
 	f2 := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"2"}`, nil)
 	f3 := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"3"}`, nil)
-	a1, err := e.forms.Admit(ctx, f1.ID)
+	a1, err := e.forms.Admissions.Admit(ctx, f1.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestAdmitAgainstLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A draining source never substitutes: 409, and nothing is admitted.
-	if _, err := e.forms.Admit(ctx, f2.ID); !errors.Is(err, authz.ErrSourceDraining) {
+	if _, err := e.forms.Admissions.Admit(ctx, f2.ID); !errors.Is(err, authz.ErrSourceDraining) {
 		t.Fatalf("admit on draining: %v", err)
 	}
 	// The open lease holds retirement back; an uncertain outcome keeps it.
@@ -257,23 +258,23 @@ func TestAdmitAgainstLifecycle(t *testing.T) {
 	if _, err := e.store.Retire(ctx, epoch, 0); !isBlocked(err, 0, 1) {
 		t.Fatalf("retire with an uncertain lease: %v", err)
 	}
-	if _, err := e.forms.Admit(ctx, f1.ID); !errors.Is(err, record.ErrLeaseUncertain) {
+	if _, err := e.forms.Admissions.Admit(ctx, f1.ID); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("re-admission of an uncertain call: %v", err)
 	}
 	if _, err := e.complete(a1.Lease, claim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("backend completion of an uncertain lease: %v", err)
 	}
-	if _, err := e.forms.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
+	if _, err := e.forms.Leases.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.forms.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "again"); !errors.Is(err, record.ErrLeaseClosed) {
+	if _, err := e.forms.Leases.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "again"); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("second resolution: %v", err)
 	}
 	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire after resolution: %s %v", st, err)
 	}
 	// STALE, and no successor was captured: 410.
-	if _, err := e.forms.Admit(ctx, f3.ID); !errors.Is(err, authz.ErrSourceStale) {
+	if _, err := e.forms.Admissions.Admit(ctx, f3.ID); !errors.Is(err, authz.ErrSourceStale) {
 		t.Fatalf("admit on stale: %v", err)
 	}
 }
@@ -287,7 +288,7 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	e := newAdmitEnv(t, nil)
 	ctx := context.Background()
 	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"1"}`, nil)
-	a, err := e.forms.Admit(ctx, f.ID)
+	a, err := e.forms.Admissions.Admit(ctx, f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,14 +296,14 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 		t.Fatalf("generation %d before any was recorded", c.Generation)
 	}
 	e.report(t, a, record.OutcomeUncertain)
-	released, err := e.forms.SetGeneration(ctx, "github-v1-4", 2)
+	released, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 2)
 	if err != nil || len(released) != 1 || released[0] != a.Lease {
 		t.Fatalf("generation 2 released %v, %v", released, err)
 	}
-	if again, err := e.forms.SetGeneration(ctx, "github-v1-4", 2); err != nil || len(again) != 0 {
+	if again, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 2); err != nil || len(again) != 0 {
 		t.Fatalf("same generation again (finishing a release) = %v, %v", again, err)
 	}
-	if _, err := e.forms.SetGeneration(ctx, "github-v1-4", 1); !errors.Is(err, record.ErrStaleGeneration) {
+	if _, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 1); !errors.Is(err, record.ErrStaleGeneration) {
 		t.Fatalf("older generation: %v", err)
 	}
 	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
@@ -311,19 +312,19 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	}
 	// New admissions carry the new generation.
 	g := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"2"}`, nil)
-	a2, err := e.forms.Admit(ctx, g.ID)
+	a2, err := e.forms.Admissions.Admit(ctx, g.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := e.claims(t, a2.Token); c.Generation != 2 {
 		t.Fatalf("generation in token %d, want 2", c.Generation)
 	}
-	if _, err := e.forms.SetGeneration(ctx, "github-v1-4", 0); !errors.Is(err, authz.ErrBadRequest) {
+	if _, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 0); !errors.Is(err, authz.ErrBadRequest) {
 		t.Fatalf("generation 0: %v", err)
 	}
 	// An admitted lease whose backend vanished without reporting is
 	// released by the next generation too.
-	released, err = e.forms.SetGeneration(ctx, "github-v1-4", 10)
+	released, err = e.forms.Leases.SetGeneration(ctx, "github-v1-4", 10)
 	if err != nil || len(released) != 1 || released[0] != a2.Lease {
 		t.Fatalf("generation 10 released %v, %v", released, err)
 	}
@@ -348,18 +349,18 @@ func TestSessionOrderingAtAdmission(t *testing.T) {
 	// the policy allows it; then create_repository is admitted in "x"
 	// first: the delete's admission is refused as exclusive.
 	gx := e.ready(t, "x", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
-	ax, err := e.forms.Admit(ctx, gx.ID)
+	ax, err := e.forms.Admissions.Admit(ctx, gx.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.report(t, ax, record.OutcomeEffect)
 	delX := e.ready(t, "x", "github/delete_repository", `{"owner":"o","repo":"r"}`, admins, "bob", "carol")
 	createX := e.ready(t, "x", "github/create_repository", `{"name":"n"}`, nil, "bob")
-	if _, err := e.forms.Admit(ctx, createX.ID); err != nil {
+	if _, err := e.forms.Admissions.Admit(ctx, createX.ID); err != nil {
 		t.Fatal(err)
 	}
 	var de *record.DependencyError
-	if _, err := e.forms.Admit(ctx, delX.ID); !errors.As(err, &de) || !de.Exclusive || de.Tool != "github/create_repository" {
+	if _, err := e.forms.Admissions.Admit(ctx, delX.ID); !errors.As(err, &de) || !de.Exclusive || de.Tool != "github/create_repository" {
 		t.Fatalf("exclusive conflict at admission: %v", err)
 	}
 
@@ -370,18 +371,18 @@ func TestSessionOrderingAtAdmission(t *testing.T) {
 	e2 := newAdmitEnv(t, allowAll(t))
 	gy := e2.ready(t, "y", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
 	delY := e2.ready(t, "y", "github/delete_repository", `{"owner":"o","repo":"r"}`, nil, "bob")
-	if _, err := e2.forms.Admit(ctx, delY.ID); !errors.As(err, &de) || de.Exclusive || de.Tool != "github/get_repository" {
+	if _, err := e2.forms.Admissions.Admit(ctx, delY.ID); !errors.As(err, &de) || de.Exclusive || de.Tool != "github/get_repository" {
 		t.Fatalf("requires unmet at admission: %v", err)
 	}
-	ay, err := e2.forms.Admit(ctx, gy.ID)
+	ay, err := e2.forms.Admissions.Admit(ctx, gy.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e2.forms.Admit(ctx, delY.ID); !errors.As(err, &de) {
+	if _, err := e2.forms.Admissions.Admit(ctx, delY.ID); !errors.As(err, &de) {
 		t.Fatalf("requires only admitted, not completed: %v", err)
 	}
 	e2.report(t, ay, record.OutcomeEffect)
-	if _, err := e2.forms.Admit(ctx, delY.ID); err != nil {
+	if _, err := e2.forms.Admissions.Admit(ctx, delY.ID); err != nil {
 		t.Fatalf("delete after get_repository completed: %v", err)
 	}
 }
@@ -413,7 +414,7 @@ func TestAdmissionRacesDrain(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					results[i], errs[i] = e.forms.Admit(ctx, ids[i])
+					results[i], errs[i] = e.forms.Admissions.Admit(ctx, ids[i])
 				}()
 			}
 			wg.Add(1)
@@ -480,7 +481,7 @@ func TestAdmissionRecheckNarrowsOnly(t *testing.T) {
 	allowRego, allowCedar := allowAllRego, allowAllCedar
 	denyReads := allowAllRego + "\ndeny contains {\"rule\": \"no-reads\", \"reason\": \"reads are off\"} if input.tool.sideEffects == \"read\"\n"
 	write(allowRego, allowCedar)
-	pm, err := policy.NewManager(context.Background(), policy.Source{Dir: dir}, policy.ManagerOptions{Logger: quiet})
+	pm, err := policy.NewManager(context.Background(), policy.Source{Dir: dir}, policy.ManagerConfig{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func TestAdmissionRecheckNarrowsOnly(t *testing.T) {
 	if err := pm.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrPolicyNowDenies) {
+	if _, err := e.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, authz.ErrPolicyNowDenies) {
 		t.Fatalf("admission under a policy that now denies: %v", err)
 	}
 	// Back to allowing: the same formation is admitted (nothing was
@@ -500,7 +501,7 @@ func TestAdmissionRecheckNarrowsOnly(t *testing.T) {
 	if err := pm.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.forms.Admit(ctx, f.ID); err != nil {
+	if _, err := e.forms.Admissions.Admit(ctx, f.ID); err != nil {
 		t.Fatalf("admission after the policy allows again: %v", err)
 	}
 	// A formation denied at formation stays denied whatever the policy
@@ -510,7 +511,7 @@ func TestAdmissionRecheckNarrowsOnly(t *testing.T) {
 	d, _ := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"z"}`, "alice", nil)
 	write(allowRego, allowCedar)
 	pm.Reload(ctx)
-	if _, err := e.forms.Admit(ctx, d.ID); !errors.Is(err, authz.ErrFormationDenied) {
+	if _, err := e.forms.Admissions.Admit(ctx, d.ID); !errors.Is(err, authz.ErrFormationDenied) {
 		t.Fatalf("a denied formation under a policy that now allows: %v", err)
 	}
 }
@@ -522,14 +523,14 @@ func TestAdmissionFailsClosedWithoutEtcd(t *testing.T) {
 	ctx := context.Background()
 	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
 	e.member.Stop()
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrUnavailable) {
+	if _, err := e.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("admission with etcd down: %v", err)
 	}
 	e.member.Restart()
 	var a *authz.Admission
 	var err error
 	for range 100 {
-		if a, err = e.forms.Admit(ctx, f.ID); err == nil {
+		if a, err = e.forms.Admissions.Admit(ctx, f.ID); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -549,13 +550,13 @@ func TestAdmissionFailsClosedWithoutEtcd(t *testing.T) {
 func TestKeyRotation(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	ctx := context.Background()
-	forms := authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{})
+	forms := authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t)})
 	start := func() (context.CancelFunc, *authz.TokenIssuer) {
 		key, err := manifest.GenerateKey(jwa.ES256)
 		if err != nil {
 			t.Fatal(err)
 		}
-		iss, err := authz.NewTokenIssuerConfig(authz.TokenIssuerConfig{Key: key, Lifetime: 2 * time.Second, Grace: 2 * time.Second})
+		iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Lifetime: 2 * time.Second, Grace: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -565,7 +566,7 @@ func TestKeyRotation(t *testing.T) {
 	}
 	kids := func() map[string]bool {
 		t.Helper()
-		raw, err := forms.JWKS(ctx)
+		raw, err := forms.Admissions.JWKS(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -605,12 +606,12 @@ func TestKeyRotation(t *testing.T) {
 // its errors as authzd's claim endpoint and fencecheck.LeaseClient do: the
 // fence's online mode without HTTP in between.
 type formsClaimer struct {
-	forms *authz.Formations
+	forms *authz.UseCases
 	pools []string
 }
 
 func (c formsClaimer) Claim(ctx context.Context, cl *fencecheck.Claims, id string) error {
-	_, err := c.forms.Claim(ctx, authz.ClaimRequest{Lease: cl.ID, Epoch: cl.Epoch, Revision: cl.Revision, Claim: id, Pools: c.pools})
+	_, err := c.forms.Leases.Claim(ctx, authz.ClaimRequest{Lease: cl.ID, Epoch: cl.Epoch, Revision: cl.Revision, Claim: id, Pools: c.pools})
 	switch {
 	case errors.Is(err, record.ErrLeaseClaimed):
 		return fmt.Errorf("%w: %v", fencecheck.ErrAlreadyClaimed, err)
@@ -632,15 +633,15 @@ func TestTokensPassFencecheck(t *testing.T) {
 			ctx := context.Background()
 			args := `{"owner":"octo","repo":"demo"}`
 			f := e.ready(t, "s1", "github/get_repository", args, nil)
-			a, err := e.forms.Admit(ctx, f.ID)
+			a, err := e.forms.Admissions.Admit(ctx, f.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := e.forms.Admit(ctx, f.ID) // re-admission before any claim: same jti
+			b, err := e.forms.Admissions.Admit(ctx, f.ID) // re-admission before any claim: same jti
 			if err != nil || b.Lease != a.Lease {
 				t.Fatalf("re-admission: %+v %v", b, err)
 			}
-			raw, err := e.forms.JWKS(ctx)
+			raw, err := e.forms.Admissions.JWKS(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -667,7 +668,7 @@ func TestTokensPassFencecheck(t *testing.T) {
 				}
 			}
 			g := e.ready(t, "s2", "github/get_repository", args, nil)
-			d, err := e.forms.Admit(ctx, g.ID)
+			d, err := e.forms.Admissions.Admit(ctx, g.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -690,14 +691,14 @@ func TestCrossReplicaAdmission(t *testing.T) {
 	// A second replica: its own use case, policies and signing key, the
 	// same etcd.
 	_, iss := newIssuer(t, e.store, jwa.ES256)
-	other := authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
+	other := authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet})
 
 	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
-	onB, err := other.Admit(ctx, f.ID)
+	onB, err := other.Admissions.Admit(ctx, f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	onA, err := e.forms.Admit(ctx, f.ID)
+	onA, err := e.forms.Admissions.Admit(ctx, f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,10 +707,10 @@ func TestCrossReplicaAdmission(t *testing.T) {
 	}
 	// Approved on one replica, admitted on the other.
 	w, _ := e.form(t, "s", "github/create_repository", `{"name":"n"}`, "alice", nil)
-	if _, err := other.Approve(ctx, w.ID, authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: w.Digest}); err != nil {
+	if _, err := other.Formations.Approve(ctx, w.ID, authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: w.Digest}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.forms.Admit(ctx, w.ID); err != nil {
+	if _, err := e.forms.Admissions.Admit(ctx, w.ID); err != nil {
 		t.Fatalf("admission of a call approved on another replica: %v", err)
 	}
 	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
@@ -728,30 +729,30 @@ func TestAdmissionNeedsAPublishedKey(t *testing.T) {
 	if err != nil || f.Status != record.StatusReady {
 		t.Fatalf("form: %v %+v", err, f)
 	}
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrAdmissionDisabled) {
+	if _, err := e.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, authz.ErrAdmissionDisabled) {
 		t.Fatalf("admission without a signing key: %v", err)
 	}
 	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := authz.NewTokenIssuer(key, "fcd-test", 30*time.Second)
+	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "fcd-test", Lifetime: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	unpublished := authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})
-	if _, err := unpublished.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSigningKeyUnpublished) {
+	unpublished := authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet})
+	if _, err := unpublished.Admissions.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSigningKeyUnpublished) {
 		t.Fatalf("admission with an unpublished key: %v", err)
 	}
-	got, _ := e.forms.Get(ctx, f.ID)
+	got, _ := e.forms.Formations.Get(ctx, f.ID)
 	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
 	if got.Status != record.StatusReady || ep.ActiveLeases != 0 {
 		t.Fatalf("refused admission left status %s and %d leases", got.Status, ep.ActiveLeases)
 	}
-	if _, err := authz.NewTokenIssuer(func() jwk.Key { k, _ := key.PublicKey(); return k }(), "", 0); err == nil {
+	if _, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: func() jwk.Key { k, _ := key.PublicKey(); return k }()}); err == nil {
 		t.Fatal("a public key was accepted as a signing key")
 	}
-	if _, err := authz.NewTokenIssuer(key, "", time.Hour); err == nil {
+	if _, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Lifetime: time.Hour}); err == nil {
 		t.Fatal("a token lifetime of an hour was accepted")
 	}
 }
@@ -770,7 +771,7 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	var leases []string
 	var admissions []*authz.Admission
 	for _, f := range []*record.Formation{retried, lost, reported} {
-		a, err := e.forms.Admit(ctx, f.ID)
+		a, err := e.forms.Admissions.Admit(ctx, f.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -786,16 +787,16 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	}
 
 	e.clock.Advance(4 * time.Minute)
-	if a, err := e.forms.Admit(ctx, retried.ID); err != nil || a.Lease != leases[0] {
+	if a, err := e.forms.Admissions.Admit(ctx, retried.ID); err != nil || a.Lease != leases[0] {
 		t.Fatalf("re-admission within the grace: %v", err)
 	}
-	if marked, err := e.forms.SweepUnreported(ctx); err != nil || len(marked) != 0 {
+	if marked, err := e.forms.Leases.SweepUnreported(ctx); err != nil || len(marked) != 0 {
 		t.Fatalf("sweep within the grace marked %v (%v)", marked, err)
 	}
 	e.report(t, admissions[2], record.OutcomeEffect)
 
 	e.clock.Advance(time.Minute + time.Second) // past the grace
-	if _, err := e.forms.Admit(ctx, retried.ID); !errors.Is(err, record.ErrLeaseUncertain) {
+	if _, err := e.forms.Admissions.Admit(ctx, retried.ID); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("re-admission past the grace: %v, want ErrLeaseUncertain", err)
 	}
 	if st := state(leases[0]); st != record.LeaseUncertain {
@@ -806,14 +807,14 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	}
 
 	e.clock.Advance(5*time.Minute + 30*time.Second) // 2×grace + lifetime since admission
-	marked, err := e.forms.SweepUnreported(ctx)
+	marked, err := e.forms.Leases.SweepUnreported(ctx)
 	if err != nil || len(marked) != 1 || marked[0] != leases[1] {
 		t.Fatalf("sweep marked %v (%v), want only %s", marked, err, leases[1])
 	}
 	if st := state(leases[1]); st != record.LeaseUncertain {
 		t.Fatalf("the lost lease is %s after the sweep", st)
 	}
-	if f, _ := e.forms.Get(ctx, lost.ID); f.Status != record.StatusUncertain {
+	if f, _ := e.forms.Formations.Get(ctx, lost.ID); f.Status != record.StatusUncertain {
 		t.Fatalf("the lost call is %s", f.Status)
 	}
 	// A report that comes after the mark does not close it: only an
@@ -832,14 +833,14 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 		t.Fatalf("retire with two unreported leases: %v", err)
 	}
 	for _, id := range leases[:2] {
-		if _, err := e.forms.Resolve(ctx, id, record.OutcomeNoEffect, "checked the backend"); err != nil {
+		if _, err := e.forms.Leases.Resolve(ctx, id, record.OutcomeNoEffect, "checked the backend"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire after resolution: %s %v", st, err)
 	}
-	if marked, err := e.forms.SweepUnreported(ctx); err != nil || len(marked) != 0 {
+	if marked, err := e.forms.Leases.SweepUnreported(ctx); err != nil || len(marked) != 0 {
 		t.Fatalf("a second sweep marked %v (%v)", marked, err)
 	}
 }
@@ -850,14 +851,14 @@ func TestRunSweeperMarksOnItsOwn(t *testing.T) {
 	e := newAdmitEnv(t, nil)
 	ctx := context.Background()
 	f := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, nil)
-	a, err := e.forms.Admit(ctx, f.ID)
+	a, err := e.forms.Admissions.Admit(ctx, f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(11 * time.Minute) // past 2×grace + lifetime
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { e.forms.RunSweeper(sctx, 10*time.Millisecond); close(done) }()
+	go func() { e.forms.Leases.RunSweeper(sctx, 10*time.Millisecond); close(done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		l, err := e.store.OpenLease(ctx, a.Lease)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -24,47 +26,36 @@ var (
 	ErrCertificatesDisabled = errors.New("authz: no compatibility issuer keys are configured")
 )
 
-// WithCertificateIssuers makes the registry accept compatibility
-// certificates signed by the keys of issuers (a trust set separate from the
-// registrars'). Call it once, before serving.
-func (r *Registry) WithCertificateIssuers(issuers *manifest.Verifier) *Registry {
-	r.issuers = issuers
-	return r
+// Certificates is the use case of compatibility issuers and operators:
+// register, revoke and read the signed certificates a formation's
+// successor is captured through. It is part of the [Registry].
+type Certificates struct {
+	store *lease.Store
+	// issuers verifies certificates; nil refuses them.
+	issuers *manifest.Verifier
+	now     func() time.Time
+	log     *slog.Logger
 }
 
-// WithClock makes the registry read time from now (tests); nil means
-// time.Now. Call it once, before serving.
-func (r *Registry) WithClock(now func() time.Time) *Registry {
-	r.clock = now
-	return r
-}
-
-func (r *Registry) now() time.Time {
-	if r.clock == nil {
-		return time.Now()
-	}
-	return r.clock()
-}
-
-// RegisterCertificate verifies a signed compatibility certificate against
+// Register verifies a signed compatibility certificate against
 // the issuer keys, checks it against the registry (both epochs registered,
 // of one server, both declaring the tool) and stores it. Registering it
 // again returns the stored record with created false.
-func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*record.Certificate, bool, error) {
-	if r.issuers == nil {
+func (cs *Certificates) Register(ctx context.Context, jws []byte) (*record.Certificate, bool, error) {
+	if cs.issuers == nil {
 		return nil, false, ErrCertificatesDisabled
 	}
-	sc, err := r.issuers.VerifyCertificate(jws)
+	sc, err := cs.issuers.VerifyCertificate(jws)
 	if err != nil {
 		return nil, false, fmt.Errorf("authz: certificate: %w", err)
 	}
 	c := sc.Certificate
-	if now := r.now().UTC(); !now.Before(c.ExpiresAt) {
+	if now := cs.now().UTC(); !now.Before(c.ExpiresAt) {
 		return nil, false, fmt.Errorf("%w: it expired at %s", ErrCertificateExpired, c.ExpiresAt.Format(time.RFC3339))
 	}
 	var server string
 	for _, id := range []string{c.Source, c.Target} {
-		ep, err := r.store.GetEpoch(ctx, id)
+		ep, err := cs.store.GetEpoch(ctx, id)
 		if errors.Is(err, record.ErrEpochNotFound) {
 			return nil, false, fmt.Errorf("%w: epoch %s is not registered", ErrCertificateMismatch, id)
 		}
@@ -79,31 +70,31 @@ func (r *Registry) RegisterCertificate(ctx context.Context, jws []byte) (*record
 			return nil, false, fmt.Errorf("%w: epoch %s does not declare %s", ErrCertificateMismatch, id, c.Tool)
 		}
 	}
-	rec, created, err := r.store.RegisterCertificate(ctx, sc)
+	rec, created, err := cs.store.RegisterCertificate(ctx, sc)
 	if err != nil {
 		return nil, false, fmt.Errorf("authz: certificate: %w", err)
 	}
 	if created {
-		r.log.Info("certificate registered", "certificate", rec.ID, "source", c.Source, "target", c.Target, "tool", c.Tool, "signer", sc.KeyID)
+		cs.log.Info("certificate registered", "certificate", rec.ID, "source", c.Source, "target", c.Target, "tool", c.Tool, "signer", sc.KeyID)
 	}
 	return rec, created, nil
 }
 
-// RevokeCertificate revokes a certificate. A formation that captured its
+// Revoke revokes a certificate. A formation that captured its
 // successor through it loses that successor: admission checks it again.
-func (r *Registry) RevokeCertificate(ctx context.Context, id string) (*record.Certificate, error) {
-	return r.store.RevokeCertificate(ctx, id)
+func (cs *Certificates) Revoke(ctx context.Context, id string) (*record.Certificate, error) {
+	return cs.store.RevokeCertificate(ctx, id)
 }
 
-// Certificate returns a registered certificate, revoked or not.
-func (r *Registry) Certificate(ctx context.Context, id string) (*record.Certificate, error) {
-	return r.store.GetCertificate(ctx, id)
+// Get returns a registered certificate, revoked or not.
+func (cs *Certificates) Get(ctx context.Context, id string) (*record.Certificate, error) {
+	return cs.store.GetCertificate(ctx, id)
 }
 
-// Certificates lists registered certificates, revoked ones included,
+// List lists registered certificates, revoked ones included,
 // ordered by id: those for calls formed on source (every source when
 // empty) of tool (every tool when empty; a tool needs a source).
-func (r *Registry) Certificates(ctx context.Context, source, tool string) ([]*record.Certificate, error) {
+func (cs *Certificates) List(ctx context.Context, source, tool string) ([]*record.Certificate, error) {
 	if source == "" && tool != "" {
 		return nil, fmt.Errorf("%w: tool needs source", ErrBadRequest)
 	}
@@ -112,5 +103,5 @@ func (r *Registry) Certificates(ctx context.Context, source, tool string) ([]*re
 			return nil, fmt.Errorf("%w: source and tool must be ids without '/'", ErrBadRequest)
 		}
 	}
-	return r.store.CertificatesFor(ctx, source, tool)
+	return cs.store.CertificatesFor(ctx, source, tool)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -38,7 +39,7 @@ func (e *admitEnv) leaseState(t *testing.T, id string) (record.LeaseState, strin
 
 func (e *admitEnv) status(t *testing.T, id string) record.Status {
 	t.Helper()
-	f, err := e.forms.Get(testCtx(t), id)
+	f, err := e.forms.Formations.Get(testCtx(t), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func (e *admitEnv) status(t *testing.T, id string) record.Status {
 func (e *admitEnv) admitRead(t *testing.T, session string) (*record.Formation, *authz.Admission) {
 	t.Helper()
 	f := e.ready(t, session, "github/get_repository", fmt.Sprintf(`{"owner":"o","repo":%q}`, session), nil)
-	a, err := e.forms.Admit(testCtx(t), f.ID)
+	a, err := e.forms.Admissions.Admit(testCtx(t), f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestClaimThroughFormations(t *testing.T) {
 
 	req := e.claimRequest(t, a, "cl_first")
 	req.Pools = []string{"github-v1-4"}
-	c, err := e.forms.Claim(ctx, req)
+	c, err := e.forms.Leases.Claim(ctx, req)
 	if err != nil || c.ID != "cl_first" || !c.At.Equal(e.clock.Now()) {
 		t.Fatalf("first claim: %+v %v (clock %s)", c, err, e.clock.Now())
 	}
@@ -80,7 +81,7 @@ func TestClaimThroughFormations(t *testing.T) {
 		t.Fatalf("a running call's formation is %s", st)
 	}
 	e.clock.Advance(time.Second)
-	if again, err := e.forms.Claim(ctx, req); err != nil || again.ID != c.ID || !again.At.Equal(c.At) {
+	if again, err := e.forms.Leases.Claim(ctx, req); err != nil || again.ID != c.ID || !again.At.Equal(c.At) {
 		t.Fatalf("the same claim again (its answer lost): %+v %v", again, err)
 	}
 
@@ -115,7 +116,7 @@ func TestClaimThroughFormations(t *testing.T) {
 				st, claim, _ := e.leaseState(t, id)
 				before[id] = snap{st, claim}
 			}
-			if c, err := e.forms.Claim(ctx, tc.req); !errors.Is(err, tc.want) {
+			if c, err := e.forms.Leases.Claim(ctx, tc.req); !errors.Is(err, tc.want) {
 				t.Fatalf("claim = %+v, %v; want %v", c, err, tc.want)
 			}
 			for id, b := range before {
@@ -128,14 +129,14 @@ func TestClaimThroughFormations(t *testing.T) {
 
 	// An outcome from a reporter of another pool is refused, and tells
 	// nothing about the lease.
-	l, err := e.forms.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: "cl_first", Pools: []string{"gitlab-v2"}})
+	l, err := e.forms.Leases.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: "cl_first", Pools: []string{"gitlab-v2"}})
 	if !errors.Is(err, authz.ErrLeaseOutOfScope) || l != nil {
 		t.Fatalf("report from another pool: %+v %v", l, err)
 	}
 	if st, claim, err := e.leaseState(t, a.Lease); err != nil || st != record.LeaseRunning || claim != "cl_first" {
 		t.Fatalf("after the out-of-scope report: %s %q %v", st, claim, err)
 	}
-	if _, err := e.forms.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: "cl_first", Pools: []string{"github-v1-4"}}); err != nil {
+	if _, err := e.forms.Leases.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: "cl_first", Pools: []string{"github-v1-4"}}); err != nil {
 		t.Fatalf("report from its pool under its claim: %v", err)
 	}
 	if st := e.status(t, f.ID); st != record.StatusCompleted {
@@ -152,14 +153,14 @@ func TestReadmissionAfterClaim(t *testing.T) {
 	ctx := testCtx(t)
 	f, a := e.admitRead(t, "s")
 	e.clock.Advance(2 * time.Second)
-	again, err := e.forms.Admit(ctx, f.ID)
+	again, err := e.forms.Admissions.Admit(ctx, f.ID)
 	if err != nil || again.Lease != a.Lease || e.claims(t, again.Token).ID != a.Lease {
 		t.Fatalf("re-admission before the claim: %+v %v", again, err)
 	}
 	e.mustClaim(t, a)
 	for _, advance := range []time.Duration{0, time.Minute, 6 * time.Minute} { // the last past the report grace
 		e.clock.Advance(advance)
-		got, err := e.forms.Admit(ctx, f.ID)
+		got, err := e.forms.Admissions.Admit(ctx, f.ID)
 		if !errors.Is(err, record.ErrLeaseClaimed) || got != nil {
 			t.Fatalf("re-admission of a claimed lease (+%s): %+v %v", advance, got, err)
 		}
@@ -177,8 +178,8 @@ func TestConcurrentClaimsOnTwoReplicas(t *testing.T) {
 	e := newAdmitEnv(t, nil)
 	ctx := testCtx(t)
 	_, iss := newIssuer(t, e.store, jwa.ES256)
-	replicas := []*authz.Formations{e.forms,
-		authz.NewFormations(e.store, defaultSet(t), authz.FormationConfig{Now: e.clock.Now, Issuer: iss, Logger: quiet})}
+	replicas := []*authz.UseCases{e.forms,
+		authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet})}
 	for round := range 4 {
 		_, a := e.admitRead(t, fmt.Sprint("s", round))
 		const n = 16
@@ -191,7 +192,7 @@ func TestConcurrentClaimsOnTwoReplicas(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, errs[i] = replicas[i%2].Claim(ctx, req)
+				_, errs[i] = replicas[i%2].Leases.Claim(ctx, req)
 			}()
 		}
 		close(start)
@@ -215,10 +216,10 @@ func TestConcurrentClaimsOnTwoReplicas(t *testing.T) {
 			t.Fatalf("round %d: lease %s %q %v, winner %s", round, st, got, err, claim)
 		}
 		loser := fmt.Sprint("cl_", (winner+1)%n)
-		if _, err := replicas[round%2].Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: loser}); !errors.Is(err, record.ErrLeaseClaimed) {
+		if _, err := replicas[round%2].Leases.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: loser}); !errors.Is(err, record.ErrLeaseClaimed) {
 			t.Fatalf("round %d: a loser's report: %v", round, err)
 		}
-		if _, err := replicas[round%2].Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: claim}); err != nil {
+		if _, err := replicas[round%2].Leases.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeEffect, Claim: claim}); err != nil {
 			t.Fatalf("round %d: the winner's report: %v", round, err)
 		}
 	}
@@ -247,7 +248,7 @@ func TestCompleteRules(t *testing.T) {
 			return err
 		}, record.ErrLeaseClaimed},
 		{"running, resolved by an operator", true, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.forms.Resolve(testCtx(t), a.Lease, record.OutcomeNoEffect, "looked")
+			_, err := e.forms.Leases.Resolve(testCtx(t), a.Lease, record.OutcomeNoEffect, "looked")
 			return err
 		}, record.ErrLeaseNotUncertain},
 		{"running, an outcome a backend may not report", true, func(t *testing.T, a *authz.Admission) error {
@@ -267,13 +268,13 @@ func TestCompleteRules(t *testing.T) {
 			return err
 		}, record.ErrLeaseNotClaimed},
 		{"unclaimed, resolved by an operator", false, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.forms.Resolve(testCtx(t), a.Lease, record.OutcomeEffect, "looked")
+			_, err := e.forms.Leases.Resolve(testCtx(t), a.Lease, record.OutcomeEffect, "looked")
 			return err
 		}, record.ErrLeaseNotUncertain},
 		{"unclaimed, claimed with the token of another epoch", false, func(t *testing.T, a *authz.Admission) error {
 			req := e.claimRequest(t, a, "cl_x")
 			req.Epoch = "sha256:" + strings.Repeat("0", 64)
-			_, err := e.forms.Claim(testCtx(t), req)
+			_, err := e.forms.Leases.Claim(testCtx(t), req)
 			return err
 		}, nil},
 	} {
@@ -309,13 +310,13 @@ func TestCompleteRules(t *testing.T) {
 		if _, err := e.complete(never, "cl_a", record.OutcomeEffect); !errors.Is(err, record.ErrLeaseNotFound) {
 			t.Fatalf("outcome before admission: %v", err)
 		}
-		if _, err := e.forms.Claim(ctx, authz.ClaimRequest{Lease: never, Epoch: f.Source.Epoch, Revision: 1, Claim: "cl_a"}); !errors.Is(err, record.ErrLeaseNotFound) {
+		if _, err := e.forms.Leases.Claim(ctx, authz.ClaimRequest{Lease: never, Epoch: f.Source.Epoch, Revision: 1, Claim: "cl_a"}); !errors.Is(err, record.ErrLeaseNotFound) {
 			t.Fatalf("claim before admission: %v", err)
 		}
 		if st := e.status(t, f.ID); st != record.StatusReady {
 			t.Fatalf("formation after the early calls: %s", st)
 		}
-		a, err := e.forms.Admit(ctx, f.ID)
+		a, err := e.forms.Admissions.Admit(ctx, f.ID)
 		if err != nil {
 			t.Fatalf("admission after the early calls: %v", err)
 		}
@@ -357,7 +358,7 @@ func TestCompleteRules(t *testing.T) {
 		if _, err := e.claim(t, a, "cl_after"); !errors.Is(err, record.ErrLeaseClosed) {
 			t.Fatalf("claim after release: %v", err)
 		}
-		if got, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) || got != nil {
+		if got, err := e.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) || got != nil {
 			t.Fatalf("re-admission after release: %+v %v", got, err)
 		}
 	})
@@ -406,7 +407,7 @@ func TestOutcomesMeetRequiresOnlyByEffect(t *testing.T) {
 			if released := errors.Is(err, record.ErrLeaseClosed); released != (tc.outcome != record.OutcomeUncertain) {
 				t.Fatalf("marker released: %v (%v)", released, err)
 			}
-			d, err := e.forms.Admit(ctx, del.ID)
+			d, err := e.forms.Admissions.Admit(ctx, del.ID)
 			var de *record.DependencyError
 			switch {
 			case tc.met && err != nil:
@@ -440,7 +441,7 @@ func TestExclusiveAfterOutcome(t *testing.T) {
 			e.report(t, get, record.OutcomeEffect) // meets delete's requires
 			create := e.ready(t, session, "github/create_repository", `{"name":"n"}`, nil, "bob")
 			del := e.ready(t, session, "github/delete_repository", `{"owner":"o","repo":"r"}`, nil, "bob")
-			a, err := e.forms.Admit(ctx, create.ID)
+			a, err := e.forms.Admissions.Admit(ctx, create.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -451,7 +452,7 @@ func TestExclusiveAfterOutcome(t *testing.T) {
 			} else {
 				e.report(t, a, tc.outcome)
 			}
-			_, err = e.forms.Admit(ctx, del.ID)
+			_, err = e.forms.Admissions.Admit(ctx, del.ID)
 			var de *record.DependencyError
 			switch {
 			case tc.excluded && (!errors.As(err, &de) || !de.Exclusive || de.Tool != "github/create_repository"):
@@ -485,7 +486,7 @@ func TestRunningAndFailedLeasesAndTheEpoch(t *testing.T) {
 	if st, err := e.store.Retire(ctx, a.Target.Epoch, 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire after the failed outcome: %s %v", st, err)
 	}
-	if _, err := e.forms.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) {
+	if _, err := e.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("re-admission of a failed call: %v", err)
 	}
 }
@@ -507,7 +508,7 @@ func TestSweeperMarksRunningLeasesByClaimTime(t *testing.T) {
 	// The wait is 2×grace + token lifetime (10m30s): past it for the
 	// early claim and the idle admission, not for the late claim.
 	e.clock.Advance(7 * time.Minute)
-	marked, err := e.forms.SweepUnreported(ctx)
+	marked, err := e.forms.Leases.SweepUnreported(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,12 +529,12 @@ func TestSweeperMarksRunningLeasesByClaimTime(t *testing.T) {
 	}
 
 	e.clock.Advance(4 * time.Minute) // the late claim is now 11m old
-	marked, err = e.forms.SweepUnreported(ctx)
+	marked, err = e.forms.Leases.SweepUnreported(ctx)
 	if err != nil || len(marked) != 1 || marked[0] != late.Lease {
 		t.Fatalf("second sweep marked %v (%v), want %s", marked, err, late.Lease)
 	}
 	for _, id := range []string{early.Lease, late.Lease, idle.Lease} {
-		if _, err := e.forms.Resolve(ctx, id, record.OutcomeNoEffect, "checked"); err != nil {
+		if _, err := e.forms.Leases.Resolve(ctx, id, record.OutcomeNoEffect, "checked"); err != nil {
 			t.Fatalf("resolve %s: %v", id, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -34,9 +35,9 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 	}
 
 	_, iss := newIssuer(t, storeA, jwa.EdDSA)
-	forms := authz.NewFormations(storeA, defaultSet(t), authz.FormationConfig{Issuer: iss, Logger: quiet})
+	forms := authztest.New(t, authz.Config{Store: storeA, Decider: defaultSet(t), Issuer: iss, Logger: quiet})
 	form := func(repo string) (*record.Formation, error) {
-		return forms.Form(ctx, authz.FormRequest{Snapshot: snap.ID, Session: "s-" + repo, Tool: "github/get_repository",
+		return forms.Formations.Form(ctx, authz.FormRequest{Snapshot: snap.ID, Session: "s-" + repo, Tool: "github/get_repository",
 			Arguments: json.RawMessage(`{"owner":"o","repo":"` + repo + `"}`), Host: "host-1"})
 	}
 	// admit retries while the cluster settles (a leader election, the
@@ -45,7 +46,7 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 		var a *authz.Admission
 		var err error
 		for range 300 {
-			if a, err = forms.Admit(ctx, id); err == nil || errors.Is(err, authz.ErrSourceDraining) {
+			if a, err = forms.Admissions.Admit(ctx, id); err == nil || errors.Is(err, authz.ErrSourceDraining) {
 				return a, err
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -71,13 +72,13 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 
 	c.Members[1].Stop()
 	c.Members[2].Stop()
-	if _, err := forms.Admit(ctx, pending.ID); !errors.Is(err, record.ErrUnavailable) {
+	if _, err := forms.Admissions.Admit(ctx, pending.ID); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("admission without quorum: %v, want ErrUnavailable", err)
 	}
 	if _, err := form("no-quorum"); !errors.Is(err, record.ErrUnavailable) {
 		t.Fatalf("formation without quorum: %v, want ErrUnavailable", err)
 	}
-	if err := authz.NewRegistry(storeA, nil, quiet).Ready(ctx); err == nil {
+	if err := authztest.Registry(t, authz.RegistryConfig{Store: storeA, Manifests: nil, Logger: quiet}).Ready(ctx); err == nil {
 		t.Fatal("ready (/readyz) without quorum")
 	}
 
@@ -86,7 +87,7 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatalf("admission after quorum came back: %v", err)
 	}
-	again, err := forms.Admit(ctx, pending.ID)
+	again, err := forms.Admissions.Admit(ctx, pending.ID)
 	if err != nil || again.Lease != a.Lease {
 		t.Fatalf("the pending call was admitted twice: %v / %v (%v)", a.Lease, again, err)
 	}

@@ -42,36 +42,11 @@ var (
 // evaluation error is a deny recorded in the decision.
 type Decider interface {
 	Decide(ctx context.Context, in *policy.Input) record.Decision
-}
-
-// FormationConfig configures [Formations]. Zero fields mean defaults.
-type FormationConfig struct {
-	// TTL is how long a formation may wait for approval and admission;
-	// zero means 15 minutes.
-	TTL time.Duration
-	// Retention is how long a record is kept after it expires, for audit;
-	// zero means 24 hours.
-	Retention time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Logger; nil means slog.Default().
-	Logger *slog.Logger
-	// Issuer signs dispatch tokens; nil disables admission.
-	Issuer *TokenIssuer
-	// ReportGrace is how long after an admission its dispatch token may be
-	// issued again (a retried admission) and an outcome report is awaited
-	// beyond the last token's expiry; an admitted lease still unreported
-	// after 2×ReportGrace + the token lifetime is marked uncertain by
-	// SweepUnreported. Zero means 5 minutes.
-	ReportGrace time.Duration
-	// Certificates verifies compatibility certificates (the issuer keys).
-	// A formation captures a successor only through a certificate that
-	// verifies against it at formation, and is admitted to it only if it
-	// still does; nil means no call ever has a successor.
-	Certificates *manifest.Verifier
-	// GatewayCaller says whether a gateway admission is bound to the
-	// caller the gateway authenticated; zero means CallerPrincipal.
-	GatewayCaller CallerBinding
+	// Digest names the policy set Decide would use now (the decision's
+	// PolicyDigest); an admission evaluates a formation again when it
+	// differs from the one that decided it. "" means unknown: always
+	// evaluate again.
+	Digest() string
 }
 
 // CallerBinding is how a gateway's admission is bound to its caller.
@@ -94,49 +69,16 @@ const (
 // against the snapshot the model saw, decide it by policy once, and bind
 // human approvals to its digest.
 type Formations struct {
-	store     *lease.Store
-	decider   Decider
-	ttl       time.Duration
-	retention time.Duration
-	now       func() time.Time
-	log       *slog.Logger
-	issuer    *TokenIssuer
-	grace     time.Duration
-	issuers   *manifest.Verifier
-	caller    CallerBinding
-	verified  verifiedCache
-	schemas   schemaCache
-	metrics   *metrics
-	// generations caches pool generations (pool → int64); see generation.
-	generations sync.Map
-	// ready caches formations this replica saw become ready; see
-	// readyCache.
-	ready readyCache
-}
-
-// NewFormations returns the formation use case.
-func NewFormations(store *lease.Store, decider Decider, cfg FormationConfig) *Formations {
-	f := &Formations{store: store, decider: decider, ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger, issuer: cfg.Issuer, issuers: cfg.Certificates, caller: cfg.GatewayCaller, metrics: newMetrics()}
-	if f.caller == "" {
-		f.caller = CallerPrincipal
-	}
-	if f.ttl <= 0 {
-		f.ttl = 15 * time.Minute
-	}
-	if f.retention <= 0 {
-		f.retention = 24 * time.Hour
-	}
-	f.ready.entries.max, f.verified.entries.max = maxReadyCache, maxVerifiedCache
-	if f.grace = cfg.ReportGrace; f.grace <= 0 {
-		f.grace = 5 * time.Minute
-	}
-	if f.now == nil {
-		f.now = time.Now
-	}
-	if f.log == nil {
-		f.log = slog.Default()
-	}
-	return f
+	store      *lease.Store
+	decider    Decider
+	successors *successors
+	schemas    *schemaCache
+	ready      *readyCache
+	metrics    *metrics
+	ttl        time.Duration
+	retention  time.Duration
+	now        func() time.Time
+	log        *slog.Logger
 }
 
 // FormRequest is a formed call as a host reports it.
@@ -232,7 +174,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
 	now := f.now().UTC()
-	cand, err := f.successorCandidate(ctx, epoch, tool.Descriptor.Name, canonArgs, now)
+	cand, err := f.successors.candidate(ctx, epoch, tool.Descriptor.Name, canonArgs, now)
 	if err != nil {
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
@@ -46,7 +47,7 @@ func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
 type env struct {
 	member   *etcdtest.Member
 	store    *lease.Store
-	forms    *authz.Formations
+	forms    *authz.UseCases
 	clock    *clock
 	snapshot string
 }
@@ -69,7 +70,7 @@ func newEnv(t testing.TB, set *policy.Set, edit func(m *manifest.Manifest)) *env
 	}
 	c := newClock()
 	return &env{member: member, store: store, clock: c, snapshot: snap.ID,
-		forms: authz.NewFormations(store, set, authz.FormationConfig{TTL: 15 * time.Minute, Now: c.Now, Logger: quiet})}
+		forms: authztest.New(t, authz.Config{Store: store, Decider: set, TTL: 15 * time.Minute, Now: c.Now, Logger: quiet})}
 }
 
 // registerExample registers examples/github/manifest-<release>.json,
@@ -131,7 +132,7 @@ func defaultSet(t testing.TB) *policy.Set {
 
 func (e *env) form(t *testing.T, session, tool, args, principal string, attrs map[string]any) (*record.Formation, error) {
 	t.Helper()
-	return e.forms.Form(context.Background(), authz.FormRequest{
+	return e.forms.Formations.Form(context.Background(), authz.FormRequest{
 		Snapshot: e.snapshot, Session: session, Tool: tool, Arguments: json.RawMessage(args),
 		PrincipalID: principal, Attributes: attrs, Host: "host-1",
 	})
@@ -195,7 +196,7 @@ func TestFormDecidesOverTheRecord(t *testing.T) {
 				t.Fatalf("provenance: %+v %+v", f.Principal, f.Source)
 			}
 			// Every formation is stored, denied ones too (audit).
-			got, err := e.forms.Get(context.Background(), f.ID)
+			got, err := e.forms.Formations.Get(context.Background(), f.ID)
 			if err != nil || got.Status != tc.status || got.Digest != f.Digest {
 				t.Fatalf("stored: %+v %v", got, err)
 			}
@@ -236,13 +237,13 @@ func TestFormRefusesBadInput(t *testing.T) {
 				req.Session = ""
 			}
 			req.Host = "host-1"
-			f, err := e.forms.Form(context.Background(), req)
+			f, err := e.forms.Formations.Form(context.Background(), req)
 			if !tc.check(err) {
 				t.Fatalf("Form = %+v, %v", f, err)
 			}
 		})
 	}
-	if fs, _ := e.forms.List(context.Background(), ""); len(fs) != 0 {
+	if fs, _ := e.forms.Formations.List(context.Background(), ""); len(fs) != 0 {
 		t.Fatalf("refused formations were stored: %d", len(fs))
 	}
 }
@@ -250,7 +251,7 @@ func TestFormRefusesBadInput(t *testing.T) {
 func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
 
 func approve(e *env, f *record.Formation, approver string, d record.ApprovalDecision) (*record.Formation, error) {
-	return e.forms.Approve(context.Background(), f.ID, authz.ApprovalRequest{Approver: approver, Decision: d, Digest: f.Digest, Reason: "looked at it"})
+	return e.forms.Formations.Approve(context.Background(), f.ID, authz.ApprovalRequest{Approver: approver, Decision: d, Digest: f.Digest, Reason: "looked at it"})
 }
 
 func TestApprovals(t *testing.T) {
@@ -262,13 +263,13 @@ func TestApprovals(t *testing.T) {
 	if err != nil || write.Status != record.StatusPendingApproval {
 		t.Fatalf("write: %+v %v", write, err)
 	}
-	if _, err := e.forms.Approve(ctx, write.ID, authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "sha256:other"}); !errors.Is(err, authz.ErrDigestMismatch) {
+	if _, err := e.forms.Formations.Approve(ctx, write.ID, authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "sha256:other"}); !errors.Is(err, authz.ErrDigestMismatch) {
 		t.Fatalf("digest mismatch: %v", err)
 	}
 	if _, err := approve(e, write, "alice", "approve"); !errors.Is(err, authz.ErrSelfApproval) {
 		t.Fatalf("self approval: %v", err)
 	}
-	if _, err := e.forms.Approve(ctx, write.ID, authz.ApprovalRequest{Approver: "bob", Decision: "maybe", Digest: write.Digest}); !errors.Is(err, authz.ErrBadRequest) {
+	if _, err := e.forms.Formations.Approve(ctx, write.ID, authz.ApprovalRequest{Approver: "bob", Decision: "maybe", Digest: write.Digest}); !errors.Is(err, authz.ErrBadRequest) {
 		t.Fatalf("bad decision: %v", err)
 	}
 	got, err := approve(e, write, "bob", "approve")
@@ -300,10 +301,10 @@ func TestApprovals(t *testing.T) {
 	if _, err := approve(e, denied, "carol", "approve"); !errors.Is(err, authz.ErrNotPending) {
 		t.Fatalf("approve after a deny: %v", err)
 	}
-	if _, err := e.forms.Approve(ctx, "fm_nope", authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "x"}); !errors.Is(err, record.ErrFormationNotFound) {
+	if _, err := e.forms.Formations.Approve(ctx, "fm_nope", authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "x"}); !errors.Is(err, record.ErrFormationNotFound) {
 		t.Fatalf("unknown formation: %v", err)
 	}
-	pending, err := e.forms.List(ctx, record.StatusPendingApproval)
+	pending, err := e.forms.Formations.List(ctx, record.StatusPendingApproval)
 	if err != nil || len(pending) != 0 {
 		t.Fatalf("pending list: %d %v", len(pending), err)
 	}
@@ -316,7 +317,7 @@ func TestApprovalAfterExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(15*time.Minute + time.Second)
-	if got, _ := e.forms.Get(context.Background(), f.ID); got.Status != record.StatusExpired {
+	if got, _ := e.forms.Formations.Get(context.Background(), f.ID); got.Status != record.StatusExpired {
 		t.Fatalf("status after expiry: %s", got.Status)
 	}
 	if _, err := approve(e, f, "bob", "approve"); !errors.Is(err, authz.ErrExpired) {
@@ -365,7 +366,7 @@ func TestConcurrentApprovalsAreOrderedAndNoneLost(t *testing.T) {
 				t.Fatalf("carol: %v", err)
 			}
 		}
-		got, _ := e.forms.Get(context.Background(), f.ID)
+		got, _ := e.forms.Formations.Get(context.Background(), f.ID)
 		if okCarol != 1 || got.Status != record.StatusReady || len(got.Approvals) != 2 {
 			t.Fatalf("round %d: carol ok %d, status %s, approvals %+v", round, okCarol, got.Status, got.Approvals)
 		}
@@ -464,7 +465,7 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 	ctx := context.Background()
 	live := t.TempDir()
 	writePolicies(t, live, "(v1)")
-	pm, err := policy.NewManager(ctx, policy.Source{Dir: live}, policy.ManagerOptions{Logger: quiet})
+	pm, err := policy.NewManager(ctx, policy.Source{Dir: live}, policy.ManagerConfig{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +479,7 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 		t.Fatal("the two versions have the same digest")
 	}
 	e := newEnv(t, nil, nil)
-	forms := authz.NewFormations(e.store, pm, authz.FormationConfig{Logger: quiet})
+	forms := authztest.New(t, authz.Config{Store: e.store, Decider: pm, Logger: quiet})
 
 	stop := make(chan struct{})
 	var reloads atomic.Int64
@@ -508,7 +509,7 @@ func TestPolicyReloadRacesFormations(t *testing.T) {
 		go func() {
 			defer formers.Done()
 			for i := range each {
-				f, err := forms.Form(ctx, authz.FormRequest{Snapshot: e.snapshot, Session: fmt.Sprintf("w%d", w), Tool: "github/create_repository",
+				f, err := forms.Formations.Form(ctx, authz.FormRequest{Snapshot: e.snapshot, Session: fmt.Sprintf("w%d", w), Tool: "github/create_repository",
 					Arguments: json.RawMessage(fmt.Sprintf(`{"name":"r%d"}`, i)), PrincipalID: "alice", Host: "host-1"})
 				if err != nil {
 					t.Error(err)
@@ -593,7 +594,7 @@ func TestFormationsFailClosedWithoutEtcd(t *testing.T) {
 	if err != nil || got.Status != record.StatusReady || len(got.Approvals) != 1 {
 		t.Fatalf("approval after the outage: %+v %v", got, err)
 	}
-	if all, _ := e.forms.List(ctx, ""); len(all) != 1 {
+	if all, _ := e.forms.Formations.List(ctx, ""); len(all) != 1 {
 		t.Fatalf("%d formations after the outage, want 1 (nothing recorded while down)", len(all))
 	}
 }

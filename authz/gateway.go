@@ -82,7 +82,17 @@ type GateDecision struct {
 	Formed bool
 }
 
-// Gate decides one request a gateway is about to proxy. With a formation
+// Gate is the use case of gateways in front of an MCP server: it decides
+// each request of a session before the gateway proxies it, admitting the
+// tools/calls it carries (Admissions) or forming and admitting them in one
+// step (Formations), bound to the caller the gateway authenticated.
+type Gate struct {
+	formations *Formations
+	admissions *Admissions
+	caller     CallerBinding
+}
+
+// Check decides one request a gateway is about to proxy. With a formation
 // id (from the gateway, or params._meta["dev.fcd/formation"] of a
 // tools/call body) it admits that formation, exactly as Admit does. Without
 // one, a tools/call — by its body, or by its Mcp-Method header when there
@@ -92,7 +102,7 @@ type GateDecision struct {
 // (FormAndAdmit). Anything else (initialize, notifications, tools/list, a
 // GET stream, DELETE) goes on without a token; the backend's fencecheck
 // refuses any tools/call that arrives without a valid one.
-func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, error) {
+func (g *Gate) Check(ctx context.Context, req GateRequest) (GateDecision, error) {
 	var msg fencecheck.Message
 	hasBody := len(bytes.Trim(req.Body, jsonSpace)) > 0
 	if hasBody {
@@ -119,10 +129,10 @@ func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, e
 		}
 		d.Formation = id
 		var check func(*record.Formation) error
-		if f.caller != CallerOff {
+		if g.caller != CallerOff {
 			check = func(rec *record.Formation) error { return checkCaller(req.Caller, rec.Principal.ID) }
 		}
-		a, err := f.admitChecked(ctx, d.Formation, check)
+		a, err := g.admissions.admitChecked(ctx, d.Formation, check)
 		d.Admission = a
 		return d, err
 	}
@@ -140,7 +150,7 @@ func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, e
 		tool = req.Server + "/" + msg.Name
 	}
 	principal := req.Principal
-	if f.caller != CallerOff {
+	if g.caller != CallerOff {
 		if principal == "" {
 			principal = req.Caller
 		}
@@ -148,7 +158,7 @@ func (f *Formations) Gate(ctx context.Context, req GateRequest) (GateDecision, e
 			return d, err
 		}
 	}
-	rec, a, err := f.FormAndAdmit(ctx, FormRequest{
+	rec, a, err := g.FormAndAdmit(ctx, FormRequest{
 		Snapshot: req.Snapshot, Session: req.Session, Tool: tool, Arguments: msg.Arguments,
 		PrincipalID: principal, Host: req.Gateway,
 	})
@@ -176,8 +186,8 @@ func checkCaller(caller, principal string) error {
 // answered ErrFormationDenied. In both cases the formation is returned
 // with the error, so that the caller can name it: after approval, admit it
 // by id. When Form itself fails, no formation is returned.
-func (f *Formations) FormAndAdmit(ctx context.Context, req FormRequest) (*record.Formation, *Admission, error) {
-	rec, err := f.Form(ctx, req)
+func (g *Gate) FormAndAdmit(ctx context.Context, req FormRequest) (*record.Formation, *Admission, error) {
+	rec, err := g.formations.Form(ctx, req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -187,7 +197,7 @@ func (f *Formations) FormAndAdmit(ctx context.Context, req FormRequest) (*record
 	case record.StatusPendingApproval:
 		return rec, nil, fmt.Errorf("authz: admit %s: %w: 0 of %d approvals", rec.ID, ErrNotApproved, rec.ApprovalsRequired)
 	}
-	a, err := f.Admit(ctx, rec.ID)
+	a, err := g.admissions.Admit(ctx, rec.ID)
 	return rec, a, err
 }
 

@@ -10,7 +10,7 @@ import (
 // metrics count what the use cases decide, for operators: how many calls
 // are formed and how, how admissions end (and why they are refused), how
 // leases close. HTTP metrics cannot tell these apart (a 403 may be a
-// missing approval or a policy that now denies). One set per Formations,
+// missing approval or a policy that now denies). One set per UseCases,
 // registered by whoever serves them; no package-level state.
 type metrics struct {
 	formations *prometheus.CounterVec
@@ -47,8 +47,8 @@ func newMetrics() *metrics {
 
 // Collectors returns the use cases' Prometheus collectors, for the
 // server's registry.
-func (f *Formations) Collectors() []prometheus.Collector {
-	m := f.metrics
+func (u *UseCases) Collectors() []prometheus.Collector {
+	m := u.metrics
 	return []prometheus.Collector{m.formations, m.approvals, m.admissions, m.claims, m.outcomes}
 }
 

@@ -16,25 +16,54 @@ import (
 // to clear.
 const MaxRetireWait = 5 * time.Minute
 
+// ErrRegistrationDisabled: the registry has no registrar keys
+// (RegistryConfig.Manifests), so no signer is trusted.
+var ErrRegistrationDisabled = fmt.Errorf("%w: no registrar keys are configured", manifest.ErrUntrustedSigner)
+
 // Registry is the use case of registrars, operators and hosts: epochs from
 // signed manifests, their lifecycle, and catalog snapshots.
 type Registry struct {
-	store    *lease.Store
-	verifier *manifest.Verifier
-	// issuers verifies compatibility certificates; nil refuses them.
-	issuers *manifest.Verifier
-	log     *slog.Logger
-	// clock is the time source; nil means time.Now.
-	clock func() time.Time
+	// Certificates registers and revokes compatibility certificates
+	// between the registry's epochs.
+	Certificates *Certificates
+	store        *lease.Store
+	verifier     *manifest.Verifier
+	log          *slog.Logger
+	now          func() time.Time
 }
 
-// NewRegistry returns a registry over store that trusts the registrar keys
-// of verifier. A nil logger means slog.Default().
-func NewRegistry(store *lease.Store, verifier *manifest.Verifier, log *slog.Logger) *Registry {
-	if log == nil {
-		log = slog.Default()
+// RegistryConfig configures a [Registry]. Store is required; zero values of the other fields mean their defaults.
+type RegistryConfig struct {
+	// Store is the ordered store. Required.
+	Store *lease.Store
+	// Manifests verifies registration manifests (the registrar keys); nil
+	// refuses every registration (ErrRegistrationDisabled).
+	Manifests *manifest.Verifier
+	// Certificates verifies compatibility certificates (the issuer keys,
+	// a trust set separate from the registrars'); nil refuses them
+	// (ErrCertificatesDisabled).
+	Certificates *manifest.Verifier
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewRegistry returns the registry configured by cfg.
+func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("authz: RegistryConfig.Store is required")
 	}
-	return &Registry{store: store, verifier: verifier, log: log}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Registry{
+		Certificates: &Certificates{store: cfg.Store, issuers: cfg.Certificates, now: cfg.Now, log: cfg.Logger},
+		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger, now: cfg.Now,
+	}, nil
 }
 
 // Registration is the outcome of registering a manifest.
@@ -51,6 +80,9 @@ type Registration struct {
 // A manifest with lint errors is refused with a *LintError. Registering
 // the same manifest again returns the existing epoch.
 func (r *Registry) Register(ctx context.Context, jws []byte) (*Registration, error) {
+	if r.verifier == nil {
+		return nil, ErrRegistrationDisabled
+	}
 	sm, err := r.verifier.VerifyManifest(jws)
 	if err != nil {
 		return nil, fmt.Errorf("authz: register: %w", err)

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -39,17 +41,17 @@ type candidate struct {
 // under that tool's input schema. Among eligible certificates the one
 // issued last wins; then the one that expires last; then the smallest id
 // — a rule of the certificates alone, so every replica picks the same.
-func (f *Formations) successorCandidate(ctx context.Context, source *record.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
-	if f.issuers == nil {
+func (su *successors) candidate(ctx context.Context, source *record.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
+	if su.issuers == nil {
 		return nil, nil
 	}
-	recs, err := f.store.CertificatesFor(ctx, source.ID, tool)
+	recs, err := su.store.CertificatesFor(ctx, source.ID, tool)
 	if err != nil {
 		return nil, err
 	}
 	var eligible []*candidate
 	for _, rec := range recs {
-		c, err := f.eligible(ctx, rec, source, tool, args, now)
+		c, err := su.eligible(ctx, rec, source, tool, args, now)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +74,7 @@ func (f *Formations) successorCandidate(ctx context.Context, source *record.Epoc
 
 // eligible checks one certificate record for a formation; nil means it
 // does not apply, an error that the store could not answer.
-func (f *Formations) eligible(ctx context.Context, rec *record.Certificate, source *record.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
+func (su *successors) eligible(ctx context.Context, rec *record.Certificate, source *record.Epoch, tool string, args json.RawMessage, now time.Time) (*candidate, error) {
 	if rec.Revoked || rec.Certificate == nil {
 		return nil, nil
 	}
@@ -80,19 +82,19 @@ func (f *Formations) eligible(ctx context.Context, rec *record.Certificate, sour
 	// its calls, and a compiled envelope is cheap next to verifying a
 	// signature. The stored copy is only a filter here; usable verifies
 	// the signed one and that it is the same certificate (same id).
-	env, err := f.schemas.get("certificate:"+rec.ID, rec.Certificate.Envelope)
+	env, err := su.schemas.get("certificate:"+rec.ID, rec.Certificate.Envelope)
 	if err != nil {
-		f.log.Warn("certificate envelope does not compile", "certificate", rec.ID, "err", err)
+		su.log.Warn("certificate envelope does not compile", "certificate", rec.ID, "err", err)
 		return nil, nil
 	}
 	if manifest.ValidateArguments(env, args) != nil {
 		return nil, nil
 	}
-	sc, why := f.usable(rec, now)
+	sc, why := su.usable(rec, now)
 	if why != "" || sc.Certificate.Source != source.ID || sc.Certificate.Tool != tool {
 		return nil, nil
 	}
-	target, err := f.store.EpochNow(ctx, sc.Certificate.Target)
+	target, err := su.store.EpochNow(ctx, sc.Certificate.Target)
 	if errors.Is(err, record.ErrEpochNotFound) {
 		return nil, nil
 	}
@@ -107,7 +109,7 @@ func (f *Formations) eligible(ctx context.Context, rec *record.Certificate, sour
 	if td == nil || i < 0 {
 		return nil, nil
 	}
-	schema, err := f.schemas.get(target.Tools[i].Digest, td.InputSchema)
+	schema, err := su.schemas.get(target.Tools[i].Digest, td.InputSchema)
 	if err != nil || manifest.ValidateArguments(schema, args) != nil {
 		return nil, nil
 	}
@@ -118,21 +120,21 @@ func (f *Formations) eligible(ctx context.Context, rec *record.Certificate, sour
 // validity, and its JWS still verifies against the issuer keys in force
 // (an issuer removed from the trust set takes its certificates with it).
 // It returns the verified certificate, or why it is not usable.
-func (f *Formations) usable(rec *record.Certificate, now time.Time) (*manifest.SignedCertificate, string) {
-	if f.issuers == nil {
+func (su *successors) usable(rec *record.Certificate, now time.Time) (*manifest.SignedCertificate, string) {
+	if su.issuers == nil {
 		return nil, "no compatibility issuer keys are configured"
 	}
 	if rec.Revoked {
 		return nil, "certificate " + rec.ID + " was revoked"
 	}
-	sc, ok := f.verified.get(rec)
+	sc, ok := su.verified.get(rec)
 	if !ok {
 		var err error
-		sc, err = f.issuers.VerifyCertificate([]byte(rec.JWS))
+		sc, err = su.issuers.VerifyCertificate([]byte(rec.JWS))
 		if err != nil || sc.ID != rec.ID {
 			return nil, "certificate " + rec.ID + " no longer verifies against the issuer keys"
 		}
-		f.verified.put(sc)
+		su.verified.put(sc)
 	}
 	c := sc.Certificate
 	switch {
@@ -210,19 +212,19 @@ func (f *Formations) decide(ctx context.Context, rec *record.Formation, in *poli
 // still needs besides what the transaction compares: its certificate is
 // registered, unrevoked, unexpired and still verifies. It returns the
 // certificate record as read, whose revision the transaction compares.
-func (f *Formations) successorAdmission(ctx context.Context, rec *record.Formation, now time.Time) (*record.Certificate, error) {
+func (su *successors) admission(ctx context.Context, rec *record.Formation, now time.Time) (*record.Certificate, error) {
 	s := rec.Successor
 	if s == nil {
 		return nil, ErrSourceStale
 	}
-	cert, err := f.store.GetCertificate(ctx, s.Certificate)
+	cert, err := su.store.GetCertificate(ctx, s.Certificate)
 	if errors.Is(err, record.ErrCertificateNotFound) {
 		return nil, fmt.Errorf("%w: certificate %s is not registered", ErrSourceStale, s.Certificate)
 	}
 	if err != nil {
 		return nil, err
 	}
-	sc, why := f.usable(cert, now)
+	sc, why := su.usable(cert, now)
 	if why != "" {
 		return nil, fmt.Errorf("%w: %s", ErrSourceStale, why)
 	}
@@ -234,12 +236,12 @@ func (f *Formations) successorAdmission(ctx context.Context, rec *record.Formati
 
 // successorPolicyInput rebuilds the policy input's successor member of an
 // admitted-phase re-check from the record and the store.
-func (f *Formations) successorPolicyInput(ctx context.Context, s *record.Successor) (*policy.SuccessorInput, error) {
-	target, err := f.store.EpochNow(ctx, s.Epoch)
+func (su *successors) policyInput(ctx context.Context, s *record.Successor) (*policy.SuccessorInput, error) {
+	target, err := su.store.EpochNow(ctx, s.Epoch)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := f.store.GetCertificate(ctx, s.Certificate)
+	cert, err := su.store.GetCertificate(ctx, s.Certificate)
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +249,16 @@ func (f *Formations) successorPolicyInput(ctx context.Context, s *record.Success
 		Epoch:       policy.NewEpochInput(target),
 		Certificate: policy.CertificateInput{ID: cert.ID, Issuer: cert.KeyID, Certificate: *cert.Certificate},
 	}, nil
+}
+
+// successors finds, verifies and re-checks certified successors: at
+// formation (candidate) and at admission (admission, policyInput).
+type successors struct {
+	store    *lease.Store
+	issuers  *manifest.Verifier
+	verified verifiedCache
+	schemas  *schemaCache
+	log      *slog.Logger
 }
 
 // verifiedCache remembers certificates verified against this replica's

@@ -28,7 +28,7 @@ func BenchmarkForm(b *testing.B) {
 	s.certify(b, cert{})
 	cases := []struct {
 		name    string
-		forms   *authz.Formations
+		forms   *authz.UseCases
 		tool    string
 		args    string
 		capture bool
@@ -44,7 +44,7 @@ func BenchmarkForm(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				f, err := c.forms.Form(ctx, authz.FormRequest{
+				f, err := c.forms.Formations.Form(ctx, authz.FormRequest{
 					Snapshot: s.snapshot, Session: "bench", Tool: c.tool,
 					Arguments: json.RawMessage(fmt.Sprintf(c.args, i)), PrincipalID: "alice", Host: "host-1",
 				})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -24,6 +25,7 @@ import (
 // through the registry (real signatures, real verification).
 type succEnv struct {
 	*admitEnv
+	t         testing.TB
 	registry  *authz.Registry
 	issuerKey jwk.Key
 	issuers   *manifest.Verifier
@@ -52,8 +54,8 @@ func newSuccEnvWith(t testing.TB, decider authz.Decider) *succEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &succEnv{admitEnv: e, issuerKey: key, issuers: v, decider: decider, epochs: map[string]string{"v1.4": e.snapshotEpoch(t)},
-		registry: authz.NewRegistry(e.store, nil, quiet).WithCertificateIssuers(v).WithClock(e.clock.Now)}
+	s := &succEnv{admitEnv: e, t: t, issuerKey: key, issuers: v, decider: decider, epochs: map[string]string{"v1.4": e.snapshotEpoch(t)},
+		registry: authztest.Registry(t, authz.RegistryConfig{Store: e.store, Manifests: nil, Logger: quiet, Certificates: v, Now: e.clock.Now})}
 	s.forms = s.formations(v)
 	s.register(t, "v1.3", nil)
 	return s
@@ -61,10 +63,8 @@ func newSuccEnvWith(t testing.TB, decider authz.Decider) *succEnv {
 
 // formations returns a replica of the formations use case trusting the
 // given issuer keys.
-func (s *succEnv) formations(issuers *manifest.Verifier) *authz.Formations {
-	return authz.NewFormations(s.store, s.decider, authz.FormationConfig{
-		Now: s.clock.Now, Issuer: s.iss, Logger: quiet, Certificates: issuers,
-	})
+func (s *succEnv) formations(issuers *manifest.Verifier) *authz.UseCases {
+	return authztest.New(s.t, authz.Config{Store: s.store, Decider: s.decider, Now: s.clock.Now, Issuer: s.iss, Logger: quiet, Certificates: issuers})
 }
 
 // register registers the example v1.3 manifest, edited, as release.
@@ -128,7 +128,7 @@ func (s *succEnv) certify(t testing.TB, c cert) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _, err := s.registry.RegisterCertificate(context.Background(), jws)
+	rec, _, err := s.registry.Certificates.Register(context.Background(), jws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestSuccessorCapture(t *testing.T) {
 		{"no certificate", func(t *testing.T, s *succEnv) string { return "" }, yes},
 		{"revoked before formation", func(t *testing.T, s *succEnv) string {
 			id := s.certify(t, cert{})
-			if _, err := s.registry.RevokeCertificate(context.Background(), id); err != nil {
+			if _, err := s.registry.Certificates.Revoke(context.Background(), id); err != nil {
 				t.Fatal(err)
 			}
 			return ""
@@ -287,7 +287,7 @@ func TestPolicyRefusesSuccessor(t *testing.T) {
 		t.Fatalf("the call's own decision changed: %+v", f.Decision)
 	}
 	s.retire(t, "v1.4")
-	if _, err := s.forms.Admit(context.Background(), f.ID); !errors.Is(err, authz.ErrSourceStale) {
+	if _, err := s.forms.Admissions.Admit(context.Background(), f.ID); !errors.Is(err, authz.ErrSourceStale) {
 		t.Fatalf("admission: %v, want ErrSourceStale", err)
 	}
 }
@@ -301,7 +301,7 @@ func TestPolicyChangeRefusesSuccessorAtAdmission(t *testing.T) {
 	refuseRego := allowRego + "\ndeny_successor contains {\"rule\": \"no-successors\", \"reason\": \"off\"}\n"
 	refuseCedar := allowCedar + "\n@id(\"no-successors\")\nforbid (principal, action == Action::\"substitute\", resource);\n"
 	write(allowRego, allowCedar)
-	pm, err := policy.NewManager(context.Background(), policy.Source{Dir: dir}, policy.ManagerOptions{Logger: quiet})
+	pm, err := policy.NewManager(context.Background(), policy.Source{Dir: dir}, policy.ManagerConfig{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestPolicyChangeRefusesSuccessorAtAdmission(t *testing.T) {
 		t.Fatalf("formed under the refusing policy: successor %+v, decision %+v", g.Successor, g.Decision.Successor)
 	}
 	s.retire(t, "v1.4")
-	if _, err := s.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSourceStale) {
+	if _, err := s.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSourceStale) {
 		t.Fatalf("admission under a policy that now refuses the successor: %v, want ErrSourceStale", err)
 	}
 	// The policy allows successors again: the one captured at formation
@@ -330,7 +330,7 @@ func TestPolicyChangeRefusesSuccessorAtAdmission(t *testing.T) {
 	if err := pm.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.forms.Admit(ctx, f.ID)
+	a, err := s.forms.Admissions.Admit(ctx, f.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestExpiredCertificateIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.registry.RegisterCertificate(context.Background(), jws); !errors.Is(err, authz.ErrCertificateExpired) {
+	if _, _, err := s.registry.Certificates.Register(context.Background(), jws); !errors.Is(err, authz.ErrCertificateExpired) {
 		t.Fatalf("registering an expired certificate: %v", err)
 	}
 	if recs, err := s.store.CertificatesFor(context.Background(), s.epochs["v1.4"], "create_repository"); err != nil || len(recs) != 0 {
@@ -380,7 +380,7 @@ func TestSuccessorChoiceIsDeterministic(t *testing.T) {
 		if i%2 == 1 {
 			forms = replica
 		}
-		f, err := forms.Form(context.Background(), authz.FormRequest{
+		f, err := forms.Formations.Form(context.Background(), authz.FormRequest{
 			Snapshot: s.snapshot, Session: fmt.Sprintf("sess-%d", i), Tool: "github/create_repository",
 			Arguments: json.RawMessage(fmt.Sprintf(`{"name":"r%d","private":true}`, i)), PrincipalID: "alice", Host: "host-1",
 		})
@@ -411,7 +411,7 @@ func TestSuccessorAdmission(t *testing.T) {
 		}
 	}
 
-	a, err := s.forms.Admit(ctx, early.ID)
+	a, err := s.forms.Admissions.Admit(ctx, early.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,17 +423,17 @@ func TestSuccessorAdmission(t *testing.T) {
 	if _, err := s.store.Drain(ctx, s.epochs["v1.4"]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.forms.Admit(ctx, pending.ID); !errors.Is(err, authz.ErrSourceDraining) {
+	if _, err := s.forms.Admissions.Admit(ctx, pending.ID); !errors.Is(err, authz.ErrSourceDraining) {
 		t.Fatalf("admission with a DRAINING source: %v, want ErrSourceDraining", err)
 	}
-	if f, _ := s.forms.Get(ctx, pending.ID); f.Status != record.StatusReady {
+	if f, _ := s.forms.Formations.Get(ctx, pending.ID); f.Status != record.StatusReady {
 		t.Fatalf("after the refusal the call is %s", f.Status)
 	}
 
 	if st, err := s.store.Retire(ctx, s.epochs["v1.4"], 0); err != nil || st != record.StateStale {
 		t.Fatalf("retire: %s %v", st, err)
 	}
-	a, err = s.forms.Admit(ctx, pending.ID)
+	a, err = s.forms.Admissions.Admit(ctx, pending.ID)
 	if err != nil {
 		t.Fatalf("admission to the successor: %v", err)
 	}
@@ -450,18 +450,18 @@ func TestSuccessorAdmission(t *testing.T) {
 	if err != nil || l.Certificate != id || l.Target.Epoch != v13.ID {
 		t.Fatalf("successor lease %+v %v", l, err)
 	}
-	again, err := s.forms.Admit(ctx, pending.ID)
+	again, err := s.forms.Admissions.Admit(ctx, pending.ID)
 	if err != nil || s.claims(t, again.Token).ID != c.ID {
 		t.Fatalf("re-admission: %v, want the same lease", err)
 	}
 
-	if _, err := s.forms.Admit(ctx, omitted.ID); !errors.Is(err, authz.ErrSourceStale) {
+	if _, err := s.forms.Admissions.Admit(ctx, omitted.ID); !errors.Is(err, authz.ErrSourceStale) {
 		t.Fatalf("admission without a successor: %v, want ErrSourceStale", err)
 	}
 	if _, err := s.store.Drain(ctx, s.epochs["v1.3"]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.forms.Admit(ctx, later.ID); !errors.Is(err, authz.ErrSourceStale) {
+	if _, err := s.forms.Admissions.Admit(ctx, later.ID); !errors.Is(err, authz.ErrSourceStale) {
 		t.Fatalf("admission to a DRAINING successor: %v, want ErrSourceStale", err)
 	}
 }
@@ -485,14 +485,14 @@ func TestSuccessorAuthorityOnlyNarrows(t *testing.T) {
 		t.Fatalf("successors at formation: %v %v %v", fr.Successor, fe.Successor, fl.Successor)
 	}
 	late := s.certify(t, cert{envelope: prefixed("l"), profile: "l"})
-	if _, err := s.registry.RevokeCertificate(ctx, revoked); err != nil {
+	if _, err := s.registry.Certificates.Revoke(ctx, revoked); err != nil {
 		t.Fatal(err)
 	}
 	s.clock.Advance(11 * time.Minute) // past the "e" certificate, not the formations
 	s.retire(t, "v1.4")
 
 	for name, f := range map[string]*record.Formation{"revoked": fr, "expired": fe, "certificate after formation": fl} {
-		if _, err := s.forms.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSourceStale) {
+		if _, err := s.forms.Admissions.Admit(ctx, f.ID); !errors.Is(err, authz.ErrSourceStale) {
 			t.Errorf("%s: admission %v, want ErrSourceStale", name, err)
 		}
 	}
@@ -501,7 +501,7 @@ func TestSuccessorAuthorityOnlyNarrows(t *testing.T) {
 	if f.Successor == nil || f.Successor.Certificate != late {
 		t.Fatalf("formed after the certificate: successor %+v", f.Successor)
 	}
-	if _, err := s.forms.Admit(ctx, f.ID); err != nil {
+	if _, err := s.forms.Admissions.Admit(ctx, f.ID); err != nil {
 		t.Fatalf("admission through the late certificate: %v", err)
 	}
 }
@@ -531,7 +531,7 @@ func TestRevocationRacesAdmission(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(i%4) * time.Millisecond)
-			rec, err := s.registry.RevokeCertificate(ctx, id)
+			rec, err := s.registry.Certificates.Revoke(ctx, id)
 			if err != nil {
 				t.Error(err)
 				return
@@ -540,7 +540,7 @@ func TestRevocationRacesAdmission(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			a, aerr = s.forms.Admit(ctx, f.ID)
+			a, aerr = s.forms.Admissions.Admit(ctx, f.ID)
 		}()
 		wg.Wait()
 		switch {

@@ -43,13 +43,6 @@ type TokenIssuer struct {
 	published atomic.Bool
 }
 
-// NewTokenIssuer returns an issuer for key (a private JWK with a kid),
-// naming itself issuer ("fcd" when empty), with tokens valid for lifetime
-// (30s when zero, at most MaxTokenLifetime).
-func NewTokenIssuer(key jwk.Key, issuer string, lifetime time.Duration) (*TokenIssuer, error) {
-	return NewTokenIssuerConfig(TokenIssuerConfig{Key: key, Issuer: issuer, Lifetime: lifetime})
-}
-
 // TokenIssuerConfig configures a [TokenIssuer]; zero fields are defaults.
 type TokenIssuerConfig struct {
 	// Key is the private signing JWK (Ed25519 or P-256) with a kid.
@@ -65,8 +58,8 @@ type TokenIssuerConfig struct {
 	Grace time.Duration
 }
 
-// NewTokenIssuerConfig returns an issuer configured by cfg.
-func NewTokenIssuerConfig(cfg TokenIssuerConfig) (*TokenIssuer, error) {
+// NewTokenIssuer returns an issuer configured by cfg.
+func NewTokenIssuer(cfg TokenIssuerConfig) (*TokenIssuer, error) {
 	key, issuer, lifetime := cfg.Key, cfg.Issuer, cfg.Lifetime
 	if key == nil {
 		return nil, errors.New("authz: no signing key")

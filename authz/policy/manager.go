@@ -43,8 +43,8 @@ func (s Source) String() string {
 	return "embedded"
 }
 
-// ManagerOptions configures a [Manager]. The zero value is the defaults.
-type ManagerOptions struct {
+// ManagerConfig configures a [Manager]. The zero value is the defaults.
+type ManagerConfig struct {
 	// Logger receives reload outcomes; nil means slog.Default().
 	Logger *slog.Logger
 	// Now stamps decisions and status; nil means time.Now.
@@ -90,7 +90,7 @@ type Manager struct {
 
 // NewManager loads the initial set from src; it fails if that load fails,
 // because authzd must not start without a working policy.
-func NewManager(ctx context.Context, src Source, opts ManagerOptions) (*Manager, error) {
+func NewManager(ctx context.Context, src Source, opts ManagerConfig) (*Manager, error) {
 	fsys, err := src.fsys()
 	if err != nil {
 		return nil, err
@@ -111,6 +111,9 @@ func NewManager(ctx context.Context, src Source, opts ManagerOptions) (*Manager,
 
 // Current returns the policy set in force. It never returns nil.
 func (m *Manager) Current() *Set { return m.cur.Load() }
+
+// Digest is the digest of the set in force.
+func (m *Manager) Digest() string { return m.Current().Digest() }
 
 // Decide decides with the set in force; it makes a Manager an
 // authz.Decider whose decisions follow reloads.

@@ -49,7 +49,7 @@ func digestOf(t testing.TB, fsys fstest.MapFS) string {
 func TestNewManager(t *testing.T) {
 	ctx := context.Background()
 	t.Run("embedded defaults", func(t *testing.T) {
-		m, err := NewManager(ctx, Source{FS: policies.FS}, ManagerOptions{Logger: quietLogger()})
+		m, err := NewManager(ctx, Source{FS: policies.FS}, ManagerConfig{Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,13 +67,13 @@ func TestNewManager(t *testing.T) {
 	t.Run("the initial load must succeed", func(t *testing.T) {
 		dir := t.TempDir()
 		writeSet(t, dir, with(tinySet("A", 1), "p.cedar", []byte("permit (")))
-		if _, err := NewManager(ctx, Source{Dir: dir}, ManagerOptions{Logger: quietLogger()}); !errors.Is(err, ErrInvalidPolicy) {
+		if _, err := NewManager(ctx, Source{Dir: dir}, ManagerConfig{Logger: quietLogger()}); !errors.Is(err, ErrInvalidPolicy) {
 			t.Fatalf("NewManager = %v, want ErrInvalidPolicy", err)
 		}
-		if _, err := NewManager(ctx, Source{Dir: filepath.Join(dir, "missing")}, ManagerOptions{Logger: quietLogger()}); err == nil {
+		if _, err := NewManager(ctx, Source{Dir: filepath.Join(dir, "missing")}, ManagerConfig{Logger: quietLogger()}); err == nil {
 			t.Fatal("NewManager on a missing directory succeeded")
 		}
-		if _, err := NewManager(ctx, Source{}, ManagerOptions{}); err == nil {
+		if _, err := NewManager(ctx, Source{}, ManagerConfig{}); err == nil {
 			t.Fatal("NewManager without a source succeeded")
 		}
 	})
@@ -106,7 +106,7 @@ func TestReloadKeepsWorkingSet(t *testing.T) {
 			now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 			var tick atomic.Int64
 			clock := func() time.Time { return now.Add(time.Duration(tick.Add(1)) * time.Second) }
-			m, err := NewManager(ctx, Source{Dir: dir}, ManagerOptions{Logger: quietLogger(), Now: clock})
+			m, err := NewManager(ctx, Source{Dir: dir}, ManagerConfig{Logger: quietLogger(), Now: clock})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +155,7 @@ func TestReloadRacesDecisions(t *testing.T) {
 	}{digestOf(t, a): {"A", 1}, digestOf(t, b): {"B", 2}}
 	dir := t.TempDir()
 	writeSet(t, dir, a)
-	m, err := NewManager(ctx, Source{Dir: dir}, ManagerOptions{Logger: quietLogger()})
+	m, err := NewManager(ctx, Source{Dir: dir}, ManagerConfig{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestWatch(t *testing.T) {
 	dir := t.TempDir()
 	a, b := tinySet("A", 1), tinySet("B", 2)
 	writeSet(t, dir, a)
-	m, err := NewManager(ctx, Source{Dir: dir}, ManagerOptions{Logger: quietLogger()})
+	m, err := NewManager(ctx, Source{Dir: dir}, ManagerConfig{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,7 +171,7 @@ type bench struct {
 	out  io.Writer
 
 	cli   *clientv3.Client // raw client of designs a and c
-	forms *authz.Formations
+	forms *authz.UseCases
 	reg   *authz.Registry
 	url   string
 	http  *http.Client
@@ -341,7 +341,7 @@ func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerOptions{Logger: log})
+	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("default policies: %w", err)
 	}
@@ -362,7 +362,7 @@ func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	issuer, err := authz.NewTokenIssuer(dispatch, "fcd-bench", 0)
+	issuer, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: dispatch, Issuer: "fcd-bench"})
 	if err != nil {
 		return nil, err
 	}
@@ -370,9 +370,15 @@ func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.L
 	var publishing sync.WaitGroup
 	publishing.Go(func() { issuer.Publish(pctx, store) })
 
-	b.reg = authz.NewRegistry(store, verifier, log)
-	b.forms = authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Hour, Logger: log, Issuer: issuer})
-	h, err := api.New(api.Config{Registry: b.reg, Formations: b.forms, Auth: auth, Logger: log})
+	if b.reg, err = authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: verifier, Logger: log}); err != nil {
+		pcancel()
+		return nil, err
+	}
+	if b.forms, err = authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: log, Issuer: issuer}); err != nil {
+		pcancel()
+		return nil, err
+	}
+	h, err := api.New(api.Config{Registry: b.reg, UseCases: b.forms, Auth: auth, Logger: log})
 	if err != nil {
 		pcancel()
 		return nil, err
@@ -458,7 +464,7 @@ const benchTool = "github/get_repository"
 
 // form records one ready formation in its own session.
 func (b *bench) form(ctx context.Context, session string, i int) (*record.Formation, error) {
-	f, err := b.forms.Form(ctx, authz.FormRequest{
+	f, err := b.forms.Formations.Form(ctx, authz.FormRequest{
 		Snapshot: b.snapshot, Session: session, Tool: benchTool,
 		Arguments: json.RawMessage(fmt.Sprintf(`{"owner":"bench","repo":"r%d"}`, i)), Host: "bench-host",
 	})

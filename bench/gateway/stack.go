@@ -133,7 +133,7 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	if err != nil {
 		return nil, err
 	}
-	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerOptions{Logger: quiet})
+	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	if err != nil {
 		return nil, err
 	}
-	iss, err := authz.NewTokenIssuer(sigKey, issuerName, 30*time.Second)
+	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: sigKey, Issuer: issuerName, Lifetime: 30 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -149,9 +149,17 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	var publishing sync.WaitGroup
 	publishing.Go(func() { iss.Publish(pctx, store) })
 	s.closers = append(s.closers, func() { pcancel(); publishing.Wait() })
+	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	useCases, err := authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: quiet, Issuer: iss})
+	if err != nil {
+		return nil, err
+	}
 	h, err := api.New(api.Config{
-		Registry:     authz.NewRegistry(store, mverifier, quiet),
-		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{TTL: time.Hour, Logger: quiet, Issuer: iss}),
+		Registry:     registry,
+		UseCases:     useCases,
 		PolicyStatus: pm.Status, Auth: auth, Logger: quiet,
 	})
 	if err != nil {

@@ -87,7 +87,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer store.Close()
 
 	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
-	pm, err := policy.NewManager(ctx, src, policy.ManagerOptions{Logger: log})
+	pm, err := policy.NewManager(ctx, src, policy.ManagerConfig{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -110,13 +110,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
-	registry := authz.NewRegistry(store, verifier, log)
 	var certificates *manifest.Verifier
 	if cfg.IssuerKeys != "" {
 		if certificates, err = manifest.LoadVerifier(cfg.IssuerKeys); err != nil {
 			return fmt.Errorf("issuer keys: %w", err)
 		}
-		registry.WithCertificateIssuers(certificates)
+	}
+	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: verifier, Certificates: certificates, Logger: log})
+	if err != nil {
+		return err
 	}
 
 	var issuer *authz.TokenIssuer
@@ -125,7 +127,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("signing key: %w", err)
 		}
-		if issuer, err = authz.NewTokenIssuer(key, cfg.Issuer, time.Duration(cfg.TokenLifetime)); err != nil {
+		if issuer, err = authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: cfg.Issuer, Lifetime: time.Duration(cfg.TokenLifetime)}); err != nil {
 			return err
 		}
 		go issuer.Publish(ctx, store)
@@ -134,17 +136,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Warn("no --signing-key: admission is disabled")
 	}
 
-	formations := authz.NewFormations(store, pm, authz.FormationConfig{
-		TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer, Certificates: certificates,
+	useCases, err := authz.New(authz.Config{
+		Store: store, Decider: pm, TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer, Certificates: certificates,
 		ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
 	})
+	if err != nil {
+		return err
+	}
 	// Leases whose backend never reported become uncertain, visible to
 	// operators, instead of holding their epoch back silently.
-	go formations.RunSweeper(ctx, time.Minute)
+	go useCases.Leases.RunSweeper(ctx, time.Minute)
 
 	apiCfg := api.Config{
 		Registry:     registry,
-		Formations:   formations,
+		UseCases:     useCases,
 		PolicyStatus: pm.Status,
 		Auth:         auth,
 		BodyLimit:    cfg.BodyLimit,

@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
@@ -203,7 +204,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerOptions{Logger: log})
+	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := authz.NewTokenIssuer(sigKey, issuerName, opts.TokenLifetime)
+	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: sigKey, Issuer: issuerName, Lifetime: opts.TokenLifetime})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +220,8 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	h, err := api.New(api.Config{
-		Registry:     authz.NewRegistry(store, mverifier, log).WithCertificateIssuers(issuers),
-		Formations:   authz.NewFormations(store, pm, authz.FormationConfig{Logger: log, Issuer: iss, Certificates: issuers}),
+		Registry:     authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: log, Certificates: issuers}),
+		UseCases:     authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuers}),
 		PolicyStatus: pm.Status, Auth: auth, Logger: log,
 	})
 	if err != nil {

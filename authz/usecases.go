@@ -1,0 +1,106 @@
+package authz
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// Config configures the use cases of [New]. Store and Decider are
+// required; zero values of the other fields mean their defaults.
+type Config struct {
+	// Store is the ordered store. Required.
+	Store *lease.Store
+	// Decider decides formations by policy. Required.
+	Decider Decider
+	// TTL is how long a formation may wait for approval and admission;
+	// zero means 15 minutes.
+	TTL time.Duration
+	// Retention is how long a record is kept after it expires, for audit;
+	// zero means 24 hours.
+	Retention time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Issuer signs dispatch tokens; nil disables admission.
+	Issuer *TokenIssuer
+	// ReportGrace is how long after an admission its dispatch token may be
+	// issued again (a retried admission) and an outcome report is awaited
+	// beyond the last token's expiry; an admitted lease still unreported
+	// after 2×ReportGrace + the token lifetime is marked uncertain by
+	// Leases.SweepUnreported. Zero means 5 minutes.
+	ReportGrace time.Duration
+	// Certificates verifies compatibility certificates (the issuer keys).
+	// A formation captures a successor only through a certificate that
+	// verifies against it at formation, and is admitted to it only if it
+	// still does; nil means no call ever has a successor.
+	Certificates *manifest.Verifier
+	// GatewayCaller says whether a gateway admission is bound to the
+	// caller the gateway authenticated; zero means CallerPrincipal.
+	GatewayCaller CallerBinding
+}
+
+// UseCases are fcd's use cases over one store, split by who calls them:
+// hosts and approvers form and approve calls (Formations), gateways admit
+// them (Admissions, and Gate for a request of an MCP session), backends
+// and operators close their leases (Leases). They share one replica's
+// caches — a formation this replica saw become ready, pool generations,
+// verified certificates, compiled schemas — and one set of metrics.
+type UseCases struct {
+	Formations *Formations
+	Admissions *Admissions
+	Leases     *Leases
+	Gate       *Gate
+	metrics    *metrics
+}
+
+// New returns the use cases configured by cfg.
+func New(cfg Config) (*UseCases, error) {
+	if cfg.Store == nil || cfg.Decider == nil {
+		return nil, errors.New("authz: Config.Store and Config.Decider are required")
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 15 * time.Minute
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 24 * time.Hour
+	}
+	if cfg.ReportGrace <= 0 {
+		cfg.ReportGrace = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.GatewayCaller == "" {
+		cfg.GatewayCaller = CallerPrincipal
+	}
+	m := newMetrics()
+	ready := &readyCache{entries: boundedMap[readyEntry]{max: maxReadyCache}}
+	schemas := &schemaCache{}
+	generations := &sync.Map{}
+	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, log: cfg.Logger}
+	succ.verified.entries.max = maxVerifiedCache
+	u := &UseCases{metrics: m}
+	u.Formations = &Formations{
+		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, ready: ready, metrics: m,
+		ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger,
+	}
+	u.Admissions = &Admissions{
+		store: cfg.Store, decider: cfg.Decider, successors: succ, ready: ready, generations: generations,
+		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger,
+	}
+	u.Leases = &Leases{
+		store: cfg.Store, issuer: cfg.Issuer, generations: generations, grace: cfg.ReportGrace,
+		retention: cfg.Retention, metrics: m, now: cfg.Now, log: cfg.Logger,
+	}
+	u.Gate = &Gate{formations: u.Formations, admissions: u.Admissions, caller: cfg.GatewayCaller}
+	return u, nil
+}

@@ -1,0 +1,29 @@
+// Package authztest builds authz's use cases for tests, failing the test
+// instead of returning an error, so that test setups stay one line.
+package authztest
+
+import (
+	"testing"
+
+	"github.com/fcd-authz/fcd/authz"
+)
+
+// New returns the use cases of cfg, failing t on error.
+func New(t testing.TB, cfg authz.Config) *authz.UseCases {
+	t.Helper()
+	uc, err := authz.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uc
+}
+
+// Registry returns the registry of cfg, failing t on error.
+func Registry(t testing.TB, cfg authz.RegistryConfig) *authz.Registry {
+	t.Helper()
+	r, err := authz.NewRegistry(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

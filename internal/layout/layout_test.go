@@ -1,0 +1,111 @@
+// Package layout holds the test that keeps fcd's import graph pointing
+// one way: the README's "Import direction" table, checked against `go
+// list` on every test run.
+package layout
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/fcd-authz/fcd"
+
+// allowed lists, for each package of the server and of what backends
+// embed, the fcd packages it may import directly. Commands, benchmarks
+// and internal test helpers sit above all of them and are not listed.
+var allowed = map[string][]string{
+	"manifest":     {},
+	"policies":     {},
+	"fencecheck":   {},
+	"record":       {"manifest"},
+	"lease":        {"record", "manifest"},
+	"authz/policy": {"record", "manifest"},
+	"authz":        {"lease", "authz/policy", "fencecheck", "record", "manifest"},
+	"api":          {"authz", "authz/policy", "fencecheck", "record", "manifest"},
+}
+
+// forbiddenDeps are modules a package must not pull in, even indirectly:
+// backends embed fencecheck (no etcd, no policy engines), and evaluating
+// a policy needs no store.
+var forbiddenDeps = map[string][]string{
+	"fencecheck":   {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"record":       {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"authz/policy": {"go.etcd.io/"},
+	"manifest":     {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+}
+
+type pkg struct {
+	imports, deps []string
+}
+
+func list(t *testing.T) map[string]pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \",\"}} {{join .Deps \",\"}}", module+"/...")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list: %v\n%s", err, stderr)
+	}
+	pkgs := map[string]pkg{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), " ")
+		for len(f) < 3 {
+			f = append(f, "")
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(f[0], module), "/")
+		pkgs[name] = pkg{imports: strings.Split(f[1], ","), deps: strings.Split(f[2], ",")}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+func TestImportDirection(t *testing.T) {
+	pkgs := list(t)
+	for name, may := range allowed {
+		p, ok := pkgs[name]
+		if !ok {
+			t.Errorf("package %s is not in the module any more: update the table", name)
+			continue
+		}
+		for _, imp := range p.imports {
+			own, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			if !slices.Contains(may, own) {
+				t.Errorf("%s imports %s; it may import only %v of fcd's packages", name, own, may)
+			}
+		}
+	}
+	// Nothing but the commands, benchmarks and end-to-end tests imports
+	// the transport.
+	for name, p := range pkgs {
+		if slices.Contains(p.imports, module+"/api") && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "bench/") {
+			t.Errorf("%s imports api; only commands and benchmarks may", name)
+		}
+	}
+}
+
+func TestForbiddenDependencies(t *testing.T) {
+	pkgs := list(t)
+	for name, prefixes := range forbiddenDeps {
+		for _, dep := range pkgs[name].deps {
+			for _, prefix := range prefixes {
+				if strings.HasPrefix(dep, prefix) {
+					t.Errorf("%s depends on %s (no %s* allowed there)", name, dep, prefix)
+				}
+			}
+		}
+	}
+}
