@@ -1,18 +1,13 @@
 package fencecheck
 
 import (
-	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -87,24 +82,21 @@ func (o LeaseClientOptions) LogValue() slog.Value {
 // LeaseClient claims leases at authzd's POST /v1/leases/{lease}/claim with
 // a backend credential. It is safe for concurrent use.
 type LeaseClient struct {
-	opts LeaseClientOptions
-	base string
+	opts   LeaseClientOptions
+	authzd *authzdClient
 }
 
 // NewLeaseClient returns a client for authzd's lease claims.
 func NewLeaseClient(opts LeaseClientOptions) (*LeaseClient, error) {
-	u, err := url.Parse(opts.AuthzdURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("fencecheck: lease client: AuthzdURL %q is not an http(s) URL", opts.AuthzdURL)
-	}
-	if opts.Credential == "" {
-		return nil, errors.New("fencecheck: lease client: a backend credential is required")
-	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{
 			Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 			ForceAttemptHTTP2: true,
 		}}
+	}
+	c, err := newAuthzdClient("lease client", opts.AuthzdURL, opts.Credential, opts.HTTPClient)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultClaimTimeout
@@ -115,75 +107,38 @@ func NewLeaseClient(opts LeaseClientOptions) (*LeaseClient, error) {
 	if opts.Backoff <= 0 {
 		opts.Backoff = DefaultClaimBackoff
 	}
-	return &LeaseClient{opts: opts, base: strings.TrimRight(opts.AuthzdURL, "/")}, nil
+	return &LeaseClient{opts: opts, authzd: c}, nil
 }
 
 // Claim implements [Claimer].
 func (lc *LeaseClient) Claim(ctx context.Context, c *Claims, claimID string) error {
 	ctx, cancel := context.WithTimeout(ctx, lc.opts.Timeout)
 	defer cancel()
-	body, err := json.Marshal(struct {
+	body := struct {
 		Claim    string `json:"claim"`
 		Epoch    string `json:"epoch"`
 		Revision int64  `json:"revision"`
-	}{claimID, c.Epoch, c.Revision})
-	if err != nil {
-		return fmt.Errorf("fencecheck: claim: %w", err)
-	}
-	target := lc.base + "/v1/leases/" + url.PathEscape(c.ID) + "/claim"
-	wait := lc.opts.Backoff
-	var last error
-	for attempt := 1; ; attempt++ {
-		retry, err := lc.post(ctx, target, body)
-		if err == nil || !retry {
-			return err
+	}{claimID, c.Epoch, c.Revision}
+	err := retry(ctx, lc.opts.Attempts, lc.opts.Backoff, lc.opts.Timeout, func() error {
+		a, err := lc.authzd.leasePost(ctx, c.ID, "claim", body)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return errGiveUp{err}
+		case err != nil:
+			return err // the claim may have landed: the same claim id finds it
+		case a.status == http.StatusOK:
+			return nil
+		case a.slug == "lease-claimed":
+			return errGiveUp{ErrAlreadyClaimed}
+		case a.slug == "lease-closed", a.slug == "lease-uncertain", a.slug == "lease-not-found":
+			return errGiveUp{fmt.Errorf("%w: authzd answered %s", ErrLeaseGone, a.slug)}
+		case a.transient():
+			return fmt.Errorf("authzd answered %s", a)
 		}
-		last = err
-		if attempt == lc.opts.Attempts {
-			break
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("fencecheck: claim %s: %w (last: %v)", c.ID, ctx.Err(), last)
-		}
-		wait *= 2
-	}
-	return fmt.Errorf("fencecheck: claim %s: %w", c.ID, last)
-}
-
-// post sends one claim; retry tells whether a failure is transient.
-func (lc *LeaseClient) post(ctx context.Context, target string, body []byte) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+		return errGiveUp{fmt.Errorf("authzd answered %s", a)}
+	})
 	if err != nil {
-		return false, err
+		return fmt.Errorf("fencecheck: claim %s: %w", c.ID, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+lc.opts.Credential)
-	resp, err := lc.opts.HTTPClient.Do(req)
-	if err != nil {
-		return ctx.Err() == nil, err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusOK {
-		return false, nil
-	}
-	var problem struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(msg, &problem)
-	slug := problem.Type[strings.LastIndexByte(problem.Type, '#')+1:]
-	switch {
-	case slug == "lease-claimed":
-		return false, ErrAlreadyClaimed
-	case slug == "lease-closed", slug == "lease-uncertain", slug == "lease-not-found":
-		return false, fmt.Errorf("%w: authzd answered %s", ErrLeaseGone, slug)
-	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests,
-		resp.StatusCode >= 500:
-		return true, fmt.Errorf("authzd answered %s", resp.Status)
-	}
-	return false, fmt.Errorf("authzd answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+	return nil
 }

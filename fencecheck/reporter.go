@@ -1,17 +1,11 @@
 package fencecheck
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,7 +115,7 @@ type ReporterStats struct {
 // workers.
 type Reporter struct {
 	opts    ReporterOptions
-	base    string
+	authzd  *authzdClient
 	log     *slog.Logger
 	queue   chan OutcomeReport
 	stop    context.Context // cancelled when Close gives up draining
@@ -136,15 +130,12 @@ type Reporter struct {
 
 // NewReporter starts a reporter's workers.
 func NewReporter(opts ReporterOptions) (*Reporter, error) {
-	u, err := url.Parse(opts.AuthzdURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("fencecheck: reporter: AuthzdURL %q is not an http(s) URL", opts.AuthzdURL)
-	}
-	if opts.Credential == "" {
-		return nil, errors.New("fencecheck: reporter: a backend credential is required")
-	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: defaultReportHTTPTimeout}
+	}
+	c, err := newAuthzdClient("reporter", opts.AuthzdURL, opts.Credential, opts.HTTPClient)
+	if err != nil {
+		return nil, err
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultReportQueue
@@ -162,10 +153,10 @@ func NewReporter(opts ReporterOptions) (*Reporter, error) {
 		opts.MaxBackoff = DefaultReportMaxBackoff
 	}
 	r := &Reporter{
-		opts:  opts,
-		base:  strings.TrimRight(opts.AuthzdURL, "/"),
-		log:   opts.Logger,
-		queue: make(chan OutcomeReport, opts.QueueSize),
+		opts:   opts,
+		authzd: c,
+		log:    opts.Logger,
+		queue:  make(chan OutcomeReport, opts.QueueSize),
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -235,90 +226,38 @@ func (r *Reporter) work() {
 
 // deliver posts one report, retrying transient failures.
 func (r *Reporter) deliver(rep OutcomeReport) {
-	body, _ := json.Marshal(struct {
+	body := struct {
 		Outcome Outcome `json:"outcome"`
 		Detail  string  `json:"detail"`
 		Claim   string  `json:"claim,omitempty"`
-	}{rep.Outcome, rep.Detail, rep.Claim})
-	target := r.base + "/v1/leases/" + url.PathEscape(rep.Lease) + "/complete"
-	wait := r.opts.Backoff
-	var last error
-	for attempt := 1; attempt <= r.opts.MaxAttempts; attempt++ {
+	}{rep.Outcome, rep.Detail, rep.Claim}
+	release := rep.Claim == "" && rep.Outcome == OutcomeRejected
+	err := retry(r.stop, r.opts.MaxAttempts, r.opts.Backoff, r.opts.MaxBackoff, func() error {
 		if r.stop.Err() != nil {
-			break
+			return errGiveUp{errors.New("abandoned at close")}
 		}
-		retry, err := r.post(target, body)
-		if err == nil {
-			r.sent.Add(1)
-			return
-		}
-		if rep.Claim == "" && rep.Outcome == OutcomeRejected && errors.Is(err, errNotReleasable) {
+		a, err := r.authzd.leasePost(r.stop, rep.Lease, "complete", body)
+		switch {
+		case err != nil:
+			return err
+		case a.status >= 200 && a.status < 300:
+			return nil
+		case a.transient():
+			return fmt.Errorf("authzd answered %s", a)
+		case release && a.status == http.StatusConflict &&
+			(a.slug == "lease-claimed" || a.slug == "lease-closed" || a.slug == "lease-uncertain"):
 			// A release of a lease another call claimed (it runs there) or
 			// that is closed already: nothing to release, as intended.
-			r.log.Debug("fencecheck: lease not released", "jti", rep.Lease, "err", err)
-			r.sent.Add(1)
-			return
+			r.log.Debug("fencecheck: lease not released", "jti", rep.Lease, "authzd", a.slug)
+			return nil
 		}
-		last = err
-		if !retry {
-			break
-		}
-		if attempt == r.opts.MaxAttempts {
-			break
-		}
-		// Full jitter around the current step, so instances that lost
-		// authzd together do not retry together.
-		d := wait/2 + rand.N(wait/2+1)
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-r.stop.Done():
-			t.Stop()
-		}
-		wait = min(2*wait, r.opts.MaxBackoff)
-	}
-	if last == nil {
-		last = errors.New("abandoned at close")
+		return errGiveUp{fmt.Errorf("authzd answered %s", a)}
+	})
+	if err == nil {
+		r.sent.Add(1)
+		return
 	}
 	r.failed.Add(1)
 	r.log.Error("fencecheck: outcome report failed; the lease stays open in authzd",
-		"jti", rep.Lease, "outcome", rep.Outcome, "err", last)
+		"jti", rep.Lease, "outcome", rep.Outcome, "err", err)
 }
-
-// post sends one attempt; retry tells whether a failure is transient.
-func (r *Reporter) post(target string, body []byte) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(r.stop, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+r.opts.Credential)
-	resp, err := r.opts.HTTPClient.Do(req)
-	if err != nil {
-		return true, err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return false, nil
-	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests,
-		resp.StatusCode >= 500:
-		return true, fmt.Errorf("authzd answered %s", resp.Status)
-	}
-	if resp.StatusCode == http.StatusConflict {
-		var problem struct {
-			Type string `json:"type"`
-		}
-		_ = json.Unmarshal(msg, &problem)
-		switch problem.Type[strings.LastIndexByte(problem.Type, '#')+1:] {
-		case "lease-claimed", "lease-closed", "lease-uncertain":
-			return false, fmt.Errorf("%w: authzd answered %s", errNotReleasable, problem.Type)
-		}
-	}
-	return false, fmt.Errorf("authzd answered %s: %s", resp.Status, bytes.TrimSpace(msg))
-}
-
-// errNotReleasable: authzd refused a release because the lease is claimed
-// by another call, closed or uncertain.
-var errNotReleasable = errors.New("the lease is not releasable")
