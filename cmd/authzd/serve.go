@@ -216,8 +216,9 @@ func (s *server) openStore(ctx context.Context) error {
 			return fmt.Errorf("etcd TLS: %w", err)
 		}
 	}
-	// The store's client lives until Close, not until ctx ends: requests
-	// still in flight during the graceful shutdown use it.
+	// The store lives until Close, not until ctx ends (etcd's client
+	// cancels with it whatever has no context of its own): requests still
+	// in flight during the graceful shutdown use it.
 	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS})
 	if err != nil {
 		return err
