@@ -35,6 +35,31 @@ type Config struct {
 	// the CA that signed the members' certificates and, for a cluster that
 	// authenticates clients, this client's certificate.
 	TLS *tls.Config
+	// Now is the store's clock: every time it records (registration,
+	// update and expiry times, retirement deadlines) is read from it. Nil
+	// means time.Now.
+	Now func() time.Time
+}
+
+// Validate reports a configuration [Open] refuses: no endpoints, an empty
+// endpoint, or a negative timeout.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Endpoints) == 0 {
+		errs = append(errs, errors.New("lease: no etcd endpoints"))
+	}
+	for i, e := range c.Endpoints {
+		if strings.TrimSpace(e) == "" {
+			errs = append(errs, fmt.Errorf("lease: etcd endpoint %d is empty", i))
+		}
+	}
+	if c.DialTimeout < 0 {
+		errs = append(errs, fmt.Errorf("lease: negative dial timeout %s", c.DialTimeout))
+	}
+	if c.OpTimeout < 0 {
+		errs = append(errs, fmt.Errorf("lease: negative operation timeout %s", c.OpTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Store is the etcd-backed store. It is safe for concurrent use; replicas
@@ -53,8 +78,8 @@ type Store struct {
 // store whose etcd is down opens, and every operation fails closed with
 // ErrUnavailable until etcd answers.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	if len(cfg.Endpoints) == 0 {
-		return nil, errors.New("lease: no etcd endpoints")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	prefix := orDefault(cfg.Prefix, "/fcd/")
 	if !strings.HasSuffix(prefix, "/") {
@@ -72,6 +97,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		TLS:         cfg.TLS,
@@ -85,7 +114,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: etcd client: %w", err)
 	}
-	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, log: log, now: time.Now}, nil
+	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, log: log, now: now}, nil
 }
 
 // Close releases the connection to etcd.

@@ -94,26 +94,6 @@ type Config struct {
 	Dev bool `json:"dev"`
 }
 
-// defaultConfig returns the configuration of `authzd serve` with no flags.
-func defaultConfig() Config {
-	return Config{
-		Listen:                "127.0.0.1:8080",
-		DataDir:               "fcd-data",
-		EtcdPrefix:            "/fcd/",
-		EmbeddedEtcdClientURL: "http://127.0.0.1:2379",
-		EmbeddedEtcdPeerURL:   "http://127.0.0.1:2380",
-		BodyLimit:             1 << 20,
-		LogLevel:              "info",
-		PolicyPoll:            Duration(2 * time.Second),
-		FormationTTL:          Duration(15 * time.Minute),
-		SigningAlg:            "EdDSA",
-		Issuer:                "fcd",
-		TokenLifetime:         Duration(30 * time.Second),
-		ReportGrace:           Duration(5 * time.Minute),
-		GatewayCaller:         string(authz.CallerPrincipal),
-	}
-}
-
 // Validate reports a configuration authzd cannot run with.
 func (c *Config) Validate() error {
 	var errs []error
@@ -154,104 +134,120 @@ func (c *Config) Validate() error {
 }
 
 // parseServeFlags builds the configuration from defaults, the --config
-// file and the flags, in that order of precedence (last wins).
+// file and the flags, in that order of precedence (last wins). Each flag
+// is bound once to its Config field, which registration sets to the
+// default: the command line is parsed once to find --config, the file is
+// decoded into the same Config, and the command line is parsed again so
+// that the flags given there win.
 func parseServeFlags(args []string) (Config, error) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
-	var fl Config
-	def := defaultConfig()
-	configFile := fs.String("config", "", "YAML or JSON configuration file; flags override it")
-	fs.StringVar(&fl.Listen, "listen", def.Listen, "HTTP listen address")
-	fs.StringVar(&fl.GRPCListen, "grpc-listen", "", "listen address of the Envoy ext_authz gRPC service (empty: off)")
-	fs.StringVar(&fl.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS and gRPC over TLS with (with --tls-key)")
-	fs.StringVar(&fl.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&fl.DataDir, "data-dir", def.DataDir, "data directory (embedded etcd, dev keys and credentials)")
-	endpoints := fs.String("etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
-	fs.StringVar(&fl.EtcdPrefix, "etcd-prefix", def.EtcdPrefix, "key prefix in etcd")
-	fs.StringVar(&fl.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
-	fs.StringVar(&fl.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
-	fs.StringVar(&fl.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
-	fs.StringVar(&fl.EmbeddedEtcdClientURL, "embedded-etcd-client-url", def.EmbeddedEtcdClientURL, "client URL of the embedded etcd (loopback)")
-	fs.StringVar(&fl.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", def.EmbeddedEtcdPeerURL, "peer URL of the embedded etcd (loopback)")
-	fs.StringVar(&fl.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
-	fs.StringVar(&fl.IssuerKeys, "issuer-keys", "", "JWKS file of trusted compatibility-certificate issuer keys")
-	fs.StringVar(&fl.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
-	fs.Int64Var(&fl.BodyLimit, "body-limit", def.BodyLimit, "request body limit in bytes")
-	fs.StringVar(&fl.LogLevel, "log-level", def.LogLevel, "log level: debug, info, warn, error")
-	fs.StringVar(&fl.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
-	fs.TextVar(&fl.PolicyPoll, "policy-poll", def.PolicyPoll, "how often to check the policy directory for changes")
-	fs.TextVar(&fl.FormationTTL, "formation-ttl", def.FormationTTL, "how long a formation may wait for approval and admission")
-	fs.TextVar(&fl.ReportGrace, "report-grace", def.ReportGrace, "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
-	fs.StringVar(&fl.GatewayCaller, "gateway-caller", def.GatewayCaller, "bind gateway admissions to the caller the gateway authenticated (its Fcd-Caller header): principal (a formation runs only for its principal) or off")
-	fs.StringVar(&fl.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
-	fs.StringVar(&fl.SigningAlg, "signing-alg", def.SigningAlg, "algorithm of the key --dev generates: EdDSA or ES256")
-	fs.StringVar(&fl.Issuer, "issuer", def.Issuer, "iss claim of dispatch tokens")
-	fs.TextVar(&fl.TokenLifetime, "token-lifetime", def.TokenLifetime, "dispatch token lifetime")
-	fs.BoolVar(&fl.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
-	if err := fs.Parse(args); err != nil {
-		return Config{}, fmt.Errorf("%w: %w", errUsage, err)
+	var cfg Config
+	fl := bindServeFlags(&cfg)
+	if err := fl.parse(args); err != nil {
+		return Config{}, err
 	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if fl.configFile == "" {
+		return cfg, nil
 	}
-	if *endpoints != "" {
-		fl.EtcdEndpoints = splitList(*endpoints)
+	if err := cfg.decodeFile(fl.configFile, fl.paths); err != nil {
+		return Config{}, err
 	}
-
-	cfg := def
-	if *configFile != "" {
-		data, err := os.ReadFile(*configFile)
-		if err != nil {
-			return Config{}, fmt.Errorf("config: %w", err)
-		}
-		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-			return Config{}, fmt.Errorf("config %s: %w", *configFile, err)
-		}
-		// Relative paths in the file are relative to the file.
-		base := filepath.Dir(*configFile)
-		for _, p := range []*string{&cfg.DataDir, &cfg.RegistrarKeys, &cfg.Credentials, &cfg.PolicyDir, &cfg.SigningKey, &cfg.IssuerKeys} {
-			if *p != "" && !filepath.IsAbs(*p) {
-				*p = filepath.Join(base, *p)
-			}
-		}
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	override := map[string]func(){
-		"listen":                   func() { cfg.Listen = fl.Listen },
-		"grpc-listen":              func() { cfg.GRPCListen = fl.GRPCListen },
-		"tls-cert":                 func() { cfg.TLSCert = fl.TLSCert },
-		"tls-key":                  func() { cfg.TLSKey = fl.TLSKey },
-		"data-dir":                 func() { cfg.DataDir = fl.DataDir },
-		"etcd-endpoints":           func() { cfg.EtcdEndpoints = fl.EtcdEndpoints },
-		"etcd-prefix":              func() { cfg.EtcdPrefix = fl.EtcdPrefix },
-		"etcd-ca":                  func() { cfg.EtcdCA = fl.EtcdCA },
-		"etcd-cert":                func() { cfg.EtcdCert = fl.EtcdCert },
-		"etcd-key":                 func() { cfg.EtcdKey = fl.EtcdKey },
-		"embedded-etcd-client-url": func() { cfg.EmbeddedEtcdClientURL = fl.EmbeddedEtcdClientURL },
-		"embedded-etcd-peer-url":   func() { cfg.EmbeddedEtcdPeerURL = fl.EmbeddedEtcdPeerURL },
-		"registrar-keys":           func() { cfg.RegistrarKeys = fl.RegistrarKeys },
-		"credentials":              func() { cfg.Credentials = fl.Credentials },
-		"issuer-keys":              func() { cfg.IssuerKeys = fl.IssuerKeys },
-		"body-limit":               func() { cfg.BodyLimit = fl.BodyLimit },
-		"log-level":                func() { cfg.LogLevel = fl.LogLevel },
-		"dev":                      func() { cfg.Dev = fl.Dev },
-		"policy-dir":               func() { cfg.PolicyDir = fl.PolicyDir },
-		"policy-poll":              func() { cfg.PolicyPoll = fl.PolicyPoll },
-		"formation-ttl":            func() { cfg.FormationTTL = fl.FormationTTL },
-		"report-grace":             func() { cfg.ReportGrace = fl.ReportGrace },
-		"gateway-caller":           func() { cfg.GatewayCaller = fl.GatewayCaller },
-		"signing-key":              func() { cfg.SigningKey = fl.SigningKey },
-		"signing-alg":              func() { cfg.SigningAlg = fl.SigningAlg },
-		"issuer":                   func() { cfg.Issuer = fl.Issuer },
-		"token-lifetime":           func() { cfg.TokenLifetime = fl.TokenLifetime },
-	}
-	for name := range set {
-		if o, ok := override[name]; ok {
-			o()
-		}
+	if err := fl.parse(args); err != nil {
+		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// serveFlags is serve's flag set, bound to a Config.
+type serveFlags struct {
+	fs         *flag.FlagSet
+	cfg        *Config
+	configFile string
+	// endpoints is --etcd-endpoints as given, a comma-separated list that
+	// parse splits into cfg.EtcdEndpoints: a string flag, so that -h shows
+	// it as one.
+	endpoints string
+	// paths are the fields that name files or directories: relative in the
+	// configuration file, they are relative to the file.
+	paths []*string
+}
+
+// bindServeFlags registers every flag of serve bound to its field of cfg,
+// setting the field to the flag's default. This is the one place a
+// setting's flag name, default and help are written.
+func bindServeFlags(cfg *Config) *serveFlags {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	fl := &serveFlags{fs: fs, cfg: cfg}
+	path := func(p *string, name, value, usage string) {
+		fs.StringVar(p, name, value, usage)
+		fl.paths = append(fl.paths, p)
+	}
+	fs.StringVar(&fl.configFile, "config", "", "YAML or JSON configuration file; flags override it")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP listen address")
+	fs.StringVar(&cfg.GRPCListen, "grpc-listen", "", "listen address of the Envoy ext_authz gRPC service (empty: off)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS and gRPC over TLS with (with --tls-key)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	path(&cfg.DataDir, "data-dir", "fcd-data", "data directory (embedded etcd, dev keys and credentials)")
+	fs.StringVar(&fl.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
+	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/fcd/", "key prefix in etcd")
+	fs.StringVar(&cfg.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
+	fs.StringVar(&cfg.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
+	fs.StringVar(&cfg.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
+	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd (loopback)")
+	fs.StringVar(&cfg.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd (loopback)")
+	path(&cfg.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
+	path(&cfg.IssuerKeys, "issuer-keys", "", "JWKS file of trusted compatibility-certificate issuer keys")
+	path(&cfg.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
+	fs.Int64Var(&cfg.BodyLimit, "body-limit", 1<<20, "request body limit in bytes")
+	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	path(&cfg.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
+	fs.TextVar(&cfg.PolicyPoll, "policy-poll", Duration(2*time.Second), "how often to check the policy directory for changes")
+	fs.TextVar(&cfg.FormationTTL, "formation-ttl", Duration(15*time.Minute), "how long a formation may wait for approval and admission")
+	fs.TextVar(&cfg.ReportGrace, "report-grace", Duration(5*time.Minute), "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
+	fs.StringVar(&cfg.GatewayCaller, "gateway-caller", string(authz.CallerPrincipal), "bind gateway admissions to the caller the gateway authenticated (its Fcd-Caller header): principal (a formation runs only for its principal) or off")
+	path(&cfg.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
+	fs.StringVar(&cfg.SigningAlg, "signing-alg", "EdDSA", "algorithm of the key --dev generates: EdDSA or ES256")
+	fs.StringVar(&cfg.Issuer, "issuer", "fcd", "iss claim of dispatch tokens")
+	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(30*time.Second), "dispatch token lifetime")
+	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
+	return fl
+}
+
+// parse parses args into the bound Config; flags not given keep what the
+// Config holds.
+func (fl *serveFlags) parse(args []string) error {
+	if err := fl.fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fl.fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.fs.Arg(0))
+	}
+	fl.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "etcd-endpoints" {
+			fl.cfg.EtcdEndpoints = splitList(fl.endpoints)
+		}
+	})
+	return nil
+}
+
+// decodeFile decodes the configuration file over c: the keys it has
+// replace c's fields, unknown keys are refused, and relative paths in
+// the fields paths points to are made relative to the file.
+func (c *Config) decodeFile(file string, paths []*string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, c); err != nil {
+		return fmt.Errorf("config %s: %w", file, err)
+	}
+	base := filepath.Dir(file)
+	for _, p := range paths {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(base, *p)
+		}
+	}
+	return nil
 }
 
 // Duration is a time.Duration written as text ("15m", "2s") in flags and

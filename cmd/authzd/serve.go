@@ -22,145 +22,224 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
 
+const (
+	// shutdownTimeout bounds the graceful shutdown of the servers; past it
+	// in-flight requests and checks are cut.
+	shutdownTimeout = 15 * time.Second
+	// sweepInterval is how often leases never reported are looked for.
+	sweepInterval = time.Minute
+)
+
 // serve runs the server until ctx ends (SIGINT or SIGTERM), then shuts
-// down gracefully: in-flight requests finish, etcd is closed cleanly.
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := parseServeFlags(args)
+// down gracefully: in-flight requests finish, every goroutine serve
+// started returns, and only then are the store and etcd closed.
+func serve(ctx context.Context, args []string, stderr io.Writer) (err error) {
+	s, err := build(ctx, args, stderr)
 	if err != nil {
 		return err
+	}
+	defer func() {
+		if cerr := s.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		if err == nil {
+			s.log.Info("stopped")
+		}
+	}()
+	return s.run(ctx)
+}
+
+// server is what build constructs and run runs.
+type server struct {
+	cfg    Config
+	log    *slog.Logger
+	stderr io.Writer
+
+	member   *lease.Embedded // nil with an external cluster
+	store    *lease.Store
+	policies *policy.Manager
+	issuer   *authz.TokenIssuer // nil without a signing key: no admission
+	useCases *authz.UseCases
+
+	http     *http.Server
+	httpLn   net.Listener
+	url      string
+	grpc     *grpc.Server // nil without --grpc-listen
+	grpcLn   net.Listener
+	dev      *devCredentials // nil without --dev
+	hup      chan os.Signal  // SIGHUP, registered for as long as the server lives
+	serveTLS bool
+}
+
+// build parses the command line and constructs everything serve runs:
+// the store (on the embedded etcd member unless the cluster is external),
+// the policies, the token issuer, the use cases, the HTTP handler and the
+// servers, listening. It starts no goroutine of its own. If it fails, it
+// closes what it built.
+func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err error) {
+	cfg, err := parseServeFlags(args)
+	if err != nil {
+		return nil, err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return fmt.Errorf("log level: %w", err)
+		return nil, fmt.Errorf("log level: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	var dev *devCredentials
-	if cfg.Dev {
-		if dev, err = devSetup(&cfg, stderr); err != nil {
-			return err
+	s := &server{cfg: cfg, stderr: stderr, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	if s.cfg.Dev {
+		if s.dev, err = devSetup(&s.cfg, stderr); err != nil {
+			return nil, err
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("configuration: %w", err)
+	if err := s.cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
 	}
+	cfg = s.cfg
 
 	verifier, err := manifest.LoadVerifier(cfg.RegistrarKeys)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("registrar keys: %w", err)
 	}
 	auth, err := loadCredentials(cfg.Credentials)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
+	defer func() {
+		if err == nil {
+			return
+		}
+		if cerr := s.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := s.openStore(ctx); err != nil {
+		return nil, err
+	}
+	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
+	if s.policies, err = policy.NewManager(ctx, src, policy.ManagerConfig{Logger: s.log}); err != nil {
+		return nil, err
+	}
+	s.log.Info("policies loaded", "source", src.String(), "digest", s.policies.Status().Digest)
+	// Registered now, so that a SIGHUP once the server listens reloads
+	// the policies instead of ending the process.
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
+
+	registry, err := s.buildUseCases(verifier)
+	if err != nil {
+		return nil, err
+	}
+	// The gRPC service shares the HTTP handler's use cases (and their
+	// caches): a call formed through one is admitted through the other.
+	apiCfg := api.Config{
+		Registry:     registry,
+		UseCases:     s.useCases,
+		PolicyStatus: s.policies.Status,
+		Auth:         auth,
+		BodyLimit:    cfg.BodyLimit,
+		Logger:       s.log,
+	}
+	if err := s.listen(apiCfg); err != nil {
+		return nil, err
+	}
+	if s.dev != nil {
+		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), s.dev, s.url); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// buildUseCases builds the registry, the token issuer (with a signing
+// key) and the use cases on the store and the policies.
+func (s *server) buildUseCases(verifier *manifest.Verifier) (*authz.Registry, error) {
+	cfg := &s.cfg
+	var certificates *manifest.Verifier
+	var err error
+	if cfg.IssuerKeys != "" {
+		if certificates, err = manifest.LoadVerifier(cfg.IssuerKeys); err != nil {
+			return nil, fmt.Errorf("issuer keys: %w", err)
+		}
+	}
+	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: s.store, Manifests: verifier, Certificates: certificates, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.SigningKey != "" {
+		key, err := manifest.LoadPrivateKey(cfg.SigningKey)
+		if err != nil {
+			return nil, fmt.Errorf("signing key: %w", err)
+		}
+		if s.issuer, err = authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: cfg.Issuer, Lifetime: time.Duration(cfg.TokenLifetime)}); err != nil {
+			return nil, fmt.Errorf("token issuer: %w", err)
+		}
+		s.log.Info("dispatch tokens", "kid", s.issuer.KeyID(), "issuer", cfg.Issuer, "lifetime", s.issuer.Lifetime())
+	} else {
+		s.log.Warn("no --signing-key: admission is disabled")
+	}
+	s.useCases, err = authz.New(authz.Config{
+		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Logger: s.log, Issuer: s.issuer,
+		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return registry, nil
+}
+
+// openStore starts the embedded etcd member unless the configuration
+// names an external cluster, and opens the store on it.
+func (s *server) openStore(ctx context.Context) error {
+	cfg := &s.cfg
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
+		dir, logFile := filepath.Join(cfg.DataDir, "etcd"), filepath.Join(cfg.DataDir, "etcd.log")
 		member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
-			Dir:       filepath.Join(cfg.DataDir, "etcd"),
+			Dir:       dir,
 			ClientURL: cfg.EmbeddedEtcdClientURL,
 			PeerURL:   cfg.EmbeddedEtcdPeerURL,
-			LogFile:   filepath.Join(cfg.DataDir, "etcd.log"),
+			LogFile:   logFile,
 		})
 		if err != nil {
 			return err
 		}
-		defer member.Close()
+		s.member = member
 		endpoints = member.Endpoints()
-		log.Info("embedded etcd started", "dir", filepath.Join(cfg.DataDir, "etcd"), "endpoints", endpoints,
-			"log", filepath.Join(cfg.DataDir, "etcd.log"))
+		s.log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints, "log", logFile)
 	}
 	var etcdTLS *tls.Config
 	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
 		info := transport.TLSInfo{TrustedCAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey}
+		var err error
 		if etcdTLS, err = info.ClientConfig(); err != nil {
 			return fmt.Errorf("etcd TLS: %w", err)
 		}
 	}
-	store, err := lease.Open(ctx, lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: log, TLS: etcdTLS})
+	// The store lives until Close, not until ctx ends (etcd's client
+	// cancels with it whatever has no context of its own): requests still
+	// in flight during the graceful shutdown use it.
+	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS})
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	s.store = store
+	return nil
+}
 
-	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
-	pm, err := policy.NewManager(ctx, src, policy.ManagerConfig{Logger: log})
-	if err != nil {
-		return err
-	}
-	log.Info("policies loaded", "source", src.String(), "digest", pm.Status().Digest)
-	if cfg.PolicyDir != "" {
-		go pm.Watch(ctx, time.Duration(cfg.PolicyPoll))
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				// A failed reload keeps the working set; Reload logs why.
-				_ = pm.Reload(ctx)
-			}
-		}
-	}()
-
-	var certificates *manifest.Verifier
-	if cfg.IssuerKeys != "" {
-		if certificates, err = manifest.LoadVerifier(cfg.IssuerKeys); err != nil {
-			return fmt.Errorf("issuer keys: %w", err)
-		}
-	}
-	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: verifier, Certificates: certificates, Logger: log})
-	if err != nil {
-		return err
-	}
-
-	var issuer *authz.TokenIssuer
-	if cfg.SigningKey != "" {
-		key, err := manifest.LoadPrivateKey(cfg.SigningKey)
-		if err != nil {
-			return fmt.Errorf("signing key: %w", err)
-		}
-		if issuer, err = authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: cfg.Issuer, Lifetime: time.Duration(cfg.TokenLifetime)}); err != nil {
-			return err
-		}
-		go issuer.Publish(ctx, store)
-		log.Info("dispatch tokens", "kid", issuer.KeyID(), "issuer", cfg.Issuer, "lifetime", issuer.Lifetime())
-	} else {
-		log.Warn("no --signing-key: admission is disabled")
-	}
-
-	useCases, err := authz.New(authz.Config{
-		Store: store, Decider: pm, TTL: time.Duration(cfg.FormationTTL), Logger: log, Issuer: issuer, Certificates: certificates,
-		ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
-	})
-	if err != nil {
-		return err
-	}
-	// Leases whose backend never reported become uncertain, visible to
-	// operators, instead of holding their epoch back silently.
-	go useCases.Leases.RunSweeper(ctx, time.Minute)
-
-	apiCfg := api.Config{
-		Registry:     registry,
-		UseCases:     useCases,
-		PolicyStatus: pm.Status,
-		Auth:         auth,
-		BodyLimit:    cfg.BodyLimit,
-		Logger:       log,
-	}
+// listen builds the HTTP server and, with --grpc-listen, the Envoy
+// ext_authz gRPC server, and opens their listeners.
+func (s *server) listen(apiCfg api.Config) error {
+	cfg := &s.cfg
 	handler, err := api.New(apiCfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("HTTP handler: %w", err)
 	}
-	// The gRPC service shares the HTTP handler's use cases (and their
-	// caches): a call formed through one is admitted through the other.
 	var tlsCfg *tls.Config
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
@@ -169,97 +248,185 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	var grpcSrv *grpc.Server
-	var grpcLn net.Listener
 	if cfg.GRPCListen != "" {
 		var opts []grpc.ServerOption
 		if tlsCfg != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 		}
-		if grpcSrv, err = api.NewCheckServer(apiCfg, opts...); err != nil {
-			return err
+		if s.grpc, err = api.NewCheckServer(apiCfg, opts...); err != nil {
+			return fmt.Errorf("gRPC service: %w", err)
 		}
-		if grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
 			return fmt.Errorf("grpc listen: %w", err)
 		}
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		if grpcLn != nil {
-			grpcLn.Close()
-		}
+	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{
+	s.http = &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      authz.MaxRetireWait + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	url := "http://" + ln.Addr().String()
+	s.url = "http://" + s.httpLn.Addr().String()
 	if tlsCfg != nil {
-		srv.TLSConfig = tlsCfg.Clone()
-		url = "https://" + ln.Addr().String()
+		s.http.TLSConfig = tlsCfg.Clone()
+		s.serveTLS = true
+		s.url = "https://" + s.httpLn.Addr().String()
 	}
-	if dev != nil {
-		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), dev, url); err != nil {
-			ln.Close()
-			if grpcLn != nil {
-				grpcLn.Close()
+	return nil
+}
+
+// run serves until ctx ends or a server fails, then shuts down in order:
+// the servers stop accepting and finish what is in flight, the background
+// loops (policy watcher, SIGHUP reloader, token key publisher, lease
+// sweeper) are cancelled, and run returns once every goroutine it started
+// has returned. The store is untouched: Close closes it afterwards.
+func (s *server) run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	// The loops outlive the servers' graceful shutdown (a request in flight
+	// may still need the published key), so they have a context of their
+	// own, cancelled once the servers have stopped.
+	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoops()
+
+	if s.cfg.PolicyDir != "" {
+		g.Go(func() error {
+			s.policies.Watch(loops, time.Duration(s.cfg.PolicyPoll))
+			return nil
+		})
+	}
+	g.Go(func() error {
+		s.reloadOnHUP(loops)
+		return nil
+	})
+	if s.issuer != nil {
+		g.Go(func() error {
+			s.issuer.Publish(loops, s.store)
+			return nil
+		})
+	}
+	// Leases whose backend never reported become uncertain, visible to
+	// operators, instead of holding their epoch back silently.
+	g.Go(func() error {
+		s.useCases.Leases.RunSweeper(loops, sweepInterval)
+		return nil
+	})
+
+	if s.grpc != nil {
+		g.Go(func() error {
+			// nil once stopped; ErrServerStopped if stopped before it began.
+			if err := s.grpc.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return fmt.Errorf("serve gRPC: %w", err)
 			}
-			return err
-		}
-	}
-	grpcErrc := make(chan error, 1)
-	if grpcSrv != nil {
-		go func() { grpcErrc <- grpcSrv.Serve(grpcLn) }()
+			return nil
+		})
 		// Printed before the HTTP line, so that whoever waits for that one
 		// knows both addresses.
-		fmt.Fprintf(stderr, "authzd: ext_authz gRPC on %s\n", grpcLn.Addr())
+		fmt.Fprintf(s.stderr, "authzd: ext_authz gRPC on %s\n", s.grpcLn.Addr())
 	}
+	g.Go(func() error {
+		var err error
+		if s.serveTLS {
+			err = s.http.ServeTLS(s.httpLn, "", "") // HTTP/2 and HTTP/1.1 over TLS
+		} else {
+			err = s.http.Serve(s.httpLn)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
 	// This line is the contract of scripts and tests that start authzd.
-	fmt.Fprintf(stderr, "authzd: listening on %s\n", url)
+	fmt.Fprintf(s.stderr, "authzd: listening on %s\n", s.url)
 
-	errc := make(chan error, 1)
-	go func() {
-		if tlsCfg != nil {
-			errc <- srv.ServeTLS(ln, "", "") // HTTP/2 and HTTP/1.1 over TLS
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
-	select {
-	case err := <-errc:
-		if grpcSrv != nil {
-			grpcSrv.Stop()
-		}
-		return fmt.Errorf("serve: %w", err)
-	case err := <-grpcErrc:
-		_ = srv.Close()
-		return fmt.Errorf("serve gRPC: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if grpcSrv != nil {
-		// In-flight checks finish; past the deadline they are cut.
-		stopped := make(chan struct{})
-		go func() { grpcSrv.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-sctx.Done():
-			grpcSrv.Stop()
-		}
-	}
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	g.Go(func() error {
+		<-gctx.Done() // ctx ended, or a server failed
+		s.log.Info("shutting down")
+		err := s.shutdown()
+		stopLoops()
 		return err
+	})
+	return g.Wait()
+}
+
+// shutdown stops both servers at once: they stop accepting, and what is
+// in flight finishes within shutdownTimeout or is cut.
+func (s *server) shutdown() error {
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var g errgroup.Group
+	if s.grpc != nil {
+		g.Go(func() error {
+			stopped := make(chan struct{})
+			go func() { s.grpc.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-sctx.Done():
+				s.grpc.Stop() // closes what is left; GracefulStop returns
+				<-stopped
+			}
+			return nil
+		})
 	}
-	log.Info("stopped")
-	return nil
+	g.Go(func() error {
+		if err := s.http.Shutdown(sctx); err != nil {
+			_ = s.http.Close() // cut what did not finish
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// reloadOnHUP reloads the policies on every SIGHUP until ctx ends.
+func (s *server) reloadOnHUP(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.hup:
+			// A failed reload keeps the working set; Reload logs why.
+			_ = s.policies.Reload(ctx)
+		}
+	}
+}
+
+// Close releases what build made, last made first closed: the servers and
+// listeners (already stopped when run returned), the SIGHUP registration,
+// the store, and then the embedded etcd member. Call it once run has
+// returned, or when build fails.
+func (s *server) Close() error {
+	var errs []error
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	if s.http != nil {
+		if err := s.http.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close HTTP server: %w", err))
+		}
+	}
+	for _, ln := range []net.Listener{s.httpLn, s.grpcLn} {
+		if ln == nil {
+			continue
+		}
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("close listener: %w", err))
+		}
+	}
+	if s.hup != nil {
+		signal.Stop(s.hup)
+	}
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	if s.member != nil {
+		s.member.Close()
+	}
+	return errors.Join(errs...)
 }

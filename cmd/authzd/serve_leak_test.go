@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"go.uber.org/goleak"
+)
+
+// TestServeJoinsEveryGoroutine starts the whole server (embedded etcd,
+// policy watcher on a directory, token key publisher, sweeper, SIGHUP
+// handler, HTTP and gRPC servers), uses it, and checks that each of its
+// loops and servers runs in a goroutine serve waits for; then it stops
+// the server and checks that nothing serve started outlives it. No
+// goroutine is ignored but those running before the test began.
+func TestServeJoinsEveryGoroutine(t *testing.T) {
+	// Whatever earlier tests left behind is not this test's business.
+	before := goleak.IgnoreCurrent()
+	started := goroutineIDs()
+
+	dir := filepath.Join(t.TempDir(), "data")
+	url, stop := startServer(t, dir, "--dev", "--policy-dir", "../../policies", "--policy-poll", "10ms",
+		"--grpc-listen", "127.0.0.1:0")
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+
+	tr := &http.Transport{}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	get := func(path string) (int, []byte) {
+		t.Helper()
+		resp, err := client.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, body
+	}
+	// Ready, and the token key published: the publisher's etcd lease and
+	// its keep-alive stream are running.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, _ := get("/readyz")
+		var jwks struct{ Keys []json.RawMessage }
+		jcode, body := get("/.well-known/jwks.json")
+		if code == http.StatusOK && jcode == http.StatusOK && json.Unmarshal(body, &jwks) == nil && len(jwks.Keys) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready with a published key after a minute: /readyz %d, jwks %d %s", code, jcode, body)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, not ordering events
+	}
+	tr.CloseIdleConnections()
+
+	// Every loop and server runs in a goroutine of run's errgroup, which
+	// run waits for before it returns and serve closes the store. A loop
+	// started with a bare go statement would end soon after its context
+	// and slip past the check below; this one sees it.
+	for fn, g := range loopGoroutines(t, started) {
+		if g == "" {
+			t.Errorf("no goroutine runs %s", fn)
+		} else if !strings.Contains(g, "\ncreated by golang.org/x/sync/errgroup.(*Group).Go") {
+			t.Errorf("%s runs in a goroutine serve does not wait for:\n%s", fn, g)
+		}
+	}
+
+	stopped = true
+	stop() // cancels serve's context; fails the test unless serve returned nil (exit status 0)
+
+	goleak.VerifyNone(t, before)
+}
+
+// serverType is how stacks name serve's server type: package main of a
+// test binary is named by its import path.
+const serverType = "github.com/fcd-authz/fcd/cmd/authzd.(*server)"
+
+// servedLoops are the functions serve runs for as long as it serves, each
+// in a goroutine of its own.
+var servedLoops = []string{
+	"github.com/fcd-authz/fcd/authz/policy.(*Manager).Watch",
+	serverType + ".reloadOnHUP",
+	"github.com/fcd-authz/fcd/lease.(*Store).KeepPublished", // TokenIssuer.Publish
+	"github.com/fcd-authz/fcd/authz.(*Leases).RunSweeper",
+	"net/http.(*Server).Serve",
+	"google.golang.org/grpc.(*Server).Serve",
+}
+
+// loopGoroutines returns, for each of servedLoops, the stack of the one
+// goroutine not in old that runs it ("" if none does).
+func loopGoroutines(t *testing.T, old map[string]bool) map[string]string {
+	t.Helper()
+	found := map[string]string{}
+	for _, fn := range servedLoops {
+		found[fn] = ""
+	}
+	for id, g := range goroutines() {
+		if old[id] || !strings.Contains(g, serverType) {
+			continue // not serve's: e.g. the embedded etcd's own HTTP and gRPC servers
+		}
+		for _, fn := range servedLoops {
+			if !strings.Contains(g, "\n"+fn+"(") {
+				continue
+			}
+			if found[fn] != "" {
+				t.Errorf("two goroutines run %s:\n%s\n\n%s", fn, found[fn], g)
+			}
+			found[fn] = g
+		}
+	}
+	return found
+}
+
+// goroutines returns the stack of every goroutine, by id.
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+		out[id] = g
+	}
+	return out
+}
+
+func goroutineIDs() map[string]bool {
+	ids := map[string]bool{}
+	for id := range goroutines() {
+		ids[id] = true
+	}
+	return ids
+}
+
+// TestShutdownOrder: when ctx ends, the listener stops accepting at once,
+// a request in flight finishes with the store still open and the loops
+// still running (the signing key still published), and run returns only
+// after it; Close then closes the store and the embedded etcd.
+func TestShutdownOrder(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "data")
+	var stderr lockedBuffer
+	var s *server
+	for attempt := 0; s == nil; attempt++ {
+		var err error
+		s, err = build(ctx, []string{"--dev", "--data-dir", dir, "--listen", "127.0.0.1:0",
+			"--embedded-etcd-client-url", "http://" + etcdtest.FreeAddr(t),
+			"--embedded-etcd-peer-url", "http://" + etcdtest.FreeAddr(t)}, &stderr)
+		if err != nil && (attempt == 7 || !strings.Contains(err.Error(), "address already in use")) {
+			t.Fatalf("build: %v", err)
+		}
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
+
+	// A request that stays in flight until released, then uses the store
+	// and reports whether the signing key is still published.
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		if err := s.store.Ping(r.Context()); err != nil {
+			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if !s.issuer.Published() {
+			http.Error(w, "signing key no longer published", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	ran := make(chan error, 1)
+	go func() { ran <- s.run(ctx) }()
+
+	// The publisher runs before the request: wait for the key.
+	deadline := time.Now().Add(time.Minute)
+	for !s.issuer.Published() {
+		if time.Now().After(deadline) {
+			t.Fatal("signing key not published after a minute")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition
+	}
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Get(s.url + "/slow")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		done <- result{code: resp.StatusCode, body: string(body)}
+	}()
+	<-entered
+	cancel()
+
+	// New connections are refused while the request is in flight.
+	addr := s.httpLn.Addr().String()
+	deadline = time.Now().Add(time.Minute)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections a minute after shutdown began")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition
+	}
+	select {
+	case err := <-ran:
+		t.Fatalf("run returned (%v) with a request in flight", err)
+	default:
+	}
+
+	close(release)
+	if r := <-done; r.err != nil || r.code != http.StatusOK {
+		t.Fatalf("request in flight during shutdown: %d %q %v", r.code, r.body, r.err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	closed = true
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.store.Ping(context.Background()); err == nil {
+		t.Fatal("the store answers after Close")
+	}
+}
