@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/manifest"
 )
 
@@ -19,22 +20,22 @@ func certCommand(sub string, args []string, stdin io.Reader, stdout io.Writer) e
 	keys := fs.String("keys", "", "JWKS of trusted compatibility issuer keys (verify)")
 	validFor := fs.Duration("valid-for", 0, "sign: set issuedAt to now and expiresAt to now plus this (e.g. 720h) instead of the document's")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if fs.NArg() > 1 {
-		return fmt.Errorf("%w: at most one input file", errUsage)
+		return fmt.Errorf("%w: at most one input file", cli.ErrUsage)
 	}
 	switch sub {
 	case "sign":
 		if *key == "" {
-			return fmt.Errorf("%w: sign needs --key FILE", errUsage)
+			return fmt.Errorf("%w: sign needs --key FILE", cli.ErrUsage)
 		}
 	case "verify":
 		if *keys == "" {
-			return fmt.Errorf("%w: verify needs --keys JWKS", errUsage)
+			return fmt.Errorf("%w: verify needs --keys JWKS", cli.ErrUsage)
 		}
 	default:
-		return fmt.Errorf("%w: unknown cert command %q", errUsage, sub)
+		return fmt.Errorf("%w: unknown cert command %q", cli.ErrUsage, sub)
 	}
 	in, err := readInput(fs.Arg(0), stdin)
 	if err != nil {
@@ -42,7 +43,7 @@ func certCommand(sub string, args []string, stdin io.Reader, stdout io.Writer) e
 	}
 	if sub == "sign" {
 		if *validFor < 0 {
-			return fmt.Errorf("%w: --valid-for must be positive", errUsage)
+			return fmt.Errorf("%w: --valid-for must be positive", cli.ErrUsage)
 		}
 		if *validFor > 0 {
 			if in, err = revalidate(in, time.Now().UTC().Truncate(time.Second), *validFor); err != nil {

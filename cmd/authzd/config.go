@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/cli"
 )
 
 // Config is authzd's server configuration. Every field can be set in the
@@ -217,10 +218,10 @@ func bindServeFlags(cfg *Config) *serveFlags {
 // Config holds.
 func (fl *serveFlags) parse(args []string) error {
 	if err := fl.fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if fl.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fl.fs.Arg(0))
+		return fmt.Errorf("%w: unexpected argument %q", cli.ErrUsage, fl.fs.Arg(0))
 	}
 	fl.fs.Visit(func(f *flag.Flag) {
 		if f.Name == "etcd-endpoints" {

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/fcd-authz/fcd/internal/cli"
 )
 
 // TestServeHelp: `authzd serve -h` prints exactly the flags, defaults and
@@ -159,7 +161,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		_, err := parseServeFlags(tc.args)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want a usage error saying %q", tc.args, err, tc.want)
 		}
 	}

@@ -17,13 +17,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fcd-authz/fcd/internal/cli"
 )
 
 const usage = `usage:
@@ -47,9 +47,6 @@ const usage = `usage:
                                             (--pool: a backend or gateway limited to POOL)
 `
 
-// errUsage reports a command line that could not be understood.
-var errUsage = errors.New("usage")
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -58,53 +55,39 @@ func main() {
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, stdin, stdout, stderr)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0 // -h: the flag set printed its help
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "authzd: %v\n%s", err, usage)
-		return 2
-	case errors.Is(err, errLintFailed), errors.Is(err, errPolicyFailed):
-		return 1
-	default:
-		fmt.Fprintf(stderr, "authzd: %v\n", err)
-		return 1
-	}
+	return cli.ExitStatus(stderr, "authzd", usage, dispatch(ctx, args, stdin, stdout, stderr), errLintFailed, errPolicyFailed)
 }
 
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: no command", errUsage)
+		return fmt.Errorf("%w: no command", cli.ErrUsage)
 	}
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stderr)
 	case "manifest":
 		if len(args) < 2 {
-			return fmt.Errorf("%w: manifest needs sign, verify, lint or digest", errUsage)
+			return fmt.Errorf("%w: manifest needs sign, verify, lint or digest", cli.ErrUsage)
 		}
 		return manifestCommand(args[1], args[2:], stdin, stdout)
 	case "cert":
 		if len(args) < 2 {
-			return fmt.Errorf("%w: cert needs sign or verify", errUsage)
+			return fmt.Errorf("%w: cert needs sign or verify", cli.ErrUsage)
 		}
 		return certCommand(args[1], args[2:], stdin, stdout)
 	case "policy":
 		if len(args) < 2 {
-			return fmt.Errorf("%w: policy needs test or eval", errUsage)
+			return fmt.Errorf("%w: policy needs test or eval", cli.ErrUsage)
 		}
 		return policyCommand(ctx, args[1], args[2:], stdin, stdout)
 	case "credential":
 		if len(args) < 2 || args[1] != "new" {
-			return fmt.Errorf("%w: credential new --role ROLE", errUsage)
+			return fmt.Errorf("%w: credential new --role ROLE", cli.ErrUsage)
 		}
 		return credentialNew(args[2:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, args[0])
 }

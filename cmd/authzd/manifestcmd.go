@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/manifest"
 )
 
@@ -25,10 +26,10 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 	asJSON := fs.Bool("json", false, "print findings as JSON (lint)")
 	tools := fs.Bool("tools", false, "also print each tool's descriptor digest (digest)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if fs.NArg() > 1 {
-		return fmt.Errorf("%w: at most one input file", errUsage)
+		return fmt.Errorf("%w: at most one input file", cli.ErrUsage)
 	}
 	in, err := readInput(fs.Arg(0), stdin)
 	if err != nil {
@@ -37,7 +38,7 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 	switch sub {
 	case "sign":
 		if *key == "" {
-			return fmt.Errorf("%w: sign needs --key FILE", errUsage)
+			return fmt.Errorf("%w: sign needs --key FILE", cli.ErrUsage)
 		}
 		// Refuse to sign what could never be registered.
 		return signDocument(stdout, in, *key, manifest.TypManifest, func(b []byte) error {
@@ -46,7 +47,7 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 		})
 	case "verify":
 		if *keys == "" {
-			return fmt.Errorf("%w: verify needs --keys JWKS", errUsage)
+			return fmt.Errorf("%w: verify needs --keys JWKS", cli.ErrUsage)
 		}
 		v, err := manifest.LoadVerifier(*keys)
 		if err != nil {
@@ -102,7 +103,7 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: unknown manifest command %q", errUsage, sub)
+	return fmt.Errorf("%w: unknown manifest command %q", cli.ErrUsage, sub)
 }
 
 // signDocument checks in with check (refusing to sign what no verifier
@@ -159,10 +160,10 @@ func credentialNew(args []string, stdout io.Writer) error {
 	var pools stringList
 	fs.Var(&pools, "pool", "backend or gateway only: the pool whose lease outcomes it may report (repeat for several; default: any)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if !api.Role(*role).Valid() {
-		return fmt.Errorf("%w: --role must be one of %v", errUsage, api.Roles())
+		return fmt.Errorf("%w: --role must be one of %v", cli.ErrUsage, api.Roles())
 	}
 	if *id == "" {
 		*id = *role
@@ -173,7 +174,7 @@ func credentialNew(args []string, stdout io.Writer) error {
 	}
 	cred.Pools = pools
 	if _, err := api.NewAuthenticator([]api.Credential{cred}); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	// The secret is printed once, for the caller; only the hash is stored.
 	return printJSON(stdout, map[string]any{"secret": string(secret), "credential": cred})

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -34,12 +35,12 @@ func policyCommand(ctx context.Context, sub string, args []string, stdin io.Read
 	input := fs.String("input", "", "policy input document, JSON; - for stdin (eval)")
 	dir := fs.String("policy-dir", "", "policy directory (eval; default: the embedded defaults)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	switch sub {
 	case "test":
 		if fs.NArg() > 1 {
-			return fmt.Errorf("%w: policy test [dir]", errUsage)
+			return fmt.Errorf("%w: policy test [dir]", cli.ErrUsage)
 		}
 		report, err := policy.RunTests(ctx, policyFS(fs.Arg(0)))
 		if err != nil {
@@ -51,7 +52,7 @@ func policyCommand(ctx context.Context, sub string, args []string, stdin io.Read
 		return nil
 	case "eval":
 		if *input == "" || fs.NArg() > 0 {
-			return fmt.Errorf("%w: policy eval --input FILE [--policy-dir DIR]", errUsage)
+			return fmt.Errorf("%w: policy eval --input FILE [--policy-dir DIR]", cli.ErrUsage)
 		}
 		data, err := readInput(*input, stdin)
 		if err != nil {
@@ -74,5 +75,5 @@ func policyCommand(ctx context.Context, sub string, args []string, stdin io.Read
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: unknown policy command %q", errUsage, sub)
+	return fmt.Errorf("%w: unknown policy command %q", cli.ErrUsage, sub)
 }

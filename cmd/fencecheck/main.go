@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
@@ -33,9 +34,6 @@ const usage = `usage:
   fencecheck verify [flags]   print whether a token is accepted for a call, and why not
                               (exit 0 accepted, 1 refused; -h for flags)
 `
-
-// errUsage reports a command line that could not be understood.
-var errUsage = errors.New("usage")
 
 // errRejected reports a refused token; the verdict is already printed.
 var errRejected = errors.New("rejected")
@@ -48,26 +46,12 @@ func main() {
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, stdin, stdout, stderr)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "fencecheck: %v\n%s", err, usage)
-		return 2
-	case errors.Is(err, errRejected):
-		return 1
-	default:
-		fmt.Fprintf(stderr, "fencecheck: %v\n", err)
-		return 1
-	}
+	return cli.ExitStatus(stderr, "fencecheck", usage, dispatch(ctx, args, stdin, stdout, stderr), errRejected)
 }
 
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: no command", errUsage)
+		return fmt.Errorf("%w: no command", cli.ErrUsage)
 	}
 	switch args[0] {
 	case "proxy":
@@ -78,7 +62,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, args[0])
 }
 
 // verifierFlags are the flags that configure a fencecheck.Verifier, shared
@@ -102,10 +86,10 @@ func (f *verifierFlags) register(fs *flag.FlagSet) {
 // offline) and start time (zero: now), and validates it.
 func (f *verifierFlags) verifier(claimer fencecheck.Claimer, started time.Time) (*fencecheck.Verifier, error) {
 	if f.generation < 0 {
-		return nil, fmt.Errorf("%w: --generation is required", errUsage)
+		return nil, fmt.Errorf("%w: --generation is required", cli.ErrUsage)
 	}
 	if (f.jwks == "") == (f.keys == "") {
-		return nil, fmt.Errorf("%w: give exactly one of --jwks and --keys", errUsage)
+		return nil, fmt.Errorf("%w: give exactly one of --jwks and --keys", cli.ErrUsage)
 	}
 	v := &fencecheck.Verifier{
 		Pool: f.pool, Artifact: f.artifact, Config: f.config, Generation: f.generation,
@@ -119,21 +103,7 @@ func (f *verifierFlags) verifier(claimer fencecheck.Claimer, started time.Time) 
 		v.Keys = set
 	}
 	if err := v.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	return v, nil
-}
-
-// parse parses a command's flags; stray arguments are a usage error.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cli"
 )
 
 // proxy runs the sidecar until ctx ends (SIGINT or SIGTERM), then shuts
@@ -34,30 +35,30 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 0, "bound on a verified call; past it the outcome is reported uncertain (0: none)")
 	maxBody := fs.Int64("max-body", fencecheck.DefaultMaxBodyBytes, "bound on request bodies in bytes (413 beyond)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+		return fmt.Errorf("%w: --log-level: %v", cli.ErrUsage, err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	target, err := url.Parse(*upstream)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-		return fmt.Errorf("%w: --upstream must be an http(s) URL", errUsage)
+		return fmt.Errorf("%w: --upstream must be an http(s) URL", cli.ErrUsage)
 	}
 	var reporter *fencecheck.Reporter
 	var claim fencecheck.Claimer
 	switch {
 	case *offline && *authzd != "":
-		return fmt.Errorf("%w: --offline and --authzd exclude each other", errUsage)
+		return fmt.Errorf("%w: --offline and --authzd exclude each other", cli.ErrUsage)
 	case *offline:
 		log.Warn("offline: no lease claims and no outcome reports; a token runs at most once per process, and only for leases admitted after it started")
 	case *authzd == "":
-		return fmt.Errorf("%w: --authzd (with --credential-file) is required, or --offline", errUsage)
+		return fmt.Errorf("%w: --authzd (with --credential-file) is required, or --offline", cli.ErrUsage)
 	case *credFile == "":
-		return fmt.Errorf("%w: --authzd needs --credential-file", errUsage)
+		return fmt.Errorf("%w: --authzd needs --credential-file", cli.ErrUsage)
 	default:
 		cred, err := os.ReadFile(*credFile)
 		if err != nil {
@@ -66,7 +67,7 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 		credential := strings.TrimSpace(string(cred))
 		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: *authzd, Credential: credential})
 		if err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 		}
 		claim = claimer
 		reporter, err = fencecheck.NewReporter(fencecheck.ReporterOptions{

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cli"
 )
 
 // verify prints the verdict on one token for one call: "accept" and the
@@ -25,14 +26,14 @@ func verify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	tokenFile := fs.String("token-file", "", "a file holding the dispatch token (- for stdin)")
 	tool := fs.String("tool", "", "the tool called, as server/tool (required)")
 	arguments := fs.String("arguments", "{}", "the call's arguments: a JSON object, or @FILE")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if (*token == "") == (*tokenFile == "") {
-		return fmt.Errorf("%w: give exactly one of --token and --token-file", errUsage)
+		return fmt.Errorf("%w: give exactly one of --token and --token-file", cli.ErrUsage)
 	}
 	if *tool == "" {
-		return fmt.Errorf("%w: --tool is required", errUsage)
+		return fmt.Errorf("%w: --tool is required", cli.ErrUsage)
 	}
 	tok := *token
 	if *tokenFile != "" {

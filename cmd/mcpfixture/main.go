@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
@@ -57,9 +58,6 @@ const usage = `usage:
   mcpfixture list [--json]     list the fixture servers and releases with their pool, artifact and config
 `
 
-// errUsage reports a command line that could not be understood.
-var errUsage = errors.New("usage")
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -69,22 +67,12 @@ func main() {
 // run executes one command line and returns the exit status: 0, 1 on an
 // error, 2 on a command line it cannot understand.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, stdout, stderr)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "mcpfixture: %v\n%s", err, usage)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "mcpfixture: %v\n", err)
-		return 1
-	}
+	return cli.ExitStatus(stderr, "mcpfixture", usage, dispatch(ctx, args, stdout, stderr))
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: no command", errUsage)
+		return fmt.Errorf("%w: no command", cli.ErrUsage)
 	}
 	switch args[0] {
 	case "serve":
@@ -97,27 +85,13 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
-}
-
-// parse parses a command's flags; stray arguments are a usage error.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	return nil
+	return fmt.Errorf("%w: unknown command %q", cli.ErrUsage, args[0])
 }
 
 func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("%w: --log-level: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: --log-level: %v", cli.ErrUsage, err)
 	}
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), nil
 }
@@ -152,10 +126,10 @@ func (f *fenceFlags) enabled() bool { return f.jwks != "" || f.keys != "" }
 // returned close function drains the outcome reporter.
 func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logger) (http.Handler, func(), error) {
 	if f.jwks != "" && f.keys != "" {
-		return nil, nil, fmt.Errorf("%w: give at most one of --jwks and --keys", errUsage)
+		return nil, nil, fmt.Errorf("%w: give at most one of --jwks and --keys", cli.ErrUsage)
 	}
 	if f.generation < 0 {
-		return nil, nil, fmt.Errorf("%w: --generation is negative", errUsage)
+		return nil, nil, fmt.Errorf("%w: --generation is negative", cli.ErrUsage)
 	}
 	v := rel.Verifier(f.generation)
 	v.Issuer, v.JWKSURL = f.issuer, f.jwks
@@ -172,19 +146,19 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 		v.Keys = set
 	}
 	if err := v.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	opts := fencecheck.MiddlewareOptions{Server: rel.Server, MaxBodyBytes: f.maxBody, Timeout: f.timeout, Logger: log}
 	closeFn := func() {}
 	switch {
 	case f.offline && f.authzd != "":
-		return nil, nil, fmt.Errorf("%w: --offline and --authzd exclude each other", errUsage)
+		return nil, nil, fmt.Errorf("%w: --offline and --authzd exclude each other", cli.ErrUsage)
 	case f.offline:
 		log.Warn("offline: no lease claims and no outcome reports; a token runs at most once per process, and only for leases admitted after it started")
 	case f.authzd == "":
-		return nil, nil, fmt.Errorf("%w: --authzd (with --credential-file) is required, or --offline", errUsage)
+		return nil, nil, fmt.Errorf("%w: --authzd (with --credential-file) is required, or --offline", cli.ErrUsage)
 	case f.credFile == "":
-		return nil, nil, fmt.Errorf("%w: --authzd needs --credential-file", errUsage)
+		return nil, nil, fmt.Errorf("%w: --authzd needs --credential-file", cli.ErrUsage)
 	default:
 		cred, err := os.ReadFile(f.credFile)
 		if err != nil {
@@ -193,7 +167,7 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 		credential := strings.TrimSpace(string(cred))
 		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: f.authzd, Credential: credential})
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
 		}
 		v.Claimer = claimer
 		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: f.authzd, Credential: credential, Logger: log})
@@ -228,17 +202,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var ff fenceFlags
 	ff.register(fs)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *server == "" || *releaseName == "" {
-		return fmt.Errorf("%w: --server and --release are required", errUsage)
+		return fmt.Errorf("%w: --server and --release are required", cli.ErrUsage)
 	}
 	if *recorderURL != "" && *recorderListen != "" {
-		return fmt.Errorf("%w: give at most one of --recorder-url and --recorder-listen", errUsage)
+		return fmt.Errorf("%w: give at most one of --recorder-url and --recorder-listen", cli.ErrUsage)
 	}
 	if !ff.enabled() && (ff.authzd != "" || ff.offline || ff.pool != "" || ff.artifact != "" || ff.config != "" || ff.issuer != "") {
-		return fmt.Errorf("%w: fence flags need --jwks or --keys", errUsage)
+		return fmt.Errorf("%w: fence flags need --jwks or --keys", cli.ErrUsage)
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
@@ -246,7 +220,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	rel, err := fixtures.Lookup(*server, *releaseName)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 
 	var sink fixtures.Sink
@@ -335,7 +309,7 @@ func recorder(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "listen address; the log is at http://ADDR/effects")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *logLevel)
@@ -356,7 +330,7 @@ func list(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mcpfixture list", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	type row struct {

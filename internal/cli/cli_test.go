@@ -1,0 +1,69 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		usage bool
+		help  bool
+	}{
+		{args: nil},
+		{args: []string{"-n", "3"}},
+		{args: []string{"-n", "x"}, usage: true},
+		{args: []string{"-unknown"}, usage: true},
+		{args: []string{"-n", "3", "stray"}, usage: true},
+		{args: []string{"-h"}, help: true},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Int("n", 0, "")
+		err := Parse(fs, tc.args)
+		if got := errors.Is(err, ErrUsage); got != tc.usage {
+			t.Errorf("%q: usage error %v, want %v (%v)", tc.args, got, tc.usage, err)
+		}
+		if got := errors.Is(err, flag.ErrHelp); got != tc.help {
+			t.Errorf("%q: help %v, want %v", tc.args, got, tc.help)
+		}
+		if !tc.usage && !tc.help && err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	verdict := errors.New("verdict printed")
+	for _, tc := range []struct {
+		err        error
+		status     int
+		out, notIn string
+	}{
+		{err: nil, status: 0},
+		{err: flag.ErrHelp, status: 0},
+		{err: fmt.Errorf("%w: no command", ErrUsage), status: 2, out: "cmd: usage: no command\nUSAGE"},
+		{err: fmt.Errorf("wrapped: %w", verdict), status: 1, notIn: "verdict"},
+		{err: errors.New("boom"), status: 1, out: "cmd: boom\n"},
+	} {
+		var b bytes.Buffer
+		if got := ExitStatus(&b, "cmd", "USAGE", tc.err, verdict); got != tc.status {
+			t.Errorf("%v: status %d, want %d", tc.err, got, tc.status)
+		}
+		if tc.out != "" && !strings.Contains(b.String(), tc.out) {
+			t.Errorf("%v: printed %q, want %q", tc.err, b.String(), tc.out)
+		}
+		if tc.notIn != "" && strings.Contains(b.String(), tc.notIn) {
+			t.Errorf("%v: printed %q", tc.err, b.String())
+		}
+		if tc.status == 0 && b.Len() > 0 {
+			t.Errorf("%v: printed %q", tc.err, b.String())
+		}
+	}
+}
