@@ -1,6 +1,7 @@
 // Package lease is fcd's ordered store on etcd: epochs and their lifecycle,
-// immutable catalog snapshots, and (as the admission work lands)
-// formations, lease markers and session ledgers.
+// immutable catalog snapshots, formations, leases (their markers, claims
+// and outcomes), session ledgers, pool generations, compatibility
+// certificates and the published signing keys.
 //
 // Every state change that another change must be ordered against is one
 // etcd transaction (If/Then/Else), so that etcd's serial order is fcd's

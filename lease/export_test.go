@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// PutMarkerForTest writes a lease marker the way admission will, so that
-// retirement can be tested before admission exists.
+// PutMarkerForTest writes a lease marker as admission does, so that
+// retirement can be tested without a lease's life.
 func PutMarkerForTest(t testing.TB, s *Store, epoch, lease string, uncertain bool) {
 	t.Helper()
 	rec := markerRecord{State: markerAdmitted}
