@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
@@ -17,6 +18,7 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
@@ -39,10 +41,33 @@ func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.UseCas
 		f.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f.t.Cleanup(cancel)
-	go iss.Publish(ctx, store)
+	stopped := make(chan struct{})
+	go func() { iss.Publish(ctx, store); close(stopped) }()
+	// Cleanups run last in, first out: the publisher stops before the
+	// store it publishes in is closed.
+	f.t.Cleanup(func() { cancel(); <-stopped })
 	f.issuer = iss
 	return authztest.New(f.t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: f.certificates, GatewayCaller: f.binding})
+}
+
+// etcdWatchers is the number of watches the etcd members of this process
+// serve (etcd's gauge etcd_debugging_mvcc_watcher_total): a retire with
+// ?wait= holds one while it waits, and nothing else in fcd watches etcd.
+// It reports an error and returns -1 if the gauge cannot be read; it may
+// be called from any goroutine.
+func etcdWatchers(t testing.TB) float64 {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Errorf("gather metrics: %v", err)
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "etcd_debugging_mvcc_watcher_total" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Errorf("etcd's watcher gauge is not registered")
+	return -1
 }
 
 // waitPublished waits until the signing key is published in etcd.

@@ -294,7 +294,8 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	}
 
 	// Retire refused while a lease marker exists; ?wait= returns once it
-	// goes. Admission does not exist yet, so the marker is planted raw.
+	// goes. The marker is planted raw, as admission writes it, so that the
+	// test can release it without a lease's life.
 	marker := testPrefix + "markers/" + v14id + "/lease-1"
 	f.member.PutRaw(t, marker, `{"state":"uncertain"}`)
 	blocked := f.do("POST", "/v1/epochs/"+v14id+"/retire", api.RoleOperator, nil)
@@ -309,12 +310,22 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=soon", api.RoleOperator, nil), http.StatusBadRequest, "invalid-parameter")
 	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=1h", api.RoleOperator, nil), http.StatusBadRequest, "invalid-parameter")
 
+	// The marker goes once the retire is waiting, that is, watching the
+	// markers: it read the marker at some revision, and its watch reports
+	// the release after that revision. A wait that missed the release would
+	// answer 409 leases-outstanding after 2m, not STALE.
+	idle := etcdWatchers(t)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		time.Sleep(300 * time.Millisecond)
-		f.member.DeleteRaw(t, marker)
+		defer f.member.DeleteRaw(t, marker) // even if the wait never shows: the retire must end
+		for deadline := time.Now().Add(30 * time.Second); etcdWatchers(t) == idle; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Error("retire?wait= never watched the markers")
+				return
+			}
+		}
 	}()
 	retired := f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=2m", api.RoleOperator, nil)
 	wg.Wait()

@@ -138,8 +138,9 @@ func (e *env) form(t *testing.T, session, tool, args, principal string, attrs ma
 	})
 }
 
-// completed plants "tool completed in session" the way completion will
-// record it (admission and completion are not built yet).
+// completed plants "tool completed in session" in the session ledger as
+// completion records it, without a call's admission and outcome: the
+// formation tests need only the ledger.
 func (e *env) completed(t *testing.T, session, tool string) {
 	t.Helper()
 	e.member.PutRaw(t, prefix+"sessions/"+session+"/completed/"+tool, tool)

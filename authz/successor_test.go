@@ -530,6 +530,9 @@ func TestRevocationRacesAdmission(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
+			// A delay that varies the interleaving from round to round on
+			// purpose: the race is what is under test, and nothing relies
+			// on it to order the two calls.
 			time.Sleep(time.Duration(i%4) * time.Millisecond)
 			rec, err := s.registry.Certificates.Revoke(ctx, id)
 			if err != nil {

@@ -166,7 +166,14 @@ func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
 	k1 := newSigningKey(t, jwa.EdDSA, "authzd-1")
 	gate := make(chan struct{})
 	srv := newJWKSServer(t, gate, jwksJSON(t, k1))
-	v := jwksVerifier(srv.jwksURL(), newClock())
+	// A caller without keys reads the clock once, as it asks for a fetch
+	// (to lead it, join the one under way, or be rate-limited), and not
+	// again before that fetch ends: the count of clock reads is the count
+	// of callers that have asked.
+	clk := newClock()
+	var asked atomic.Int64
+	v := jwksVerifier(srv.jwksURL(), clk)
+	v.Now = func() time.Time { asked.Add(1); return clk.Now() }
 
 	const n = 20
 	tokens := make([]string, n)
@@ -182,12 +189,14 @@ func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
 			results[i] = verifyWith(t, v, tokens[i])
 		}()
 	}
-	// Let the fetch complete only once it has started.
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.fetches.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	// Let the fetch complete only once it has started and every caller
+	// has asked for keys while it was under way.
+	for deadline := time.Now().Add(30 * time.Second); srv.fetches.Load() == 0 || asked.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatalf("after 30s: %d fetches, %d of %d callers asked for keys", srv.fetches.Load(), asked.Load(), n)
+		}
 	}
-	time.Sleep(20 * time.Millisecond) // let the other callers queue up
 	close(gate)
 	wg.Wait()
 	for i, r := range results {

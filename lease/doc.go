@@ -1,7 +1,8 @@
 // Package lease is fcd's ordered store on etcd: epochs and their lifecycle,
-// immutable catalog snapshots, formations, lease markers and claims,
-// session ledgers, certificates and published signing keys. The records
-// it stores are package record's.
+// immutable catalog snapshots, formations, leases (their markers, claims
+// and outcomes), session ledgers, pool generations, compatibility
+// certificates and the published signing keys. The records it stores are
+// package record's.
 //
 // Every state change that another change must be ordered against is one
 // etcd transaction (If/Then/Else), so that etcd's serial order is fcd's

@@ -13,6 +13,9 @@ import (
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // testManifest builds a small valid manifest; release and defaultVisibility
@@ -164,8 +167,7 @@ func TestRetireWaitsForLeaseMarkers(t *testing.T) {
 	if _, err := s.Drain(ctx, ep.ID); err != nil {
 		t.Fatal(err)
 	}
-	// Admission does not exist yet: write the markers the way it will,
-	// one key per lease under the epoch.
+	// Markers as admission writes them, one key per lease under the epoch.
 	lease.PutMarkerForTest(t, s, ep.ID, "lease-a", false)
 	lease.PutMarkerForTest(t, s, ep.ID, "lease-b", true)
 
@@ -182,30 +184,100 @@ func TestRetireWaitsForLeaseMarkers(t *testing.T) {
 	if !errors.As(err, &blocked) || blocked.Active != 1 || blocked.Uncertain != 1 {
 		t.Fatalf("retire with markers: %v, want RetireBlockedError 1/1", err)
 	}
-	// A short wait that no marker release ends also reports the counts.
+	// A short wait that no marker release ends also reports the counts,
+	// and leaves no watch behind.
+	idle := etcdWatchers(t)
 	if _, err := s.Retire(ctx, ep.ID, 200*time.Millisecond); !errors.As(err, &blocked) {
 		t.Fatalf("retire with expiring wait: %v", err)
 	}
+	eventually(t, "the watch of the expired wait to end", func() bool { return etcdWatchers(t) == idle })
 
 	// Release the markers one by one while Retire waits; it must return
-	// STALE once the last one is gone, not at the end of its wait.
-	released := make(chan time.Time, 1)
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		lease.DeleteMarkerForTest(t, s, ep.ID, "lease-a")
-		time.Sleep(100 * time.Millisecond)
-		lease.DeleteMarkerForTest(t, s, ep.ID, "lease-b")
-		released <- time.Now()
-	}()
-	const wait = time.Minute
-	start := time.Now()
-	st, err := s.Retire(ctx, ep.ID, wait)
-	if err != nil || st != record.StateStale {
-		t.Fatalf("retire with wait = %q, %v", st, err)
+	// STALE once the last one is gone. A Retire that missed the releases
+	// would answer RetireBlockedError at the end of its wait, not STALE.
+	type result struct {
+		st  record.State
+		err error
 	}
-	last := <-released
-	if !time.Now().After(last) || time.Since(start) >= wait {
-		t.Fatalf("retire returned before the last marker went or only at the end of its wait")
+	done := make(chan result, 1)
+	go func() {
+		st, err := s.Retire(ctx, ep.ID, time.Minute)
+		done <- result{st, err}
+	}()
+	// Retire is waiting once it watches the markers: it read them (both
+	// there) at some revision, and its watch reports every release after
+	// that revision.
+	for deadline := time.Now().Add(30 * time.Second); etcdWatchers(t) == idle; time.Sleep(10 * time.Millisecond) {
+		select {
+		case r := <-done:
+			t.Fatalf("retire returned %q, %v before any marker was released", r.st, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("retire never watched the markers")
+		}
+	}
+	cli := rawClient(t, m)
+	markerKey := func(l string) string { return "/wait/markers/" + ep.ID + "/" + l }
+	deleted := func(l string) int64 {
+		resp, err := cli.Delete(ctx, markerKey(l))
+		if err != nil || resp.Deleted != 1 {
+			t.Fatalf("delete marker %s: %v (%d deleted)", l, err, resp.Deleted)
+		}
+		return resp.Header.Revision
+	}
+	deleted("lease-a")
+	last := deleted("lease-b")
+	r := <-done
+	if r.err != nil || r.st != record.StateStale {
+		t.Fatalf("retire with wait = %q, %v", r.st, r.err)
+	}
+	shown, err = s.GetEpoch(ctx, ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown.StateRevision <= last {
+		t.Fatalf("STALE written at revision %d, before the last marker went at %d", shown.StateRevision, last)
+	}
+}
+
+// etcdWatchers is the number of watches the etcd members of this process
+// serve (etcd's gauge etcd_debugging_mvcc_watcher_total): the one a
+// waiting Retire holds, as nothing else in fcd watches etcd.
+func etcdWatchers(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "etcd_debugging_mvcc_watcher_total" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("etcd's watcher gauge is not registered")
+	return 0
+}
+
+// rawClient is an etcd client of the member, bypassing the store; closed
+// at test end.
+func rawClient(t *testing.T, m *etcdtest.Member) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// eventually polls cond until it holds, failing the test after 30s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30s for %s", what)
+		}
 	}
 }
 
@@ -314,16 +386,8 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	}
 
 	m.Restart()
-	var err error
-	for i := 0; i < 100; i++ { // the client reconnects with backoff
-		if err = s.Ping(ctx); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("etcd back, ping still fails: %v", err)
-	}
+	// The client reconnects with backoff.
+	eventually(t, "the store to reach etcd again", func() bool { return s.Ping(ctx) == nil })
 	got, err := s.GetEpoch(ctx, ep.ID)
 	if err != nil || got.State != record.StateActive {
 		t.Fatalf("epoch after restart: %+v %v", got, err)

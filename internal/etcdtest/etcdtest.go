@@ -190,8 +190,8 @@ func FreeAddr(t testing.TB) string {
 }
 
 // PutRaw writes key=value straight into etcd, bypassing fcd: for tests
-// that must plant state fcd's API cannot create (yet), such as a lease
-// marker before admission exists.
+// that plant state without going through the use cases that write it,
+// such as a lease marker without an admission.
 func (m *Member) PutRaw(t testing.TB, key, value string) {
 	t.Helper()
 	cli := m.client(t)
