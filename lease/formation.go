@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/singleflight"
 )
 
 // NewFormationID returns a fresh random formation id ("fm_" and 26
@@ -176,34 +178,72 @@ func uniqueSorted(in []string) []string {
 	return out
 }
 
-// retention hands out etcd leases that keep records for a while. Records
-// created within one minute share a lease, so a formation costs no extra
-// etcd round trip most of the time.
+// retention hands out the etcd leases that keep records for a while.
+// Records are collected by expiry bucket: a record to be kept for keep is
+// attached to the lease of the bucket its end falls in, which expires at
+// the bucket's end, between keep and keep + retentionBucket from now.
+// Every record ending in one bucket shares one lease, whatever its keep
+// (a formation's TTL plus retention, a closed record's retention), so the
+// store grants one etcd lease per bucket, not one per call. A grant runs
+// outside the lock, once per bucket for concurrent callers
+// (singleflight).
 type retention struct {
-	mu      sync.Mutex
-	id      clientv3.LeaseID
-	expires time.Time
+	mu     sync.Mutex
+	leases map[int64]clientv3.LeaseID // by bucket
+	grants singleflight.Group
 }
 
 const retentionBucket = time.Minute
 
 func (r *retention) lease(ctx context.Context, s *Store, keep time.Duration) (clientv3.LeaseID, error) {
+	now := s.now()
+	bucket := now.Add(keep).Unix() / int64(retentionBucket/time.Second)
+	end := bucketEnd(bucket)
+	if id, ok := r.cached(bucket); ok {
+		return id, nil
+	}
+	v, err, _ := r.grants.Do(strconv.FormatInt(bucket, 10), func() (any, error) {
+		if id, ok := r.cached(bucket); ok {
+			return id, nil
+		}
+		// One grant serves every waiting caller: it does not end with the
+		// first caller's context.
+		octx, cancel := s.op(context.WithoutCancel(ctx))
+		defer cancel()
+		resp, err := s.cli.Grant(octx, int64(end.Sub(now).Seconds())+1)
+		if err != nil {
+			return clientv3.LeaseID(0), s.wrap(ctx, "grant retention lease", err)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.leases == nil {
+			r.leases = map[int64]clientv3.LeaseID{}
+		}
+		for b := range r.leases { // forget the buckets that ended
+			if bucketEnd(b).Before(now) {
+				delete(r.leases, b)
+			}
+		}
+		r.leases[bucket] = resp.ID
+		return resp.ID, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return v.(clientv3.LeaseID), nil
+}
+
+// cached returns the lease of bucket if one was granted.
+func (r *retention) cached(bucket int64) (clientv3.LeaseID, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := s.now()
-	need := now.Add(keep)
-	if r.id != 0 && !r.expires.Before(need) && r.expires.Before(need.Add(retentionBucket)) {
-		return r.id, nil
-	}
-	ttl := keep + retentionBucket
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	resp, err := s.cli.Grant(octx, int64(ttl.Seconds())+1)
-	if err != nil {
-		return 0, s.wrap(ctx, "grant retention lease", err)
-	}
-	r.id, r.expires = resp.ID, now.Add(ttl)
-	return r.id, nil
+	id, ok := r.leases[bucket]
+	return id, ok
+}
+
+// bucketEnd is when the lease of bucket expires.
+func bucketEnd(bucket int64) time.Time {
+	return time.Unix((bucket+1)*int64(retentionBucket/time.Second), 0)
 }
 
 func (k keys) formations() string                { return k.p + "formations/" }
