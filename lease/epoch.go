@@ -243,7 +243,7 @@ func (s *Store) EpochNow(ctx context.Context, id string) (*record.Epoch, error) 
 // ListEpochs returns the epochs matching f, oldest registration first,
 // with states and lease counts read at one revision.
 func (s *Store) ListEpochs(ctx context.Context, f record.EpochFilter) ([]*record.Epoch, error) {
-	all, _, err := s.readEpochs(ctx)
+	all, _, err := s.readEpochs(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -256,16 +256,22 @@ func (s *Store) ListEpochs(ctx context.Context, f record.EpochFilter) ([]*record
 	return out, nil
 }
 
-// readEpochs reads every epoch, state and marker in one transaction and
-// returns the epochs ordered by registration, and the revision read.
-func (s *Store) readEpochs(ctx context.Context) ([]*record.Epoch, int64, error) {
+// readEpochs reads every epoch and state — and with counts every lease
+// marker, to count them — in one transaction and returns the epochs
+// ordered by registration, and the revision read. Without counts the
+// markers are not read at all: a snapshot needs only the states, and
+// there is a marker per open call in the cluster.
+func (s *Store) readEpochs(ctx context.Context, counts bool) ([]*record.Epoch, int64, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(octx).Then(
+	ops := []clientv3.Op{
 		clientv3.OpGet(s.k.epochs(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.states(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.k.allMarkers(), clientv3.WithPrefix()),
-	).Commit()
+	}
+	if counts {
+		ops = append(ops, clientv3.OpGet(s.k.allMarkers(), clientv3.WithPrefix()))
+	}
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
 	if err != nil {
 		return nil, 0, s.wrap(ctx, "list epochs", err)
 	}
@@ -274,9 +280,11 @@ func (s *Store) readEpochs(ctx context.Context) ([]*record.Epoch, int64, error) 
 		states[string(kv.Key[len(s.k.states()):])] = record.State(kv.Value)
 	}
 	byEpoch := map[string][]*mvccpb.KeyValue{}
-	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		id := s.k.epochOfMarker(string(kv.Key))
-		byEpoch[id] = append(byEpoch[id], kv)
+	if counts {
+		for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+			id := s.k.epochOfMarker(string(kv.Key))
+			byEpoch[id] = append(byEpoch[id], kv)
+		}
 	}
 	var out []*record.Epoch
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {

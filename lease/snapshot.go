@@ -20,7 +20,7 @@ import (
 // a release rolls it out, draining it rolls back to the previous ACTIVE
 // one. It returns created false when an equal snapshot already existed.
 func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*record.Snapshot, bool, error) {
-	epochs, _, err := s.readEpochs(ctx)
+	epochs, _, err := s.readEpochs(ctx, false)
 	if err != nil {
 		return nil, false, err
 	}
