@@ -47,6 +47,7 @@ type Admissions struct {
 	store      *lease.Store
 	decider    Decider
 	successors *successors
+	inputs     *policy.InputCache
 	// ready is shared with Formations: formations this replica saw
 	// become ready; see readyCache.
 	ready *readyCache
@@ -306,8 +307,8 @@ func (ad *Admissions) recheck(ctx context.Context, rec *record.Formation) (succe
 	in := &policy.Input{
 		Phase:     policy.PhaseAdmission,
 		Formation: policy.FormationInput{Call: rec.Call, Digest: rec.Digest},
-		Tool:      policy.NewToolInput(epoch.Server, tool.Descriptor),
-		Epoch:     policy.NewEpochInput(epoch),
+		Tool:      ad.inputs.Tool(tool.DescriptorDigest, epoch.Server, tool.Descriptor),
+		Epoch:     ad.inputs.Epoch(epoch),
 		Session:   *history,
 	}
 	if rec.Successor != nil {

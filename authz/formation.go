@@ -73,6 +73,7 @@ type Formations struct {
 	decider    Decider
 	successors *successors
 	schemas    *schemaCache
+	inputs     *policy.InputCache
 	ready      *readyCache
 	metrics    *metrics
 	ttl        time.Duration
@@ -199,8 +200,8 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 	}, Approvals: []record.Approval{}}
 	in := &policy.Input{
 		Phase:   policy.PhaseFormation,
-		Tool:    policy.NewToolInput(epoch.Server, d),
-		Epoch:   policy.NewEpochInput(epoch),
+		Tool:    f.inputs.Tool(tool.DescriptorDigest, epoch.Server, d),
+		Epoch:   f.inputs.Epoch(epoch),
 		Session: *history,
 	}
 	if err := f.decide(ctx, rec, in, cand); err != nil {

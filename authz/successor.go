@@ -157,9 +157,9 @@ func successorOf(c *candidate) *record.Successor {
 }
 
 // successorInput describes a candidate for the policies.
-func successorInput(c *candidate) *policy.SuccessorInput {
+func (f *Formations) successorInput(c *candidate) *policy.SuccessorInput {
 	return &policy.SuccessorInput{
-		Epoch: policy.NewEpochInput(c.target),
+		Epoch: f.inputs.Epoch(c.target),
 		Certificate: policy.CertificateInput{
 			ID: c.rec.ID, Issuer: c.signed.KeyID, Certificate: *c.signed.Certificate,
 		},
@@ -175,7 +175,7 @@ func (f *Formations) decide(ctx context.Context, rec *record.Formation, in *poli
 	var err error
 	if cand != nil {
 		rec.Successor = successorOf(cand)
-		in.Successor = successorInput(cand)
+		in.Successor = f.successorInput(cand)
 	}
 	if rec.Digest, err = rec.Call.Digest(); err != nil {
 		return err
@@ -246,7 +246,7 @@ func (su *successors) policyInput(ctx context.Context, s *record.Successor) (*po
 		return nil, err
 	}
 	return &policy.SuccessorInput{
-		Epoch:       policy.NewEpochInput(target),
+		Epoch:       su.inputs.Epoch(target),
 		Certificate: policy.CertificateInput{ID: cert.ID, Issuer: cert.KeyID, Certificate: *cert.Certificate},
 	}, nil
 }
@@ -258,6 +258,7 @@ type successors struct {
 	issuers  *manifest.Verifier
 	verified verifiedCache
 	schemas  *schemaCache
+	inputs   *policy.InputCache
 	log      *slog.Logger
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 )
@@ -85,16 +86,17 @@ func New(cfg Config) (*UseCases, error) {
 	m := newMetrics()
 	ready := &readyCache{entries: boundedMap[readyEntry]{max: maxReadyCache}}
 	schemas := &schemaCache{}
+	inputs := &policy.InputCache{}
 	generations := &sync.Map{}
-	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, log: cfg.Logger}
+	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, inputs: inputs, log: cfg.Logger}
 	succ.verified.entries.max = maxVerifiedCache
 	u := &UseCases{metrics: m}
 	u.Formations = &Formations{
-		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, ready: ready, metrics: m,
+		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, inputs: inputs, ready: ready, metrics: m,
 		ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger,
 	}
 	u.Admissions = &Admissions{
-		store: cfg.Store, decider: cfg.Decider, successors: succ, ready: ready, generations: generations,
+		store: cfg.Store, decider: cfg.Decider, successors: succ, inputs: inputs, ready: ready, generations: generations,
 		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger,
 	}
 	u.Leases = &Leases{

@@ -4,17 +4,20 @@
 //
 //	go test -run '^$' -bench Decide -benchmem ./authz/policy/
 //
-// combined is what authz pays per formation (one Document, both engines);
+// combined is one decision from an input converted whole (one Document,
+// both engines); combined-cached is what authz pays per formation: the
+// same input with its tool and epoch from an InputCache, converted once;
 // combined-successor is the same call with a candidate successor, which
 // both engines also answer on (Rego in the same evaluation, Cedar with a
 // second request); rego and cedar are each engine alone from the same Input (Document
-// included); document is the Input conversion alone; bare-opa-prepared is
+// included); document and document-cached are the Input conversion alone
+// (whole, and with the cached parts); bare-opa-prepared is
 // the floor: a bare OPA PreparedEvalQuery of the same default Rego, with
 // the same three-set query, given the same *Input through rego.EvalInput;
 // bare-opa-prepared-ast-input is the same query given an already converted
 // input, i.e. OPA's evaluation alone; bare-opa-prepared-package queries the
 // whole package (data.fcd.authz) instead of the three sets, the alternative
-// query shape. Report combined/bare-opa-prepared.
+// query shape. Report combined-cached/bare-opa-prepared.
 package policy
 
 import (
@@ -25,6 +28,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/record"
 )
 
 func BenchmarkDecide(b *testing.B) {
@@ -46,6 +50,18 @@ func BenchmarkDecide(b *testing.B) {
 	})
 	if d := s.Decide(ctx, withSuccessor); !d.Allowed() || d.Successor == nil || d.Successor.Verdict != "allow" {
 		b.Fatalf("benchmark input with a successor decided %+v", d)
+	}
+	var cache InputCache
+	cached := *in
+	desc := in.Tool.Tool
+	cached.Tool = cache.Tool(in.Formation.DescriptorDigest, in.Tool.Server, &desc)
+	cached.Epoch = cache.Epoch(&record.Epoch{
+		ID: in.Epoch.ID, Server: in.Epoch.Server, Release: in.Epoch.Release, Pool: in.Epoch.Pool,
+		State: in.Epoch.State, Artifact: in.Epoch.Artifact, ConfigDigest: in.Epoch.ConfigDigest,
+		SignerKeyID: in.Epoch.SignerKid, Manifest: githubManifest(b),
+	})
+	if d := s.Decide(ctx, &cached); !d.Allowed() || d.Approvals != 1 {
+		b.Fatalf("cached benchmark input decided %+v", d)
 	}
 	src, err := policies.FS.ReadFile("fcd.rego")
 	if err != nil {
@@ -71,6 +87,15 @@ func BenchmarkDecide(b *testing.B) {
 		runtime.GC()
 		for b.Loop() {
 			if d := s.Decide(ctx, in); !d.Allowed() {
+				b.Fatal(d)
+			}
+		}
+	})
+	b.Run("combined-cached", func(b *testing.B) {
+		b.ReportAllocs()
+		runtime.GC()
+		for b.Loop() {
+			if d := s.Decide(ctx, &cached); !d.Allowed() {
 				b.Fatal(d)
 			}
 		}
@@ -104,6 +129,15 @@ func BenchmarkDecide(b *testing.B) {
 		runtime.GC()
 		for b.Loop() {
 			if _, err := NewDocument(in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("document-cached", func(b *testing.B) {
+		b.ReportAllocs()
+		runtime.GC()
+		for b.Loop() {
+			if _, err := NewDocument(&cached); err != nil {
 				b.Fatal(err)
 			}
 		}

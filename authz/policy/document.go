@@ -40,15 +40,77 @@ func NewDocument(in *Input) (*Document, error) {
 	if err := consistentSuccessor(in); err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(in)
+	v, err := convertInput(in)
+	if err != nil {
+		return nil, err
+	}
+	return &Document{in: in, value: v}, nil
+}
+
+// convertInput converts in member by member: the value its JSON encoding
+// converts to, with the tool and epoch parts an [InputCache] converted
+// once taken as they are (TestCachedDocumentMatches holds the two equal).
+func convertInput(in *Input) (ast.Value, error) {
+	formation, err := toAST(in.Formation)
+	if err != nil {
+		return nil, err
+	}
+	tool := in.Tool.value
+	if tool == nil {
+		if tool, err = toAST(in.Tool); err != nil {
+			return nil, err
+		}
+	}
+	epoch, err := epochValue(in.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	session, err := toAST(in.Session)
+	if err != nil {
+		return nil, err
+	}
+	members := [][2]*ast.Term{
+		{ast.StringTerm("phase"), ast.StringTerm(string(in.Phase))},
+		{ast.StringTerm("formation"), ast.NewTerm(formation)},
+		{ast.StringTerm("tool"), ast.NewTerm(tool)},
+		{ast.StringTerm("epoch"), ast.NewTerm(epoch)},
+		{ast.StringTerm("session"), ast.NewTerm(session)},
+	}
+	if s := in.Successor; s != nil {
+		epoch, err := epochValue(s.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		cert, err := toAST(s.Certificate)
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, [2]*ast.Term{ast.StringTerm("successor"), ast.NewTerm(ast.NewObject(
+			[2]*ast.Term{ast.StringTerm("epoch"), ast.NewTerm(epoch)},
+			[2]*ast.Term{ast.StringTerm("certificate"), ast.NewTerm(cert)},
+		))})
+	}
+	return ast.NewObject(members...), nil
+}
+
+func epochValue(e EpochInput) (ast.Value, error) {
+	if e.value != nil {
+		return e.value, nil
+	}
+	return toAST(e)
+}
+
+// toAST converts v's JSON encoding.
+func toAST(v any) (ast.Value, error) {
+	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode: %w", ErrInvalidInput, err)
 	}
-	v, err := astFromJSON(raw)
+	a, err := astFromJSON(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: decode: %w", ErrInvalidInput, err)
 	}
-	return &Document{in: in, value: v}, nil
+	return a, nil
 }
 
 // consistentSuccessor checks that the successor member describes exactly

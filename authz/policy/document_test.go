@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/util"
 )
@@ -90,4 +92,61 @@ func TestDecodeInputIsStrict(t *testing.T) {
 			t.Errorf("DecodeInput(%s) = %v", raw, err)
 		}
 	}
+}
+
+// TestCachedDocumentMatches: a document made with the tool and epoch an
+// InputCache converted once is the document of the same input converted
+// whole; the cache converts each descriptor (by digest and server) and
+// each epoch (by id and state) once, and a new state is a new entry.
+func TestCachedDocumentMatches(t *testing.T) {
+	m := githubManifest(t)
+	inputs := []*Input{
+		githubInput(t, m, call{tool: "create_repository", args: `{"name":"x","n":1.5}`}),
+		githubInput(t, m, call{tool: "delete_repository", admin: true, unpinned: true, completed: []string{"github/get_repository"}}),
+		githubInput(t, m, call{tool: "create_repository", successor: &successor{effects: map[string]any{"visibility": "private"}}}),
+		githubInput(t, m, call{tool: "create_repository", state: record.StateDraining}),
+	}
+	var cache InputCache
+	for i, in := range inputs {
+		whole, err := NewDocument(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		desc := in.Tool.Tool
+		ep := &record.Epoch{
+			ID: in.Epoch.ID, Server: in.Epoch.Server, Release: in.Epoch.Release, Pool: in.Epoch.Pool,
+			State: in.Epoch.State, Artifact: in.Epoch.Artifact, ConfigDigest: in.Epoch.ConfigDigest,
+			SignerKeyID: in.Epoch.SignerKid, Manifest: epochManifest(t, m, in),
+		}
+		cached := *in
+		cached.Tool = cache.Tool(in.Formation.DescriptorDigest, in.Tool.Server, &desc)
+		cached.Epoch = cache.Epoch(ep)
+		if cached.Tool.value == nil || cached.Epoch.value == nil {
+			t.Fatalf("input %d: the cache converted nothing", i)
+		}
+		if again := cache.Tool(in.Formation.DescriptorDigest, in.Tool.Server, &desc); again.value != cached.Tool.value {
+			t.Errorf("input %d: the descriptor was converted twice", i)
+		}
+		if again := cache.Epoch(ep); again.value != cached.Epoch.value {
+			t.Errorf("input %d: the epoch was converted twice", i)
+		}
+		doc, err := NewDocument(&cached)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doc.value.Compare(whole.value) != 0 {
+			t.Errorf("input %d: the cached document differs:\n got %v\nwant %v", i, doc.value, whole.value)
+		}
+	}
+	if len(cache.epochs) != 3 { // ACTIVE pinned, ACTIVE unpinned, DRAINING
+		t.Errorf("%d epochs cached, want 3 (one per id and state)", len(cache.epochs))
+	}
+}
+
+// epochManifest is the manifest githubInput described in.Epoch from.
+func epochManifest(t *testing.T, m *manifest.Manifest, in *Input) *manifest.Manifest {
+	t.Helper()
+	mc := *m
+	mc.Artifact = in.Epoch.Artifact
+	return &mc
 }

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -78,6 +80,9 @@ type ToolInput struct {
 	Requires         []string `json:"requires"`
 	ProducesInputFor []string `json:"producesInputFor"`
 	ExclusiveWith    []string `json:"exclusiveWith"`
+
+	// value is this input converted, when an [InputCache] made it.
+	value ast.Value
 }
 
 // EpochInput is the source epoch as policies see it.
@@ -101,6 +106,9 @@ type EpochInput struct {
 	Secrets   []SecretInput       `json:"secrets"`
 	Policy    *manifest.PolicyRef `json:"policy,omitempty"`
 	SignerKid string              `json:"signerKid"`
+
+	// value is this input converted, when an [InputCache] made it.
+	value ast.Value
 }
 
 // SecretInput names a secret by version.
