@@ -19,16 +19,16 @@ import (
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/leaktest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.uber.org/goleak"
 )
 
+// TestMain fails the package if a test leaves goroutines behind: the
+// commands run in-process are stopped, their sessions closed, by the
+// tests that start them. Idle keep-alive connections are not leaks.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
+	leaktest.VerifyTestMain(m, leaktest.IgnoreIdleHTTP()...)
 }
 
 // output collects a command's stderr and tells when a line matches.
