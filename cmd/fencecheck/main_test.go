@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
@@ -93,24 +94,6 @@ func (is *issuer) sign(t *testing.T, id, tool, args string, admitted time.Time) 
 		t.Fatal(err)
 	}
 	return string(out)
-}
-
-// syncBuffer is an io.Writer safe to read while run writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 var listening = regexp.MustCompile(`fencecheck: listening on (http://\S+)`)
@@ -266,62 +249,31 @@ func newBackend(t *testing.T) *backendStandIn {
 
 // runningProxy is `fencecheck proxy` run in-process.
 type runningProxy struct {
-	url    string
-	stderr *syncBuffer
-	cancel context.CancelFunc
-	done   chan int
-	once   sync.Once
+	*cmdtest.Command
+	url string
 }
 
 // startProxy runs `fencecheck proxy` with the flags of the backend the
-// tests guard (pool github-prod, generation 4) plus extra, until stop or
-// the test's end.
+// tests guard (pool github-prod, generation 4) plus extra, until Stop or
+// the test's end. Stop shuts the proxy down gracefully (its outcome
+// reports drained) and checks that it exited 0.
 func startProxy(t *testing.T, is *issuer, upstream string, extra ...string) *runningProxy {
 	t.Helper()
 	jwksSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(is.jwks)
 	}))
 	t.Cleanup(jwksSrv.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &runningProxy{stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	args := append([]string{"proxy", "--listen", "127.0.0.1:0", "--upstream", upstream,
 		"--pool", "github-prod", "--artifact", "sha256:a1", "--config", "sha256:c1", "--generation", "4",
 		"--jwks", jwksSrv.URL + "/.well-known/jwks.json", "--issuer", "https://authzd.test",
 		"--server", "github", "--log-level", "error"}, extra...)
-	go func() { p.done <- run(ctx, args, nil, io.Discard, p.stderr) }()
-	t.Cleanup(func() { p.stop(t) })
-	for deadline := time.Now().Add(10 * time.Second); p.url == "" && time.Now().Before(deadline); {
-		select {
-		case code := <-p.done:
-			p.done <- code
-			t.Fatalf("proxy exited %d: %s", code, p.stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if m := listening.FindStringSubmatch(p.stderr.String()); m != nil {
-			p.url = m[1]
-		}
-	}
-	if p.url == "" {
-		t.Fatalf("no listening line: %s", p.stderr.String())
-	}
-	return p
-}
-
-// stop shuts the proxy down gracefully (its outcome reports drained) and
-// checks that it exited 0. Calling it again is harmless.
-func (p *runningProxy) stop(t *testing.T) {
-	t.Helper()
-	p.once.Do(func() {
-		p.cancel()
-		select {
-		case code := <-p.done:
-			if code != 0 {
-				t.Errorf("proxy exited %d: %s", code, p.stderr.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("proxy did not stop")
-		}
+	c, url, err := cmdtest.Start(t, "fencecheck proxy", listening, func(ctx context.Context, stderr io.Writer) int {
+		return run(ctx, args, nil, io.Discard, stderr)
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &runningProxy{Command: c, url: url}
 }
 
 // post sends one request to the proxy, with token unless "".
@@ -428,8 +380,8 @@ func TestProxy(t *testing.T) {
 	}
 
 	// Graceful shutdown drains the outcome reports.
-	p.stop(t)
-	other.stop(t)
+	p.Stop(t)
+	other.Stop(t)
 	got := map[string]bool{}
 	for _, e := range authzd.events() {
 		got[e] = true

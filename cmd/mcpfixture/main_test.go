@@ -7,17 +7,18 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/leaktest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
@@ -31,24 +32,6 @@ func TestMain(m *testing.M) {
 	leaktest.VerifyTestMain(m, leaktest.IgnoreIdleHTTP()...)
 }
 
-// output collects a command's stderr and tells when a line matches.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
-
 var listening = regexp.MustCompile(`(?m)^mcpfixture: listening on (http://\S+)$`)
 
 // start runs `mcpfixture args...` until the test ends and returns its base
@@ -60,32 +43,15 @@ func start(t *testing.T, args ...string) string {
 }
 
 // startOut is start that also returns the command's stderr.
-func startOut(t *testing.T, args ...string) (string, *output) {
+func startOut(t *testing.T, args ...string) (string, *cmdtest.SyncBuffer) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &output{}
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, io.Discard, out) }()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("mcpfixture %v exited %d: %s", args, code, out)
-		}
+	c, base, err := cmdtest.Start(t, fmt.Sprint("mcpfixture ", args), listening, func(ctx context.Context, stderr io.Writer) int {
+		return run(ctx, args, io.Discard, stderr)
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			return m[1], out
-		}
-		select {
-		case code := <-done:
-			done <- code
-			t.Fatalf("mcpfixture %v exited %d: %s", args, code, out)
-		case <-time.After(10 * time.Millisecond):
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("mcpfixture %v not ready: %s", args, out)
-	return "", nil
+	return base, c.Stderr
 }
 
 func connect(t *testing.T, endpoint string) *mcp.ClientSession {
