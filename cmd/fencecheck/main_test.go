@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,36 +22,21 @@ import (
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
+	"github.com/fcd-authz/fcd/internal/tokentest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/lestrrat-go/jwx/v2/jwk"
-	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
 // issuer stands in for authzd's token signing: an Ed25519 key and the
 // JWKS of its public half.
 type issuer struct {
-	priv ed25519.PrivateKey
+	key  *tokentest.Key
 	jwks []byte
 }
 
 func newIssuer(t *testing.T) *issuer {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := jwk.FromRaw(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = k.Set(jwk.KeyIDKey, "authzd-1")
-	set := jwk.NewSet()
-	_ = set.AddKey(k)
-	doc, err := json.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &issuer{priv: priv, jwks: doc}
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	return &issuer{key: key, jwks: tokentest.JWKS(t, key)}
 }
 
 var jti atomic.Int64
@@ -79,21 +62,13 @@ func (is *issuer) sign(t *testing.T, id, tool, args string, admitted time.Time) 
 		t.Fatal(err)
 	}
 	now := time.Now().Unix()
-	payload, _ := json.Marshal(fencecheck.Claims{
+	return is.key.Issue(t, fencecheck.Claims{
 		Issuer: "https://authzd.test", Audience: "github-prod", Subject: "s-1", ID: id,
 		IssuedAt: now, NotBefore: now, Expiry: now + 30,
 		Formation: "f-1", Tool: tool, ArgumentDigest: digest, Epoch: "sha256:e1",
 		Artifact: "sha256:a1", Config: "sha256:c1", Generation: 4, Revision: 9, Cluster: "c1",
 		Admitted: admitted.UnixMilli(),
 	})
-	hdr := jws.NewHeaders()
-	_ = hdr.Set(jws.TypeKey, fencecheck.TokenType)
-	_ = hdr.Set(jws.KeyIDKey, "authzd-1")
-	out, err := jws.Sign(payload, jws.WithKey(jwa.EdDSA, is.priv, jws.WithProtectedHeaders(hdr)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
 }
 
 var listening = regexp.MustCompile(`fencecheck: listening on (http://\S+)`)

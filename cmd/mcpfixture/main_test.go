@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -21,7 +20,8 @@ import (
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/leaktest"
-	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/fcd-authz/fcd/internal/tokentest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -127,17 +127,9 @@ func TestServe(t *testing.T) {
 // A fixture guarded in-process by fencecheck, offline, with a static key
 // set and tokens signed here.
 func TestServeFenced(t *testing.T) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, _ := jwk.FromRaw(pub)
-	_ = k.Set(jwk.KeyIDKey, "k1")
-	set := jwk.NewSet()
-	_ = set.AddKey(k)
-	doc, _ := json.Marshal(set)
+	key := tokentest.NewKey(t, jwa.EdDSA, "k1")
 	keys := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(keys, doc, 0o600); err != nil {
+	if err := os.WriteFile(keys, tokentest.JWKS(t, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base := start(t, "serve", "--server", "azure", "--release", "v1.1", "--keys", keys, "--issuer", "fcd-test",
@@ -152,15 +144,12 @@ func TestServeFenced(t *testing.T) {
 		now := time.Now().Unix()
 		var id [9]byte
 		rand.Read(id[:])
-		payload, _ := json.Marshal(fencecheck.Claims{
+		return key.Issue(t, fencecheck.Claims{
 			Issuer: "fcd-test", Audience: rel.Pool, Subject: "s1", ID: base64.RawURLEncoding.EncodeToString(id[:]),
 			IssuedAt: now, NotBefore: now, Expiry: now + 30, Formation: "f1", Tool: "azure/create_storage_account",
 			ArgumentDigest: digest, Epoch: "sha256:e", Artifact: rel.Artifact, Config: rel.Config, Generation: gen,
 			Revision: 1, Cluster: "c", Admitted: admitted.UnixMilli(),
 		})
-		hdr, _ := json.Marshal(map[string]string{"alg": "EdDSA", "kid": "k1", "typ": fencecheck.TokenType})
-		in := base64.RawURLEncoding.EncodeToString(hdr) + "." + base64.RawURLEncoding.EncodeToString(payload)
-		return in + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(in)))
 	}
 	cs := connect(t, base+"/mcp")
 	const args = `{"name":"payrollexports"}`
