@@ -19,8 +19,8 @@ import (
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
@@ -64,19 +64,8 @@ func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBindin
 	t.Helper()
 	member := etcdtest.Start(t)
 	store := member.Store(t, testPrefix)
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := manifest.PublicSet(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := manifest.NewVerifier(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}, binding: binding}
+	registrar := manifesttest.NewSigner(t)
+	f := &fixture{t: t, member: member, key: registrar.Key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}, binding: binding}
 	var stored []api.Credential
 	add := func(id string, role api.Role, pools ...string) api.Secret {
 		secret, cred, err := api.NewCredential(id, role)
@@ -102,18 +91,10 @@ func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBindin
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	issuerKey, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuerSet, _ := manifest.PublicSet(issuerKey)
-	issuers, err := manifest.NewVerifier(issuerSet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.issuerKey = issuerKey
-	f.certificates = issuers
-	f.cfg = api.Config{Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: verifier, Logger: log, Certificates: issuers}), UseCases: f.formations(store, log),
+	issuer := manifesttest.NewSigner(t)
+	f.issuerKey = issuer.Key
+	f.certificates = issuer.Verifier
+	f.cfg = api.Config{Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log, Certificates: issuer.Verifier}), UseCases: f.formations(store, log),
 		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log}
 	h, err := api.New(f.cfg)
 	if err != nil {
@@ -339,10 +320,7 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 func TestManifestRefusals(t *testing.T) {
 	f := newFixture(t, 0)
 	good := readExample(t, "v1.4")
-	stranger, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stranger := manifesttest.NewSigner(t).Key
 	tampered := func() []byte {
 		jws := f.sign(good, nil)
 		parts := bytes.Split(jws, []byte("."))

@@ -24,6 +24,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -146,18 +147,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	}
 	store := member.Store(t, fmt.Sprintf("/e2e/%d/", prefixSeq.Add(1)))
 
-	regKey, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := manifest.PublicSet(regKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mverifier, err := manifest.NewVerifier(set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	registrar := manifesttest.NewSigner(t)
 	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), Fixture: map[string]string{},
 		Epoch: map[string]string{}, tokens: map[string]string{}, hits: map[string]*atomic.Int64{},
 		poolCreds: map[string]api.Secret{}, tokenLifetime: opts.TokenLifetime}
@@ -192,17 +182,8 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.issuerKey, err = manifest.GenerateKey(jwa.EdDSA); err != nil {
-		t.Fatal(err)
-	}
-	issuerSet, err := manifest.PublicSet(s.issuerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuers, err := manifest.NewVerifier(issuerSet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	issuer := manifesttest.NewSigner(t)
+	s.issuerKey = issuer.Key
 	log := slog.New(slog.DiscardHandler)
 	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
 	if err != nil {
@@ -220,8 +201,8 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	h, err := api.New(api.Config{
-		Registry:     authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: log, Certificates: issuers}),
-		UseCases:     authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuers}),
+		Registry:     authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log, Certificates: issuer.Verifier}),
+		UseCases:     authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuer.Verifier}),
 		PolicyStatus: pm.Status, Auth: auth, Logger: log,
 	})
 	if err != nil {
@@ -244,7 +225,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		if err != nil {
 			t.Fatal(err)
 		}
-		jws, err := manifest.Sign(rel.ManifestJSON(), regKey, manifest.TypManifest)
+		jws, err := manifest.Sign(rel.ManifestJSON(), registrar.Key, manifest.TypManifest)
 		if err != nil {
 			t.Fatal(err)
 		}
