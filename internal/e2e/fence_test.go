@@ -758,57 +758,54 @@ func count(xs []string, x string) int {
 // 403 caller-mismatch with no admission and no effect; alice's call runs
 // once.
 func TestGatewayCallerBinding(t *testing.T) {
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, nil)
-			f := s.formReady(s.snapshot(), "sess-identity", "identity-bound")
-			gw := s.gateway(t, kind, nil)
-			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{%q:%q},"name":"create_repository","arguments":{"name":"identity-bound"}}}`,
-				gatewaytest.FormationMetaKey, f.ID)
-			raw := func(user, password string, header map[string]string) (int, string) {
-				req, _ := http.NewRequest(http.MethodPost, gw.URL+"/mcp", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Accept", "application/json, text/event-stream")
-				req.Header.Set(gatewaytest.FormationHeader, f.ID)
-				for k, v := range header {
-					req.Header.Set(k, v)
-				}
-				if user != "" {
-					req.SetBasicAuth(user, password)
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				return resp.StatusCode, resp.Header.Get("Fcd-Problem")
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		f := s.formReady(s.snapshot(), "sess-identity", "identity-bound")
+		gw := s.gateway(t, kind, nil)
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{%q:%q},"name":"create_repository","arguments":{"name":"identity-bound"}}}`,
+			gatewaytest.FormationMetaKey, f.ID)
+		raw := func(user, password string, header map[string]string) (int, string) {
+			req, _ := http.NewRequest(http.MethodPost, gw.URL+"/mcp", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set(gatewaytest.FormationHeader, f.ID)
+			for k, v := range header {
+				req.Header.Set(k, v)
 			}
-			for _, c := range []struct {
-				note, user, password string
-			}{{"no credentials", "", ""}, {"alice with a wrong password", "alice", "guess"}} {
-				if status, problem := raw(c.user, c.password, map[string]string{"Fcd-Caller": "alice"}); status != http.StatusUnauthorized || problem != "" {
-					t.Errorf("%s: %d %q, want the gateway's own 401", c.note, status, problem)
-				}
+			if user != "" {
+				req.SetBasicAuth(user, password)
 			}
-			if st := s.status(f.ID); st != "ready" {
-				t.Fatalf("after unauthenticated calls the formation is %s, want ready (never admitted)", st)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
 			}
+			resp.Body.Close()
+			return resp.StatusCode, resp.Header.Get("Fcd-Problem")
+		}
+		for _, c := range []struct {
+			note, user, password string
+		}{{"no credentials", "", ""}, {"alice with a wrong password", "alice", "guess"}} {
+			if status, problem := raw(c.user, c.password, map[string]string{"Fcd-Caller": "alice"}); status != http.StatusUnauthorized || problem != "" {
+				t.Errorf("%s: %d %q, want the gateway's own 401", c.note, status, problem)
+			}
+		}
+		if st := s.status(f.ID); st != "ready" {
+			t.Fatalf("after unauthenticated calls the formation is %s, want ready (never admitted)", st)
+		}
 
-			if status, problem := raw("bob", gatewayUsers["bob"], map[string]string{"Fcd-Caller": "alice"}); status != http.StatusForbidden || problem != "caller-mismatch" {
-				t.Errorf("bob claiming to be alice: %d %q, want 403 caller-mismatch", status, problem)
-			}
-			bob := connectHostAs(t, gw, "bob", nil)
-			_, err := bob.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "identity-bound"))
-			refusedBy(t, bob, f, err, "caller-mismatch")
-			if st := s.status(f.ID); st != "ready" {
-				t.Fatalf("after bob's calls the formation is %s, want ready (never admitted)", st)
-			}
-			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 || s.hits[poolV14].Load() != 0 {
-				t.Fatalf("effects %+v, %d tokens at v1.4, want none", es, s.hits[poolV14].Load())
-			}
+		if status, problem := raw("bob", gatewayUsers["bob"], map[string]string{"Fcd-Caller": "alice"}); status != http.StatusForbidden || problem != "caller-mismatch" {
+			t.Errorf("bob claiming to be alice: %d %q, want 403 caller-mismatch", status, problem)
+		}
+		bob := connectHostAs(t, gw, "bob", nil)
+		_, err := bob.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "identity-bound"))
+		refusedBy(t, bob, f, err, "caller-mismatch")
+		if st := s.status(f.ID); st != "ready" {
+			t.Fatalf("after bob's calls the formation is %s, want ready (never admitted)", st)
+		}
+		if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 || s.hits[poolV14].Load() != 0 {
+			t.Fatalf("effects %+v, %d tokens at v1.4, want none", es, s.hits[poolV14].Load())
+		}
 
-			mustRun(t, s, connectHost(t, gw), f, "identity-bound")
-			s.waitStatus(f.ID, "completed")
-		})
-	}
+		mustRun(t, s, connectHost(t, gw), f, "identity-bound")
+		s.waitStatus(f.ID, "completed")
+	})
 }

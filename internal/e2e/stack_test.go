@@ -136,6 +136,16 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 	return startStackWith(t, member, stackOptions{})
 }
 
+// eachGateway runs test once per gateway kind, as a subtest named by the
+// kind, each on a stack of its own; the stacks share one etcd member.
+func eachGateway(t *testing.T, test func(t *testing.T, kind string, s *stack)) {
+	t.Helper()
+	m := etcdtest.Start(t)
+	for _, kind := range gatewaytest.Kinds {
+		t.Run(kind, func(t *testing.T) { test(t, kind, startStack(t, m)) })
+	}
+}
+
 // startStackWith is startStack with options.
 func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *stack {
 	t.Helper()
