@@ -87,10 +87,10 @@ func (f *fixture) waitPublished() {
 // reports the effect under its claim.
 func (f *fixture) ranWithEffect(admission reply) {
 	f.t.Helper()
-	tok, _ := admission.body["token"].(string)
+	tok, _ := admission.Body["token"].(string)
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
-		f.t.Fatalf("admission without a token: %s", admission.raw)
+		f.t.Fatalf("admission without a token: %s", admission.Raw)
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {

@@ -47,11 +47,11 @@ func (s *stack) admit(f formation) admission {
 	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
 	s.expect(r, http.StatusOK)
 	a := admission{}
-	a.Token, _ = r.body["token"].(string)
-	a.Lease, _ = r.body["lease"].(string)
+	a.Token, _ = r.Body["token"].(string)
+	a.Lease, _ = r.Body["lease"].(string)
 	a.Claims = claimsOf(s.t, a.Token)
 	if a.Token == "" || a.Lease == "" || a.Claims.ID != a.Lease {
-		s.t.Fatalf("admission %s", r.raw)
+		s.t.Fatalf("admission %s", r.Raw)
 	}
 	return a
 }
@@ -61,10 +61,10 @@ func (s *stack) admit(f formation) admission {
 func (s *stack) readmit(f formation) (int, string) {
 	s.t.Helper()
 	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
-	if r.status == http.StatusOK || r.body["token"] != nil {
-		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.status, r.raw)
+	if r.Status == http.StatusOK || r.Body["token"] != nil {
+		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.Status, r.Raw)
 	}
-	return r.status, slugOf(r)
+	return r.Status, slugOf(r)
 }
 
 // formRead forms a read of tool (no approval needed: ready at once) in
@@ -83,7 +83,7 @@ func (s *stack) leaseOf(id string) string {
 	s.t.Helper()
 	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
 	s.expect(r, http.StatusOK)
-	l, _ := r.body["lease"].(string)
+	l, _ := r.Body["lease"].(string)
 	return l
 }
 
@@ -94,7 +94,7 @@ func (s *stack) leaseState(lease string) string {
 	s.t.Helper()
 	r := s.do("GET", "/v1/epochs/"+s.Epoch[poolV14]+"/leases", api.RoleOperator, nil)
 	s.expect(r, http.StatusOK)
-	ls, _ := r.body["leases"].([]any)
+	ls, _ := r.Body["leases"].([]any)
 	for _, l := range ls {
 		if m, _ := l.(map[string]any); m["id"] == lease {
 			st, _ := m["state"].(string)
@@ -109,7 +109,7 @@ func (s *stack) sessionFormations(session string) int {
 	s.t.Helper()
 	r := s.do("GET", "/v1/formations", api.RoleOperator, nil)
 	s.expect(r, http.StatusOK)
-	fs, _ := r.body["formations"].([]any)
+	fs, _ := r.Body["formations"].([]any)
 	n := 0
 	for _, f := range fs {
 		if m, _ := f.(map[string]any); m["session"] == session {
@@ -146,7 +146,7 @@ func startSidecar(t *testing.T, s *stack, fenceBin, credFile, upstream string) *
 }
 
 func slugOf(r reply) string {
-	typ, _ := r.body["type"].(string)
+	typ, _ := r.Body["type"].(string)
 	return typ[strings.LastIndexByte(typ, '#')+1:]
 }
 
@@ -688,8 +688,8 @@ func TestRequiresMetOnlyByEffect(t *testing.T) {
 			t.Fatalf("delete formed after %s: %+v, want denied for deny-requires-unmet by both engines", after, del)
 		}
 		r := s.do("POST", "/v1/formations/"+del.ID+"/admit", api.RoleHost, nil)
-		if r.status != http.StatusForbidden || slugOf(r) != "formation-denied" {
-			t.Fatalf("admitting the delete formed after %s: %d %s, want 403 formation-denied", after, r.status, r.raw)
+		if r.Status != http.StatusForbidden || slugOf(r) != "formation-denied" {
+			t.Fatalf("admitting the delete formed after %s: %d %s, want 403 formation-denied", after, r.Status, r.Raw)
 		}
 	}
 

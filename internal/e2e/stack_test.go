@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
@@ -241,7 +242,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		}
 		r := s.do("POST", "/v1/manifests", api.RoleRegistrar, jws)
 		s.expect(r, http.StatusCreated)
-		s.Epoch[rel.Pool] = r.body["epoch"].(string)
+		s.Epoch[rel.Pool] = r.Body["epoch"].(string)
 
 		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool]), Logger: log})
 		if err != nil {
@@ -303,12 +304,8 @@ func (s *stack) token(jti string) string {
 	return s.tokens[jti]
 }
 
-type reply struct {
-	status int
-	header http.Header
-	body   map[string]any
-	raw    []byte
-}
+// reply is an answer of authzd's API.
+type reply = apitest.Reply
 
 func (s *stack) do(method, path string, role api.Role, body []byte) reply {
 	s.t.Helper()
@@ -318,28 +315,13 @@ func (s *stack) do(method, path string, role api.Role, body []byte) reply {
 // doAs is do with a credential ("" for none).
 func (s *stack) doAs(method, path string, secret api.Secret, body []byte) reply {
 	s.t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if secret != "" {
-		req.Header.Set("Authorization", "Bearer "+string(secret))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
+	return apitest.Do(s.t, method, s.URL+path, string(secret), nil, body)
 }
 
 func (s *stack) expect(r reply, status int) {
 	s.t.Helper()
-	if r.status != status {
-		s.t.Fatalf("authzd answered %d, want %d: %s", r.status, status, r.raw)
+	if r.Status != status {
+		s.t.Fatalf("authzd answered %d, want %d: %s", r.Status, status, r.Raw)
 	}
 }
 
@@ -348,7 +330,7 @@ func (s *stack) snapshot() string {
 	s.t.Helper()
 	r := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`))
 	s.expect(r, http.StatusCreated)
-	return r.body["id"].(string)
+	return r.Body["id"].(string)
 }
 
 type formation struct {
@@ -374,11 +356,11 @@ func (s *stack) formFor(snapshot, session, tool, args, groups string) formation 
 	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":%s}}}`,
 		snapshot, session, tool, args, groups)
 	r := s.do("POST", "/v1/formations", api.RoleHost, []byte(body))
-	if r.status != http.StatusForbidden || r.body["status"] != "denied" { // a denied call is recorded and answered 403
+	if r.Status != http.StatusForbidden || r.Body["status"] != "denied" { // a denied call is recorded and answered 403
 		s.expect(r, http.StatusCreated)
 	}
-	f := formation{ID: r.body["id"].(string), Status: r.body["status"].(string), Digest: r.body["digest"].(string)}
-	if d, ok := r.body["decision"].(map[string]any); ok {
+	f := formation{ID: r.Body["id"].(string), Status: r.Body["status"].(string), Digest: r.Body["digest"].(string)}
+	if d, ok := r.Body["decision"].(map[string]any); ok {
 		es, _ := d["engines"].([]any)
 		for _, e := range es {
 			rules, _ := e.(map[string]any)["rules"].([]any)
@@ -387,10 +369,10 @@ func (s *stack) formFor(snapshot, session, tool, args, groups string) formation 
 			}
 		}
 	}
-	if src, ok := r.body["source"].(map[string]any); ok {
+	if src, ok := r.Body["source"].(map[string]any); ok {
 		f.Pool, _ = src["pool"].(string)
 	}
-	if succ, ok := r.body["successor"].(map[string]any); ok {
+	if succ, ok := r.Body["successor"].(map[string]any); ok {
 		f.Successor, _ = succ["pool"].(string)
 		f.Certificate, _ = succ["certificate"].(string)
 	}
@@ -403,8 +385,8 @@ func (s *stack) approve(f formation) {
 	r := s.do("POST", "/v1/formations/"+f.ID+"/approvals", api.RoleApprover,
 		[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, f.Digest)))
 	s.expect(r, http.StatusOK)
-	if r.body["status"] != "ready" {
-		s.t.Fatalf("after approval: %s", r.raw)
+	if r.Body["status"] != "ready" {
+		s.t.Fatalf("after approval: %s", r.Raw)
 	}
 }
 
@@ -448,7 +430,7 @@ func (s *stack) certify() string {
 	}
 	r := s.do("POST", "/v1/certificates", api.RoleRegistrar, jws)
 	s.expect(r, http.StatusCreated)
-	return r.body["id"].(string)
+	return r.Body["id"].(string)
 }
 
 // retire drains and retires a pool's epoch as the operator.
@@ -463,8 +445,8 @@ func (s *stack) retireDrained(pool string) {
 	s.t.Helper()
 	r := s.do("POST", "/v1/epochs/"+s.Epoch[pool]+"/retire", api.RoleOperator, nil)
 	s.expect(r, http.StatusOK)
-	if r.body["state"] != "STALE" {
-		s.t.Fatalf("retire: %s", r.raw)
+	if r.Body["state"] != "STALE" {
+		s.t.Fatalf("retire: %s", r.Raw)
 	}
 }
 
@@ -479,7 +461,7 @@ func (s *stack) status(id string) string {
 	s.t.Helper()
 	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
 	s.expect(r, http.StatusOK)
-	st, _ := r.body["status"].(string)
+	st, _ := r.Body["status"].(string)
 	return st
 }
 

@@ -127,7 +127,7 @@ func TestCertifiedSuccessor(t *testing.T) {
 			`fcd_admissions_total{result="source_stale"} 3`,
 			`fcd_admissions_total{result="source_draining"} 1`,
 		} {
-			if !strings.Contains(string(m.raw), want+"\n") {
+			if !strings.Contains(string(m.Raw), want+"\n") {
 				t.Errorf("/metrics lacks %s", want)
 			}
 		}
@@ -192,8 +192,8 @@ func TestCertificateAfterFormation(t *testing.T) {
 					refusedBy(t, h, c.f, err, "source-stale")
 					// Admission answers the same over REST: 410.
 					r := s.do("POST", "/v1/formations/"+c.f.ID+"/admit", api.RoleHost, nil)
-					if r.status != http.StatusGone {
-						t.Fatalf("admit %s: %d %s, want 410", c.f.ID, r.status, r.raw)
+					if r.Status != http.StatusGone {
+						t.Fatalf("admit %s: %d %s, want 410", c.f.ID, r.Status, r.Raw)
 					}
 				}
 			}
