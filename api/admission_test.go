@@ -12,9 +12,7 @@ import (
 )
 
 func TestAdmissionOverHTTP(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 
 	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	f.expect(read, http.StatusCreated, "")

@@ -26,9 +26,7 @@ import (
 // in this test); a replay, on this instance or on a second instance with
 // its own memory, never runs.
 func TestFenceEndToEnd(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 
 	var effects atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

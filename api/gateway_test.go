@@ -112,9 +112,7 @@ func toolsCall(name, args, meta string) []byte {
 }
 
 func TestForwardAuth(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	gwc := f.creds[api.RoleGateway]
 	const readArgs = `{"owner":"octo","repo":"demo"}`
 
@@ -209,9 +207,7 @@ func TestForwardAuth(t *testing.T) {
 }
 
 func TestExtAuthzHTTP(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	gwc := f.creds[api.RoleGateway]
 	const readArgs = `{"owner":"octo","repo":"demo"}`
 	oneStep := func(session string, extra map[string]string) map[string]string {

@@ -127,9 +127,7 @@ func (f *fixture) deniedCheck(resp *authv3.CheckResponse, code codes.Code, statu
 }
 
 func TestCheckGRPC(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	client := f.checkClient()
 	gwc := f.creds[api.RoleGateway]
 	const readArgs = `{"owner":"octo","repo":"demo"}`

@@ -82,6 +82,17 @@ func (f *fixture) waitPublished() {
 	}
 }
 
+// newReadyFixture is newFixture(t, 0) ready to form and admit calls: the
+// v1.4 example registered, a snapshot of it taken (its id is returned)
+// and the token signing key published.
+func newReadyFixture(t *testing.T) (*fixture, string) {
+	t.Helper()
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+	f.waitPublished()
+	return f, snap
+}
+
 // ranWithEffect plays the backend of an admitted call (the answer to an
 // admit): it claims the lease as a fence does before the effect, then
 // reports the effect under its claim.

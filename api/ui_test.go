@@ -284,9 +284,7 @@ func approvalsOf(body map[string]any) []map[string]any {
 // for a second approver; attacker-controlled values stay text; wrong and
 // non-approver credentials are refused; self-approval is shown refused.
 func TestUIApprovalsInBrowser(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	browser := startChromium(t)
 	const dev = `{"groups":["dev"]}`
 	parent := t

@@ -1,6 +1,7 @@
-// Package apitest calls authzd's HTTP API for tests, over real HTTP, and
-// gives its answer as tests read it. It imports no fcd package, so that
-// api's own tests can use it.
+// Package apitest calls authzd's HTTP API (or another fcd server, such as
+// a fixture's MCP endpoint) for tests, over real HTTP, and gives its
+// answer as tests read it. It imports no fcd package, so that api's own
+// tests can use it.
 package apitest
 
 import (

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -589,20 +591,10 @@ func TestCallLongerThanToken(t *testing.T) {
 func rawCall(t *testing.T, base, token string, header map[string]string, tool, args string) (int, string) {
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
-	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(fencecheck.Header, token)
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
+	h := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream", fencecheck.Header: token}
+	maps.Copy(h, header)
+	r := apitest.Do(t, http.MethodPost, base+"/mcp", "", h, []byte(body))
+	return r.Status, string(r.Raw)
 }
 
 // TestTransportRefusalIsRejected: a tools/call with a genuine token that
