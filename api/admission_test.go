@@ -12,41 +12,39 @@ import (
 )
 
 func TestAdmissionOverHTTP(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 
 	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	f.expect(read, http.StatusCreated, "")
-	id := read.body["id"].(string)
+	id := read.Body["id"].(string)
 	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleApprover, nil), http.StatusForbidden, "forbidden-role")
 	a := f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil)
 	f.expect(a, http.StatusOK, "")
-	if a.header.Get("Cache-Control") != "no-store" {
-		t.Fatalf("token answer is cacheable: %q", a.header.Get("Cache-Control"))
+	if a.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("token answer is cacheable: %q", a.Header.Get("Cache-Control"))
 	}
-	tok, _ := a.body["token"].(string)
-	leaseID, _ := a.body["lease"].(string)
-	if target := a.body["target"].(map[string]any); target["pool"] != "github-v1-4" || !strings.HasPrefix(leaseID, "ls_") {
-		t.Fatalf("admission: %s", a.raw)
+	tok, _ := a.Body["token"].(string)
+	leaseID, _ := a.Body["lease"].(string)
+	if target := a.Body["target"].(map[string]any); target["pool"] != "github-v1-4" || !strings.HasPrefix(leaseID, "ls_") {
+		t.Fatalf("admission: %s", a.Raw)
 	}
 	// The host may admit too, and gets the same lease.
 	again := f.do("POST", "/v1/formations/"+id+"/admit", api.RoleHost, nil)
 	f.expect(again, http.StatusOK, "")
-	if again.body["lease"] != leaseID {
-		t.Fatalf("re-admission: %s", again.raw)
+	if again.Body["lease"] != leaseID {
+		t.Fatalf("re-admission: %s", again.Raw)
 	}
 
 	// The token verifies against the published JWKS, served without a
 	// credential.
 	jw := f.do("GET", "/.well-known/jwks.json", "", nil)
 	f.expect(jw, http.StatusOK, "")
-	if jw.header.Get("Content-Type") != "application/jwk-set+json" {
-		t.Fatalf("jwks content type %q", jw.header.Get("Content-Type"))
+	if jw.Header.Get("Content-Type") != "application/jwk-set+json" {
+		t.Fatalf("jwks content type %q", jw.Header.Get("Content-Type"))
 	}
-	set, err := jwk.Parse(jw.raw)
+	set, err := jwk.Parse(jw.Raw)
 	if err != nil || set.Len() != 1 {
-		t.Fatalf("jwks: %v %s", err, jw.raw)
+		t.Fatalf("jwks: %v %s", err, jw.Raw)
 	}
 	payload, err := jws.Verify([]byte(tok), jws.WithKeySet(set, jws.WithRequireKid(true)))
 	if err != nil {
@@ -67,7 +65,7 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	}
 	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"done"}`)), http.StatusBadRequest, "invalid-request")
 	// The operator sees the open lease under its epoch.
-	srcEpoch := read.body["source"].(map[string]any)["epoch"].(string)
+	srcEpoch := read.Body["source"].(map[string]any)["epoch"].(string)
 	leasesPath := "/v1/epochs/" + srcEpoch + "/leases"
 	f.expect(f.do("GET", leasesPath, api.RoleHost, nil), http.StatusForbidden, "forbidden-role")
 	f.expect(f.do("GET", "/v1/epochs/sha256:nope/leases", api.RoleOperator, nil), http.StatusNotFound, "epoch-not-found")
@@ -75,7 +73,7 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		t.Helper()
 		r := f.do("GET", leasesPath, api.RoleOperator, nil)
 		f.expect(r, http.StatusOK, "")
-		ls, _ := r.body["leases"].([]any)
+		ls, _ := r.Body["leases"].([]any)
 		return ls
 	}
 	if ls := openLeases(); len(ls) != 1 || ls[0].(map[string]any)["id"] != leaseID || ls[0].(map[string]any)["state"] != "admitted" ||
@@ -100,8 +98,8 @@ func TestAdmissionOverHTTP(t *testing.T) {
 	f.expect(f.doAs("POST", complete, f.byID["backend-v1-4"], []byte(`{"outcome":"effect"}`)), http.StatusConflict, "lease-not-claimed")
 	c := f.doAs("POST", claim, f.byID["backend-v1-4"], claimBody("cl_a", claims["fcd_revision"]))
 	f.expect(c, http.StatusOK, "")
-	if c.body["claim"] != "cl_a" || c.body["lease"] != leaseID {
-		t.Fatalf("claim: %s", c.raw)
+	if c.Body["claim"] != "cl_a" || c.Body["lease"] != leaseID {
+		t.Fatalf("claim: %s", c.Raw)
 	}
 	f.expect(f.doAs("POST", claim, f.byID["backend-v1-4"], claimBody("cl_a", claims["fcd_revision"])), http.StatusOK, "") // its answer was lost
 	f.expect(f.doAs("POST", claim, f.byID["backend-v1-4"], claimBody("cl_b", claims["fcd_revision"])), http.StatusConflict, "lease-claimed")
@@ -121,11 +119,11 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		t.Fatalf("open leases after uncertain: %v", ls)
 	}
 	// The operator finds the call behind it, and the uncertain calls.
-	if r := f.do("GET", "/v1/formations/"+id, api.RoleOperator, nil); r.status != http.StatusOK || r.body["status"] != "uncertain" || r.body["lease"] != leaseID {
-		t.Fatalf("operator reads the formation: %d %s", r.status, r.raw)
+	if r := f.do("GET", "/v1/formations/"+id, api.RoleOperator, nil); r.Status != http.StatusOK || r.Body["status"] != "uncertain" || r.Body["lease"] != leaseID {
+		t.Fatalf("operator reads the formation: %d %s", r.Status, r.Raw)
 	}
-	if r := f.do("GET", "/v1/formations?status=uncertain", api.RoleOperator, nil); r.status != http.StatusOK || len(r.body["formations"].([]any)) != 1 {
-		t.Fatalf("operator lists uncertain formations: %d %s", r.status, r.raw)
+	if r := f.do("GET", "/v1/formations?status=uncertain", api.RoleOperator, nil); r.Status != http.StatusOK || len(r.Body["formations"].([]any)) != 1 {
+		t.Fatalf("operator lists uncertain formations: %d %s", r.Status, r.Raw)
 	}
 	f.expect(f.do("POST", complete, api.RoleBackend, []byte(`{"outcome":"effect"}`)), http.StatusConflict, "lease-uncertain")
 	f.expect(f.do("POST", "/v1/formations/"+id+"/admit", api.RoleGateway, nil), http.StatusConflict, "lease-uncertain")
@@ -140,25 +138,25 @@ func TestAdmissionOverHTTP(t *testing.T) {
 
 	gen := f.do("POST", "/v1/pools/github-v1-4/generation", api.RoleOperator, []byte(`{"generation":3}`))
 	f.expect(gen, http.StatusOK, "")
-	if gen.body["generation"] != float64(3) {
-		t.Fatalf("generation: %s", gen.raw)
+	if gen.Body["generation"] != float64(3) {
+		t.Fatalf("generation: %s", gen.Raw)
 	}
 	f.expect(f.do("POST", "/v1/pools/github-v1-4/generation", api.RoleOperator, []byte(`{"generation":2}`)), http.StatusConflict, "stale-generation")
 
 	// A write without its approval is not admitted; a drained source
 	// answers 409 with Retry-After, a stale one 410.
 	w := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s2", "github/create_repository", `{"name":"x"}`, "alice"))
-	f.expect(f.do("POST", "/v1/formations/"+w.body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusForbidden, "not-approved")
+	f.expect(f.do("POST", "/v1/formations/"+w.Body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusForbidden, "not-approved")
 	r2 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s3", "github/get_repository", `{"owner":"o","repo":"r"}`, ""))
-	epoch := read.body["source"].(map[string]any)["epoch"].(string)
+	epoch := read.Body["source"].(map[string]any)["epoch"].(string)
 	f.expect(f.do("POST", "/v1/epochs/"+epoch+"/drain", api.RoleOperator, nil), http.StatusOK, "")
-	dr := f.do("POST", "/v1/formations/"+r2.body["id"].(string)+"/admit", api.RoleGateway, nil)
+	dr := f.do("POST", "/v1/formations/"+r2.Body["id"].(string)+"/admit", api.RoleGateway, nil)
 	f.expect(dr, http.StatusConflict, "source-draining")
-	if dr.header.Get("Retry-After") == "" {
+	if dr.Header.Get("Retry-After") == "" {
 		t.Fatal("409 source-draining without Retry-After")
 	}
 	f.expect(f.do("POST", "/v1/epochs/"+epoch+"/retire", api.RoleOperator, nil), http.StatusOK, "")
-	f.expect(f.do("POST", "/v1/formations/"+r2.body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusGone, "source-stale")
+	f.expect(f.do("POST", "/v1/formations/"+r2.Body["id"].(string)+"/admit", api.RoleGateway, nil), http.StatusGone, "source-stale")
 
 	// The use cases' metrics tell the answers apart where HTTP codes
 	// cannot.
@@ -176,7 +174,7 @@ func TestAdmissionOverHTTP(t *testing.T) {
 		`fcd_lease_outcomes_total{by="backend",outcome="uncertain"} 1`,
 		`fcd_lease_outcomes_total{by="operator",outcome="effect"} 1`,
 	} {
-		if !strings.Contains(string(m.raw), want+"\n") {
+		if !strings.Contains(string(m.Raw), want+"\n") {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -188,7 +186,7 @@ func TestMetrics(t *testing.T) {
 	f.expect(f.do("GET", "/v1/epochs/sha256:nope", api.RoleOperator, nil), http.StatusNotFound, "epoch-not-found")
 	m := f.do("GET", "/metrics", "", nil)
 	f.expect(m, http.StatusOK, "")
-	body := string(m.raw)
+	body := string(m.Raw)
 	for _, want := range []string{
 		`fcd_http_requests_total{code="200",method="GET",route="/v1/epochs"} 1`,
 		`fcd_http_requests_total{code="404",method="GET",route="/v1/epochs/{epoch}"} 1`,

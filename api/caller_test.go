@@ -21,7 +21,7 @@ func TestGatewayCallerBinding(t *testing.T) {
 	form := func(session, principal string) string {
 		r := f.do("POST", "/v1/formations", "host", formationBody(snap, session, "github/get_repository", args, principal))
 		f.expect(r, http.StatusCreated, "")
-		return r.body["id"].(string)
+		return r.Body["id"].(string)
 	}
 
 	id := form("b1", "alice")
@@ -45,8 +45,8 @@ func TestGatewayCallerBinding(t *testing.T) {
 		})
 	}
 	f.t = t
-	if r := f.do("GET", "/v1/formations/"+id, "host", nil); r.body["status"] != "ready" {
-		t.Fatalf("refused callers changed the formation: %s", r.raw)
+	if r := f.do("GET", "/v1/formations/"+id, "host", nil); r.Body["status"] != "ready" {
+		t.Fatalf("refused callers changed the formation: %s", r.Raw)
 	}
 	// The principal, as the gateway spells it after its own authentication.
 	c := f.allowed(f.gw("GET", "/v1/forward_auth", gwc, map[string]string{"Fcd-Formation": id, "Fcd-Caller": " Alice "}, nil),
@@ -76,13 +76,13 @@ func TestGatewayCallerBinding(t *testing.T) {
 	f.denied(f.gw("POST", "/v1/ext_authz/mcp", gwc, with(nil), body), http.StatusForbidden, "caller-mismatch", "")
 	f.denied(f.gw("POST", "/v1/ext_authz/mcp", gwc, with(map[string]string{"Fcd-Caller": "bob", "Fcd-Principal": "alice"}), body),
 		http.StatusForbidden, "caller-mismatch", "")
-	if r := f.do("GET", "/v1/formations", "approver", nil); len(r.body["formations"].([]any)) != 2 {
-		t.Fatalf("a refused one-step call was formed: %s", r.raw)
+	if r := f.do("GET", "/v1/formations", "approver", nil); len(r.Body["formations"].([]any)) != 2 {
+		t.Fatalf("a refused one-step call was formed: %s", r.Raw)
 	}
 	ok := f.gw("POST", "/v1/ext_authz/mcp", gwc, with(map[string]string{"Fcd-Caller": "bob"}), body)
 	f.allowed(ok, "github/get_repository", args)
-	formed := f.do("GET", "/v1/formations/"+ok.header.Get("Fcd-Formation"), "host", nil)
-	if p := formed.body["principal"].(map[string]any); p["id"] != "bob" {
+	formed := f.do("GET", "/v1/formations/"+ok.Header.Get("Fcd-Formation"), "host", nil)
+	if p := formed.Body["principal"].(map[string]any); p["id"] != "bob" {
 		t.Fatalf("one-step principal %v, want the caller", p)
 	}
 }
@@ -96,7 +96,7 @@ func TestSelfApprovalAfterNormalization(t *testing.T) {
 	for _, principal := range []string{"alice ", "ALICE", " Alice\t", "Alice"} {
 		r := f.do("POST", "/v1/formations", "host", formationBody(snap, "sa", "github/create_repository", `{"name":"x"}`, principal))
 		f.expect(r, http.StatusCreated, "")
-		path := "/v1/formations/" + r.body["id"].(string) + "/approvals"
-		f.expect(f.doAs("POST", path, f.byID["alice"], approvalBody("approve", r.body["digest"].(string))), http.StatusForbidden, "self-approval")
+		path := "/v1/formations/" + r.Body["id"].(string) + "/approvals"
+		f.expect(f.doAs("POST", path, f.byID["alice"], approvalBody("approve", r.Body["digest"].(string))), http.StatusForbidden, "self-approval")
 	}
 }

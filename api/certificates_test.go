@@ -43,29 +43,29 @@ func TestCertificatesOverHTTP(t *testing.T) {
 
 	reg := f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, false))
 	f.expect(reg, http.StatusCreated, "")
-	id, _ := reg.body["id"].(string)
+	id, _ := reg.Body["id"].(string)
 	var c manifest.Certificate
 	json.Unmarshal(example, &c)
-	if want, _ := c.ID(); id != want || reg.body["revoked"] != false {
-		t.Fatalf("registered certificate: %s (want id %s)", reg.raw, want)
+	if want, _ := c.ID(); id != want || reg.Body["revoked"] != false {
+		t.Fatalf("registered certificate: %s (want id %s)", reg.Raw, want)
 	}
 	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, signCert(example, false)), http.StatusOK, "")
 
 	// Where Location points; listed by source and tool; not for hosts.
-	if loc := reg.header.Get("Location"); loc != "/v1/certificates/"+id {
+	if loc := reg.Header.Get("Location"); loc != "/v1/certificates/"+id {
 		t.Fatalf("Location %q", loc)
 	}
 	shown := f.do("GET", "/v1/certificates/"+id, api.RoleOperator, nil)
 	f.expect(shown, http.StatusOK, "")
-	if shown.body["id"] != id || shown.body["revoked"] != false {
-		t.Fatalf("shown: %s", shown.raw)
+	if shown.Body["id"] != id || shown.Body["revoked"] != false {
+		t.Fatalf("shown: %s", shown.Raw)
 	}
 	f.expect(f.do("GET", "/v1/certificates/"+id, api.RoleHost, nil), http.StatusForbidden, "forbidden-role")
 	listed := func(query string) []any {
 		t.Helper()
 		r := f.do("GET", "/v1/certificates"+query, api.RoleRegistrar, nil)
 		f.expect(r, http.StatusOK, "")
-		cs, _ := r.body["certificates"].([]any)
+		cs, _ := r.Body["certificates"].([]any)
 		return cs
 	}
 	for query, n := range map[string]int{
@@ -80,12 +80,12 @@ func TestCertificatesOverHTTP(t *testing.T) {
 
 	rev := f.do("DELETE", "/v1/certificates/"+id, api.RoleRegistrar, nil)
 	f.expect(rev, http.StatusOK, "")
-	if rev.body["revoked"] != true {
-		t.Fatalf("revoke: %s", rev.raw)
+	if rev.Body["revoked"] != true {
+		t.Fatalf("revoke: %s", rev.Raw)
 	}
 	f.expect(f.do("DELETE", "/v1/certificates/"+id, api.RoleRegistrar, nil), http.StatusConflict, "certificate-revoked")
-	if r := f.do("GET", "/v1/certificates/"+id, api.RoleOperator, nil); r.body["revoked"] != true {
-		t.Fatalf("after revocation: %s", r.raw)
+	if r := f.do("GET", "/v1/certificates/"+id, api.RoleOperator, nil); r.Body["revoked"] != true {
+		t.Fatalf("after revocation: %s", r.Raw)
 	}
 	f.expect(f.do("GET", "/v1/certificates/sha256:nope", api.RoleOperator, nil), http.StatusNotFound, "certificate-not-found")
 	f.expect(f.do("DELETE", "/v1/certificates/sha256:nope", api.RoleRegistrar, nil), http.StatusNotFound, "certificate-not-found")

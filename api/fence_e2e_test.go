@@ -26,9 +26,7 @@ import (
 // in this test); a replay, on this instance or on a second instance with
 // its own memory, never runs.
 func TestFenceEndToEnd(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 
 	var effects atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -38,7 +36,7 @@ func TestFenceEndToEnd(t *testing.T) {
 	})
 	form := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	f.expect(form, http.StatusCreated, "")
-	src := form.body["source"].(map[string]any)
+	src := form.Body["source"].(map[string]any)
 	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
 	if err != nil {
 		t.Fatal(err)
@@ -63,9 +61,9 @@ func TestFenceEndToEnd(t *testing.T) {
 	second := httptest.NewServer(newVerifier().Middleware(handler, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
 	defer second.Close()
 
-	adm := f.do("POST", "/v1/formations/"+form.body["id"].(string)+"/admit", api.RoleGateway, nil)
+	adm := f.do("POST", "/v1/formations/"+form.Body["id"].(string)+"/admit", api.RoleGateway, nil)
 	f.expect(adm, http.StatusOK, "")
-	token := adm.body["token"].(string)
+	token := adm.Body["token"].(string)
 	callAt := func(url, args string) int {
 		t.Helper()
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_repository","arguments":%s}}`, args)
@@ -104,12 +102,12 @@ func TestFenceEndToEnd(t *testing.T) {
 	}
 	// authzd recorded the effect: the lease is closed, the formation
 	// completed, the tool completed in the session.
-	got := f.do("GET", "/v1/formations/"+form.body["id"].(string), api.RoleHost, nil)
-	if got.body["status"] != "completed" {
-		t.Fatalf("formation after the effect: %s", got.raw)
+	got := f.do("GET", "/v1/formations/"+form.Body["id"].(string), api.RoleHost, nil)
+	if got.Body["status"] != "completed" {
+		t.Fatalf("formation after the effect: %s", got.Raw)
 	}
 	var ep map[string]any
-	json.Unmarshal(f.do("GET", "/v1/epochs/"+src["epoch"].(string), api.RoleOperator, nil).raw, &ep)
+	json.Unmarshal(f.do("GET", "/v1/epochs/"+src["epoch"].(string), api.RoleOperator, nil).Raw, &ep)
 	if ep["activeLeases"] != float64(0) {
 		t.Fatalf("lease still open: %v", ep["activeLeases"])
 	}

@@ -16,7 +16,7 @@ func (f *fixture) registerAndSnapshot() string {
 	f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(f.t, "v1.4"), nil)), http.StatusCreated, "")
 	snap := f.do("POST", "/v1/snapshots", api.RoleHost, nil)
 	f.expect(snap, http.StatusCreated, "")
-	return snap.body["id"].(string)
+	return snap.Body["id"].(string)
 }
 
 func formationBody(snapshot, session, tool, args, principal string) []byte {
@@ -37,32 +37,32 @@ func TestFormationsAndApprovalsOverHTTP(t *testing.T) {
 
 	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	f.expect(read, http.StatusCreated, "")
-	if read.body["status"] != "ready" || !strings.HasPrefix(read.header.Get("Location"), "/v1/formations/fm_") {
-		t.Fatalf("read formation: %s", read.raw)
+	if read.Body["status"] != "ready" || !strings.HasPrefix(read.Header.Get("Location"), "/v1/formations/fm_") {
+		t.Fatalf("read formation: %s", read.Raw)
 	}
-	if p := read.body["principal"].(map[string]any); p["id"] != "host" || p["host"] != "host" {
+	if p := read.Body["principal"].(map[string]any); p["id"] != "host" || p["host"] != "host" {
 		t.Fatalf("principal defaults to the host credential: %v", p)
 	}
 
 	write := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/create_repository", `{"name":"demo"}`, "alice"))
 	f.expect(write, http.StatusCreated, "")
-	if write.body["status"] != "pending_approval" || write.body["approvalsRequired"] != float64(1) {
-		t.Fatalf("write formation: %s", write.raw)
+	if write.Body["status"] != "pending_approval" || write.Body["approvalsRequired"] != float64(1) {
+		t.Fatalf("write formation: %s", write.Raw)
 	}
-	id, digest := write.body["id"].(string), write.body["digest"].(string)
+	id, digest := write.Body["id"].(string), write.Body["digest"].(string)
 
 	del := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/delete_repository", `{"owner":"octo","repo":"demo"}`, "alice"))
 	f.expect(del, http.StatusForbidden, "")
-	if del.body["status"] != "denied" || del.header.Get("Content-Type") != "application/json" {
-		t.Fatalf("denied formation must be answered 403 with the record: %s", del.raw)
+	if del.Body["status"] != "denied" || del.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("denied formation must be answered 403 with the record: %s", del.Raw)
 	}
 	// The denied record is kept for audit.
-	f.expect(f.do("GET", "/v1/formations/"+del.body["id"].(string), api.RoleApprover, nil), http.StatusOK, "")
+	f.expect(f.do("GET", "/v1/formations/"+del.Body["id"].(string), api.RoleApprover, nil), http.StatusOK, "")
 
 	pending := f.do("GET", "/v1/formations?status=pending_approval", api.RoleApprover, nil)
 	f.expect(pending, http.StatusOK, "")
-	if list := pending.body["formations"].([]any); len(list) != 1 || list[0].(map[string]any)["id"] != id {
-		t.Fatalf("pending list: %s", pending.raw)
+	if list := pending.Body["formations"].([]any); len(list) != 1 || list[0].(map[string]any)["id"] != id {
+		t.Fatalf("pending list: %s", pending.Raw)
 	}
 	f.expect(f.do("GET", "/v1/formations?status=waiting", api.RoleApprover, nil), http.StatusBadRequest, "invalid-request")
 
@@ -74,21 +74,21 @@ func TestFormationsAndApprovalsOverHTTP(t *testing.T) {
 	f.expect(f.do("POST", path, api.RoleApprover, approvalBody("perhaps", digest)), http.StatusBadRequest, "invalid-request")
 	ok := f.do("POST", path, api.RoleApprover, approvalBody("approve", digest))
 	f.expect(ok, http.StatusOK, "")
-	if ok.body["status"] != "ready" {
-		t.Fatalf("after approval: %s", ok.raw)
+	if ok.Body["status"] != "ready" {
+		t.Fatalf("after approval: %s", ok.Raw)
 	}
 	f.expect(f.doAs("POST", path, f.byID["approver-2"], approvalBody("approve", digest)), http.StatusConflict, "not-pending")
 	f.expect(f.do("POST", "/v1/formations/fm_nope/approvals", api.RoleApprover, approvalBody("approve", digest)), http.StatusNotFound, "formation-not-found")
 
 	// A deny ends a formation.
 	w2 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s2", "github/create_repository", `{"name":"x"}`, "alice"))
-	p2 := "/v1/formations/" + w2.body["id"].(string) + "/approvals"
-	denied := f.doAs("POST", p2, f.byID["approver-2"], approvalBody("deny", w2.body["digest"].(string)))
+	p2 := "/v1/formations/" + w2.Body["id"].(string) + "/approvals"
+	denied := f.doAs("POST", p2, f.byID["approver-2"], approvalBody("deny", w2.Body["digest"].(string)))
 	f.expect(denied, http.StatusOK, "")
-	if denied.body["status"] != "denied" {
-		t.Fatalf("after deny: %s", denied.raw)
+	if denied.Body["status"] != "denied" {
+		t.Fatalf("after deny: %s", denied.Raw)
 	}
-	f.expect(f.do("POST", p2, api.RoleApprover, approvalBody("approve", w2.body["digest"].(string))), http.StatusConflict, "not-pending")
+	f.expect(f.do("POST", p2, api.RoleApprover, approvalBody("approve", w2.Body["digest"].(string))), http.StatusConflict, "not-pending")
 }
 
 func TestFormationBadInputOverHTTP(t *testing.T) {
@@ -109,7 +109,7 @@ func TestFormationBadInputOverHTTP(t *testing.T) {
 		{"unknown tool", string(formationBody(snap, "s", "github/fork", `{}`, "")), 422, "unknown-reference", nil},
 		{"schema violation", string(formationBody(snap, "s", "github/create_repository", `{"name":"x","private":"no"}`, "")), 422, "invalid-arguments",
 			func(r reply) bool {
-				vs, _ := r.body["violations"].([]any)
+				vs, _ := r.Body["violations"].([]any)
 				return len(vs) == 1 && vs[0].(map[string]any)["instancePath"] == "/private"
 			}},
 		{"duplicate argument", string(formationBody(snap, "s", "github/create_repository", `{"name":"x","name":"y"}`, "")), 400, "malformed-json", nil},
@@ -120,16 +120,16 @@ func TestFormationBadInputOverHTTP(t *testing.T) {
 			r := f.do("POST", "/v1/formations", api.RoleHost, []byte(tc.body))
 			f.expect(r, tc.status, tc.slug)
 			if tc.check != nil && !tc.check(r) {
-				t.Fatalf("body: %s", r.raw)
+				t.Fatalf("body: %s", r.Raw)
 			}
 		})
 	}
 	f.t = t
 	all := f.do("GET", "/v1/formations", api.RoleHost, nil)
 	var out struct{ Formations []json.RawMessage }
-	_ = json.Unmarshal(all.raw, &out)
+	_ = json.Unmarshal(all.Raw, &out)
 	if len(out.Formations) != 0 {
-		t.Fatalf("refused formations were stored: %s", all.raw)
+		t.Fatalf("refused formations were stored: %s", all.Raw)
 	}
 }
 
@@ -137,9 +137,9 @@ func TestReadyzShowsPolicies(t *testing.T) {
 	f := newFixture(t, 0)
 	r := f.do("GET", "/readyz", "", nil)
 	f.expect(r, http.StatusOK, "")
-	checks := r.body["checks"].(map[string]any)
+	checks := r.Body["checks"].(map[string]any)
 	pol, ok := checks["policies"].(map[string]any)
 	if !ok || !strings.HasPrefix(pol["digest"].(string), "sha256:") || pol["source"] != "embedded" {
-		t.Fatalf("readyz policies: %s", r.raw)
+		t.Fatalf("readyz policies: %s", r.Raw)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,30 +12,13 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/apitest"
 )
 
 // gw sends a gateway request with headers (and a body, or nil).
 func (f *fixture) gw(method, path string, secret api.Secret, headers map[string]string, body []byte) reply {
 	f.t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+path, bytes.NewReader(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if secret != "" {
-		req.Header.Set("Authorization", "Bearer "+string(secret))
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
+	return apitest.Do(f.t, method, f.srv.URL+path, string(secret), headers, body)
 }
 
 // denied checks a gateway refusal: status, problem type, the Fcd-Problem
@@ -45,17 +27,17 @@ func (f *fixture) gw(method, path string, secret api.Secret, headers map[string]
 func (f *fixture) denied(r reply, status int, slug, formation string) {
 	f.t.Helper()
 	f.expect(r, status, slug)
-	if got := r.header.Get("Fcd-Problem"); got != slug {
+	if got := r.Header.Get("Fcd-Problem"); got != slug {
 		f.t.Fatalf("Fcd-Problem %q, want %q", got, slug)
 	}
-	if r.body["status"] != float64(status) {
-		f.t.Fatalf("problem status member %v, want %d: %s", r.body["status"], status, r.raw)
+	if r.Body["status"] != float64(status) {
+		f.t.Fatalf("problem status member %v, want %d: %s", r.Body["status"], status, r.Raw)
 	}
-	if r.header.Get(fencecheck.Header) != "" || r.header.Get(fencecheck.TargetHeader) != "" {
-		f.t.Fatalf("refusal carries a token or target: %v", r.header)
+	if r.Header.Get(fencecheck.Header) != "" || r.Header.Get(fencecheck.TargetHeader) != "" {
+		f.t.Fatalf("refusal carries a token or target: %v", r.Header)
 	}
-	if formation != "" && (r.header.Get("Fcd-Formation") != formation || r.body["formation"] != formation) {
-		f.t.Fatalf("refusal does not name formation %s: header %q, body %s", formation, r.header.Get("Fcd-Formation"), r.raw)
+	if formation != "" && (r.Header.Get("Fcd-Formation") != formation || r.Body["formation"] != formation) {
+		f.t.Fatalf("refusal does not name formation %s: header %q, body %s", formation, r.Header.Get("Fcd-Formation"), r.Raw)
 	}
 }
 
@@ -63,8 +45,8 @@ func (f *fixture) denied(r reply, status int, slug, formation string) {
 func (f *fixture) passed(r reply) {
 	f.t.Helper()
 	f.expect(r, http.StatusOK, "")
-	if r.header.Get(fencecheck.Header) != "" || r.header.Get(fencecheck.TargetHeader) != "" || len(r.raw) != 0 {
-		f.t.Fatalf("session traffic got a token, target or body: %v %s", r.header, r.raw)
+	if r.Header.Get(fencecheck.Header) != "" || r.Header.Get(fencecheck.TargetHeader) != "" || len(r.Raw) != 0 {
+		f.t.Fatalf("session traffic got a token, target or body: %v %s", r.Header, r.Raw)
 	}
 }
 
@@ -74,13 +56,13 @@ func (f *fixture) passed(r reply) {
 func (f *fixture) allowed(r reply, tool, args string) *fencecheck.Claims {
 	f.t.Helper()
 	f.expect(r, http.StatusOK, "")
-	if len(r.raw) != 0 || r.header.Get("Cache-Control") != "no-store" {
-		f.t.Fatalf("allow: body %q, Cache-Control %q", r.raw, r.header.Get("Cache-Control"))
+	if len(r.Raw) != 0 || r.Header.Get("Cache-Control") != "no-store" {
+		f.t.Fatalf("allow: body %q, Cache-Control %q", r.Raw, r.Header.Get("Cache-Control"))
 	}
-	if got := r.header.Get(fencecheck.TargetHeader); got != "github-v1-4" {
+	if got := r.Header.Get(fencecheck.TargetHeader); got != "github-v1-4" {
 		f.t.Fatalf("Fcd-Target %q", got)
 	}
-	return f.verifyToken(r.header.Get(fencecheck.Header), tool, args)
+	return f.verifyToken(r.Header.Get(fencecheck.Header), tool, args)
 }
 
 // verifyToken verifies a dispatch token with a fresh fencecheck.Verifier
@@ -97,7 +79,7 @@ func (f *fixture) verifyToken(token, tool, args string) *fencecheck.Claims {
 			} `json:"artifact"`
 		} `json:"epochs"`
 	}
-	if err := json.Unmarshal(ep.raw, &list); err != nil {
+	if err := json.Unmarshal(ep.Raw, &list); err != nil {
 		f.t.Fatal(err)
 	}
 	// A dry check of the token's content: offline, judging leases admitted
@@ -110,7 +92,7 @@ func (f *fixture) verifyToken(token, tool, args string) *fencecheck.Claims {
 		}
 	}
 	if err := v.Validate(); err != nil {
-		f.t.Fatalf("verifier: %v (epochs %s)", err, ep.raw)
+		f.t.Fatalf("verifier: %v (epochs %s)", err, ep.Raw)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -130,22 +112,20 @@ func toolsCall(name, args, meta string) []byte {
 }
 
 func TestForwardAuth(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	gwc := f.creds[api.RoleGateway]
 	const readArgs = `{"owner":"octo","repo":"demo"}`
 
 	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", readArgs, ""))
 	f.expect(read, http.StatusCreated, "")
-	id := read.body["id"].(string)
+	id := read.Body["id"].(string)
 
 	// nginx: X-Original-*.
 	nginx := map[string]string{"Fcd-Formation": id, "X-Original-Method": "POST", "X-Original-URI": "/mcp"}
 	a := f.gw("GET", "/v1/forward_auth", gwc, nginx, nil)
 	c := f.allowed(a, "github/get_repository", readArgs)
-	if c.Formation != id || a.header.Get("Fcd-Formation") != id {
-		t.Fatalf("claims %+v, Fcd-Formation %q", c, a.header.Get("Fcd-Formation"))
+	if c.Formation != id || a.Header.Get("Fcd-Formation") != id {
+		t.Fatalf("claims %+v, Fcd-Formation %q", c, a.Header.Get("Fcd-Formation"))
 	}
 	// Caddy and Traefik: X-Forwarded-*; the same formation again gets the
 	// same lease.
@@ -175,7 +155,7 @@ func TestForwardAuth(t *testing.T) {
 	// Fcd-Problem say which.
 	noCred := f.gw("GET", "/v1/forward_auth", "", nginx, nil)
 	f.denied(noCred, http.StatusUnauthorized, "unauthenticated", "")
-	if noCred.header.Get("WWW-Authenticate") == "" {
+	if noCred.Header.Get("WWW-Authenticate") == "" {
 		t.Fatal("401 without WWW-Authenticate")
 	}
 	f.denied(f.gw("GET", "/v1/forward_auth", "fcd_gateway_forged", nginx, nil), http.StatusUnauthorized, "unauthenticated", "")
@@ -184,15 +164,15 @@ func TestForwardAuth(t *testing.T) {
 	// Every other refusal is 403 on forward-auth, whatever its own status;
 	// the type keeps the cause.
 	write := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s2", "github/create_repository", `{"name":"x"}`, "alice"))
-	wid := write.body["id"].(string)
+	wid := write.Body["id"].(string)
 	f.denied(f.gw("GET", "/v1/forward_auth", gwc, map[string]string{"Fcd-Formation": wid}, nil), http.StatusForbidden, "not-approved", wid)
 	del := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s2", "github/delete_repository", readArgs, "alice"))
-	did := del.body["id"].(string)
+	did := del.Body["id"].(string)
 	f.denied(f.gw("GET", "/v1/forward_auth", gwc, map[string]string{"Fcd-Formation": did}, nil), http.StatusForbidden, "formation-denied", did)
 	f.denied(f.gw("GET", "/v1/forward_auth", gwc, map[string]string{"Fcd-Formation": "fm_nope"}, nil), http.StatusForbidden, "formation-not-found", "fm_nope")
 	long := f.gw("GET", "/v1/forward_auth", gwc, map[string]string{"Fcd-Formation": strings.Repeat("x", 300)}, nil)
 	f.denied(long, http.StatusForbidden, "invalid-request", "")
-	if long.header.Get("Fcd-Formation") != "" {
+	if long.Header.Get("Fcd-Formation") != "" {
 		t.Fatal("an invalid formation id is echoed")
 	}
 	twice := f.gw("GET", "/v1/forward_auth", gwc, nil, nil)
@@ -214,22 +194,20 @@ func TestForwardAuth(t *testing.T) {
 
 	// Draining: 403 (not 409), Retry-After kept.
 	r2 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s3", "github/get_repository", readArgs, ""))
-	r2id := r2.body["id"].(string)
-	epoch := read.body["source"].(map[string]any)["epoch"].(string)
+	r2id := r2.Body["id"].(string)
+	epoch := read.Body["source"].(map[string]any)["epoch"].(string)
 	f.expect(f.do("POST", "/v1/epochs/"+epoch+"/drain", api.RoleOperator, nil), http.StatusOK, "")
 	dr := f.gw("GET", "/v1/forward_auth", gwc, map[string]string{"Fcd-Formation": r2id}, nil)
 	f.denied(dr, http.StatusForbidden, "source-draining", r2id)
-	if dr.header.Get("Retry-After") != "5" {
-		t.Fatalf("source-draining on forward-auth without Retry-After: %v", dr.header)
+	if dr.Header.Get("Retry-After") != "5" {
+		t.Fatalf("source-draining on forward-auth without Retry-After: %v", dr.Header)
 	}
 	// Session traffic still passes: it needs no epoch.
 	f.passed(f.gw("GET", "/v1/forward_auth", gwc, map[string]string{"Mcp-Method": "tools/list"}, nil))
 }
 
 func TestExtAuthzHTTP(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	gwc := f.creds[api.RoleGateway]
 	const readArgs = `{"owner":"octo","repo":"demo"}`
 	oneStep := func(session string, extra map[string]string) map[string]string {
@@ -243,7 +221,7 @@ func TestExtAuthzHTTP(t *testing.T) {
 	// The formation in a header; the original request's path follows the
 	// prefix.
 	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", readArgs, ""))
-	id := read.body["id"].(string)
+	id := read.Body["id"].(string)
 	a := f.gw("POST", "/v1/ext_authz/mcp?x=1", gwc, map[string]string{"Fcd-Formation": id}, toolsCall("get_repository", readArgs, ""))
 	if c := f.allowed(a, "github/get_repository", readArgs); c.Formation != id {
 		t.Fatalf("claims %+v", c)
@@ -251,7 +229,7 @@ func TestExtAuthzHTTP(t *testing.T) {
 
 	// The formation in params._meta of the body Envoy forwards.
 	read2 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"two"}`, ""))
-	id2 := read2.body["id"].(string)
+	id2 := read2.Body["id"].(string)
 	m := f.gw("POST", "/v1/ext_authz/mcp", gwc, nil, toolsCall("get_repository", `{"owner":"octo","repo":"two"}`, id2))
 	if c := f.allowed(m, "github/get_repository", `{"owner":"octo","repo":"two"}`); c.Formation != id2 {
 		t.Fatalf("claims %+v", c)
@@ -264,12 +242,12 @@ func TestExtAuthzHTTP(t *testing.T) {
 	// server from Fcd-Server, or from params.name itself.
 	one := f.gw("POST", "/v1/ext_authz/mcp", gwc, oneStep("s-one", map[string]string{"Fcd-Server": "github"}), toolsCall("get_repository", readArgs, ""))
 	c := f.allowed(one, "github/get_repository", readArgs)
-	if c.Formation == "" || one.header.Get("Fcd-Formation") != c.Formation || c.Subject != "s-one" {
-		t.Fatalf("one-step claims %+v, Fcd-Formation %q", c, one.header.Get("Fcd-Formation"))
+	if c.Formation == "" || one.Header.Get("Fcd-Formation") != c.Formation || c.Subject != "s-one" {
+		t.Fatalf("one-step claims %+v, Fcd-Formation %q", c, one.Header.Get("Fcd-Formation"))
 	}
 	formed := f.do("GET", "/v1/formations/"+c.Formation, api.RoleHost, nil)
-	if p := formed.body["principal"].(map[string]any); p["id"] != "gateway" || p["host"] != "gateway" || formed.body["snapshot"] != snap {
-		t.Fatalf("one-step formation: %s", formed.raw)
+	if p := formed.Body["principal"].(map[string]any); p["id"] != "gateway" || p["host"] != "gateway" || formed.Body["snapshot"] != snap {
+		t.Fatalf("one-step formation: %s", formed.Raw)
 	}
 	f.allowed(f.gw("POST", "/v1/ext_authz/mcp", gwc, oneStep("s-one", nil), toolsCall("github/get_repository", readArgs, "")),
 		"github/get_repository", readArgs)
@@ -279,19 +257,19 @@ func TestExtAuthzHTTP(t *testing.T) {
 	const writeArgs = `{"name":"demo"}`
 	w := f.gw("POST", "/v1/ext_authz/mcp", gwc, oneStep("s-write", map[string]string{"Fcd-Server": "github", "Fcd-Principal": "alice"}),
 		toolsCall("create_repository", writeArgs, ""))
-	wid := w.header.Get("Fcd-Formation")
+	wid := w.Header.Get("Fcd-Formation")
 	if !strings.HasPrefix(wid, "fm_") {
-		t.Fatalf("pending one-step call without its formation id: %v %s", w.header, w.raw)
+		t.Fatalf("pending one-step call without its formation id: %v %s", w.Header, w.Raw)
 	}
 	f.denied(w, http.StatusForbidden, "not-approved", wid)
 	pending := f.do("GET", "/v1/formations/"+wid, api.RoleApprover, nil)
-	if pending.body["status"] != "pending_approval" || pending.body["principal"].(map[string]any)["id"] != "alice" {
-		t.Fatalf("pending formation: %s", pending.raw)
+	if pending.Body["status"] != "pending_approval" || pending.Body["principal"].(map[string]any)["id"] != "alice" {
+		t.Fatalf("pending formation: %s", pending.Raw)
 	}
 	// Retrying before the approval changes nothing.
 	f.denied(f.gw("POST", "/v1/ext_authz/mcp", gwc, map[string]string{"Fcd-Formation": wid}, toolsCall("create_repository", writeArgs, "")),
 		http.StatusForbidden, "not-approved", wid)
-	f.expect(f.do("POST", "/v1/formations/"+wid+"/approvals", api.RoleApprover, approvalBody("approve", pending.body["digest"].(string))), http.StatusOK, "")
+	f.expect(f.do("POST", "/v1/formations/"+wid+"/approvals", api.RoleApprover, approvalBody("approve", pending.Body["digest"].(string))), http.StatusOK, "")
 	retried := f.gw("POST", "/v1/ext_authz/mcp", gwc, oneStep("s-write", map[string]string{"Fcd-Server": "github", "Fcd-Formation": wid}),
 		toolsCall("create_repository", writeArgs, ""))
 	if c := f.allowed(retried, "github/create_repository", writeArgs); c.Formation != wid {
@@ -301,8 +279,8 @@ func TestExtAuthzHTTP(t *testing.T) {
 	// One step, a call the policy denies: 403 with its id.
 	d := f.gw("POST", "/v1/ext_authz/mcp", gwc, oneStep("s-del", map[string]string{"Fcd-Server": "github", "Fcd-Principal": "alice"}),
 		toolsCall("delete_repository", readArgs, ""))
-	f.denied(d, http.StatusForbidden, "formation-denied", d.header.Get("Fcd-Formation"))
-	if did := d.header.Get("Fcd-Formation"); f.do("GET", "/v1/formations/"+did, api.RoleHost, nil).body["status"] != "denied" {
+	f.denied(d, http.StatusForbidden, "formation-denied", d.Header.Get("Fcd-Formation"))
+	if did := d.Header.Get("Fcd-Formation"); f.do("GET", "/v1/formations/"+did, api.RoleHost, nil).Body["status"] != "denied" {
 		t.Fatal("denied one-step formation not kept for audit")
 	}
 	// One step with bad input: the formation's own errors, nothing formed.
@@ -329,7 +307,7 @@ func TestExtAuthzHTTP(t *testing.T) {
 	} {
 		r := f.gw(tc.method, "/v1/ext_authz/mcp", gwc, tc.h, []byte(tc.body))
 		f.passed(r)
-		if got := r.header.Get("X-Envoy-Auth-Headers-To-Remove"); got != "fcd-dispatch-token, fcd-target" {
+		if got := r.Header.Get("X-Envoy-Auth-Headers-To-Remove"); got != "fcd-dispatch-token, fcd-target" {
 			t.Fatalf("%s %s: headers to remove %q", tc.method, tc.body, got)
 		}
 	}
@@ -362,11 +340,11 @@ func TestExtAuthzHTTP(t *testing.T) {
 
 	// Not folded on ext_authz: a draining source is 409 with Retry-After.
 	r3 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s3", "github/get_repository", readArgs, ""))
-	r3id := r3.body["id"].(string)
-	f.expect(f.do("POST", "/v1/epochs/"+read.body["source"].(map[string]any)["epoch"].(string)+"/drain", api.RoleOperator, nil), http.StatusOK, "")
+	r3id := r3.Body["id"].(string)
+	f.expect(f.do("POST", "/v1/epochs/"+read.Body["source"].(map[string]any)["epoch"].(string)+"/drain", api.RoleOperator, nil), http.StatusOK, "")
 	dr := f.gw("POST", "/v1/ext_authz/mcp", gwc, map[string]string{"Fcd-Formation": r3id}, nil)
 	f.denied(dr, http.StatusConflict, "source-draining", r3id)
-	if dr.header.Get("Retry-After") != "5" {
-		t.Fatalf("source-draining without Retry-After: %v", dr.header)
+	if dr.Header.Get("Retry-After") != "5" {
+		t.Fatalf("source-draining without Retry-After: %v", dr.Header)
 	}
 }

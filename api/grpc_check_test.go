@@ -127,9 +127,7 @@ func (f *fixture) deniedCheck(resp *authv3.CheckResponse, code codes.Code, statu
 }
 
 func TestCheckGRPC(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	client := f.checkClient()
 	gwc := f.creds[api.RoleGateway]
 	const readArgs = `{"owner":"octo","repo":"demo"}`
@@ -137,7 +135,7 @@ func TestCheckGRPC(t *testing.T) {
 	// OK with the formation in a header: the token and pool are set
 	// upstream, replacing any the client sent.
 	read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", readArgs, ""))
-	id := read.body["id"].(string)
+	id := read.Body["id"].(string)
 	ok := f.okHeaders(f.check(client, gwc, checkRequest("POST", map[string]string{"Fcd-Formation": id, "fcd-dispatch-token": "forged"},
 		toolsCall("get_repository", readArgs, ""), false)))
 	tok, target := ok[strings.ToLower(fencecheck.Header)], ok[strings.ToLower(fencecheck.TargetHeader)]
@@ -176,7 +174,7 @@ func TestCheckGRPC(t *testing.T) {
 	}
 	// Approved over REST, retried by id in _meta: OK.
 	pending := f.do("GET", "/v1/formations/"+wid, api.RoleApprover, nil)
-	f.expect(f.do("POST", "/v1/formations/"+wid+"/approvals", api.RoleApprover, approvalBody("approve", pending.body["digest"].(string))), http.StatusOK, "")
+	f.expect(f.do("POST", "/v1/formations/"+wid+"/approvals", api.RoleApprover, approvalBody("approve", pending.Body["digest"].(string))), http.StatusOK, "")
 	retried := f.okHeaders(f.check(client, gwc, checkRequest("POST", nil, toolsCall("create_repository", `{"name":"x"}`, wid), false)))
 	f.verifyToken(retried["fcd-dispatch-token"].GetHeader().GetValue(), "github/create_repository", `{"name":"x"}`)
 	f.deniedCheck(f.check(client, gwc, checkRequest("POST", nil, []byte(`{"method":"tools/list","Method":"tools/call"}`), false)),
@@ -210,8 +208,8 @@ func TestCheckGRPC(t *testing.T) {
 
 	// A draining source: the status of ext_authz (409), with Retry-After.
 	r2 := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s3", "github/get_repository", readArgs, ""))
-	f.expect(f.do("POST", "/v1/epochs/"+read.body["source"].(map[string]any)["epoch"].(string)+"/drain", api.RoleOperator, nil), http.StatusOK, "")
-	dr := f.check(client, gwc, checkRequest("POST", map[string]string{"Fcd-Formation": r2.body["id"].(string)}, nil, false))
+	f.expect(f.do("POST", "/v1/epochs/"+read.Body["source"].(map[string]any)["epoch"].(string)+"/drain", api.RoleOperator, nil), http.StatusOK, "")
+	dr := f.check(client, gwc, checkRequest("POST", map[string]string{"Fcd-Formation": r2.Body["id"].(string)}, nil, false))
 	f.deniedCheck(dr, codes.PermissionDenied, http.StatusConflict, "source-draining")
 	var retryAfter string
 	for _, h := range dr.GetDeniedResponse().GetHeaders() {

@@ -82,15 +82,26 @@ func (f *fixture) waitPublished() {
 	}
 }
 
+// newReadyFixture is newFixture(t, 0) ready to form and admit calls: the
+// v1.4 example registered, a snapshot of it taken (its id is returned)
+// and the token signing key published.
+func newReadyFixture(t *testing.T) (*fixture, string) {
+	t.Helper()
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+	f.waitPublished()
+	return f, snap
+}
+
 // ranWithEffect plays the backend of an admitted call (the answer to an
 // admit): it claims the lease as a fence does before the effect, then
 // reports the effect under its claim.
 func (f *fixture) ranWithEffect(admission reply) {
 	f.t.Helper()
-	tok, _ := admission.body["token"].(string)
+	tok, _ := admission.Body["token"].(string)
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
-		f.t.Fatalf("admission without a token: %s", admission.raw)
+		f.t.Fatalf("admission without a token: %s", admission.Raw)
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {

@@ -17,10 +17,11 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
@@ -64,19 +65,8 @@ func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBindin
 	t.Helper()
 	member := etcdtest.Start(t)
 	store := member.Store(t, testPrefix)
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := manifest.PublicSet(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := manifest.NewVerifier(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, member: member, key: key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}, binding: binding}
+	registrar := manifesttest.NewSigner(t)
+	f := &fixture{t: t, member: member, key: registrar.Key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}, binding: binding}
 	var stored []api.Credential
 	add := func(id string, role api.Role, pools ...string) api.Secret {
 		secret, cred, err := api.NewCredential(id, role)
@@ -102,18 +92,10 @@ func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBindin
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	issuerKey, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuerSet, _ := manifest.PublicSet(issuerKey)
-	issuers, err := manifest.NewVerifier(issuerSet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.issuerKey = issuerKey
-	f.certificates = issuers
-	f.cfg = api.Config{Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: verifier, Logger: log, Certificates: issuers}), UseCases: f.formations(store, log),
+	issuer := manifesttest.NewSigner(t)
+	f.issuerKey = issuer.Key
+	f.certificates = issuer.Verifier
+	f.cfg = api.Config{Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log, Certificates: issuer.Verifier}), UseCases: f.formations(store, log),
 		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log}
 	h, err := api.New(f.cfg)
 	if err != nil {
@@ -124,12 +106,8 @@ func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBindin
 	return f
 }
 
-type reply struct {
-	status int
-	header http.Header
-	body   map[string]any
-	raw    []byte
-}
+// reply is an answer of the API under test.
+type reply = apitest.Reply
 
 func (f *fixture) do(method, path string, role api.Role, body []byte) reply {
 	f.t.Helper()
@@ -139,39 +117,24 @@ func (f *fixture) do(method, path string, role api.Role, body []byte) reply {
 // doAs calls with the given credential ("" for none).
 func (f *fixture) doAs(method, path string, secret api.Secret, body []byte) reply {
 	f.t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+path, bytes.NewReader(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if secret != "" {
-		req.Header.Set("Authorization", "Bearer "+string(secret))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
+	return apitest.Do(f.t, method, f.srv.URL+path, string(secret), nil, body)
 }
 
 // expect checks status and, for errors, the problem type slug and media
 // type.
 func (f *fixture) expect(r reply, status int, slug string) {
 	f.t.Helper()
-	if r.status != status {
-		f.t.Fatalf("status %d, want %d: %s", r.status, status, r.raw)
+	if r.Status != status {
+		f.t.Fatalf("status %d, want %d: %s", r.Status, status, r.Raw)
 	}
 	if slug == "" {
 		return
 	}
-	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
 		f.t.Fatalf("content type %q, want application/problem+json", ct)
 	}
-	if got := r.body["type"]; got != api.ProblemBase+slug {
-		f.t.Fatalf("problem type %v, want %s: %s", got, slug, r.raw)
+	if got := r.Body["type"]; got != api.ProblemBase+slug {
+		f.t.Fatalf("problem type %v, want %s: %s", got, slug, r.Raw)
 	}
 }
 
@@ -232,29 +195,29 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	f.expect(v13, http.StatusCreated, "")
 	v14 := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil))
 	f.expect(v14, http.StatusCreated, "")
-	v14id := v14.body["epoch"].(string)
-	if v14.header.Get("Location") != "/v1/epochs/"+v14id || v14.body["state"] != "ACTIVE" {
-		t.Fatalf("register reply: %s (Location %q)", v14.raw, v14.header.Get("Location"))
+	v14id := v14.Body["epoch"].(string)
+	if v14.Header.Get("Location") != "/v1/epochs/"+v14id || v14.Body["state"] != "ACTIVE" {
+		t.Fatalf("register reply: %s (Location %q)", v14.Raw, v14.Header.Get("Location"))
 	}
 	// The same manifest again: same epoch, 200. A fresh signature over the
 	// same manifest is still the same epoch.
 	again := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil))
 	f.expect(again, http.StatusOK, "")
-	if again.body["epoch"] != v14id {
-		t.Fatalf("re-registration gave epoch %v, want %s", again.body["epoch"], v14id)
+	if again.Body["epoch"] != v14id {
+		t.Fatalf("re-registration gave epoch %v, want %s", again.Body["epoch"], v14id)
 	}
 
 	list := f.do("GET", "/v1/epochs", api.RoleOperator, nil)
 	f.expect(list, http.StatusOK, "")
-	if eps := list.body["epochs"].([]any); len(eps) != 2 {
-		t.Fatalf("list: %s", list.raw)
+	if eps := list.Body["epochs"].([]any); len(eps) != 2 {
+		t.Fatalf("list: %s", list.Raw)
 	}
 	f.expect(f.do("GET", "/v1/epochs?state=ACTIVE&server=github", api.RoleHost, nil), http.StatusOK, "")
 
 	snap := f.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`))
 	f.expect(snap, http.StatusCreated, "")
-	snapID := snap.body["id"].(string)
-	for _, tool := range snap.body["tools"].([]any) {
+	snapID := snap.Body["id"].(string)
+	for _, tool := range snap.Body["tools"].([]any) {
 		tm := tool.(map[string]any)
 		if tm["epoch"] != v14id || tm["summary"] == "" || tm["sideEffects"] == nil {
 			t.Fatalf("snapshot entry %v not bound to v1.4 with a summary", tm)
@@ -264,8 +227,8 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	f.expect(full, http.StatusOK, "")
 	tool := f.do("GET", "/v1/snapshots/"+snapID+"/tools/github/create_repository", api.RoleHost, nil)
 	f.expect(tool, http.StatusOK, "")
-	if d := tool.body["descriptor"].(map[string]any); d["name"] != "create_repository" || d["inputSchema"] == nil {
-		t.Fatalf("tool view: %s", tool.raw)
+	if d := tool.Body["descriptor"].(map[string]any); d["name"] != "create_repository" || d["inputSchema"] == nil {
+		t.Fatalf("tool view: %s", tool.Raw)
 	}
 	f.expect(f.do("GET", "/v1/snapshots/"+snapID+"?view=everything", api.RoleHost, nil), http.StatusBadRequest, "invalid-parameter")
 	f.expect(f.do("GET", "/v1/snapshots/"+snapID+"/tools/github/nope", api.RoleHost, nil), http.StatusNotFound, "tool-not-found")
@@ -275,21 +238,21 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire", api.RoleOperator, nil), http.StatusConflict, "epoch-state-conflict")
 	drained := f.do("POST", "/v1/epochs/"+v14id+"/drain", api.RoleOperator, nil)
 	f.expect(drained, http.StatusOK, "")
-	if drained.body["state"] != "DRAINING" {
-		t.Fatalf("drain: %s", drained.raw)
+	if drained.Body["state"] != "DRAINING" {
+		t.Fatalf("drain: %s", drained.Raw)
 	}
 	conflict := f.do("POST", "/v1/epochs/"+v14id+"/drain", api.RoleOperator, nil)
 	f.expect(conflict, http.StatusConflict, "epoch-state-conflict")
-	if conflict.body["state"] != "DRAINING" {
-		t.Fatalf("409 does not say the state: %s", conflict.raw)
+	if conflict.Body["state"] != "DRAINING" {
+		t.Fatalf("409 does not say the state: %s", conflict.Raw)
 	}
 	// Rollback: the next snapshot is v1.3's; the old snapshot is unchanged.
 	rolled := f.do("POST", "/v1/snapshots", api.RoleHost, nil)
 	f.expect(rolled, http.StatusCreated, "")
-	if rolled.body["id"] == snapID {
+	if rolled.Body["id"] == snapID {
 		t.Fatal("snapshot after drain kept the drained epoch")
 	}
-	if again := f.do("GET", "/v1/snapshots/"+snapID, api.RoleHost, nil); !bytes.Equal(again.raw, f.do("GET", "/v1/snapshots/"+snapID, api.RoleHost, nil).raw) || again.status != 200 {
+	if again := f.do("GET", "/v1/snapshots/"+snapID, api.RoleHost, nil); !bytes.Equal(again.Raw, f.do("GET", "/v1/snapshots/"+snapID, api.RoleHost, nil).Raw) || again.Status != 200 {
 		t.Fatal("old snapshot not stable")
 	}
 
@@ -300,12 +263,12 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	f.member.PutRaw(t, marker, `{"state":"uncertain"}`)
 	blocked := f.do("POST", "/v1/epochs/"+v14id+"/retire", api.RoleOperator, nil)
 	f.expect(blocked, http.StatusConflict, "leases-outstanding")
-	if blocked.body["uncertainLeases"] != float64(1) || blocked.body["activeLeases"] != float64(0) {
-		t.Fatalf("409 counts: %s", blocked.raw)
+	if blocked.Body["uncertainLeases"] != float64(1) || blocked.Body["activeLeases"] != float64(0) {
+		t.Fatalf("409 counts: %s", blocked.Raw)
 	}
 	shown := f.do("GET", "/v1/epochs/"+v14id, api.RoleOperator, nil)
-	if shown.body["uncertainLeases"] != float64(1) || shown.body["state"] != "DRAINING" {
-		t.Fatalf("show: %s", shown.raw)
+	if shown.Body["uncertainLeases"] != float64(1) || shown.Body["state"] != "DRAINING" {
+		t.Fatalf("show: %s", shown.Raw)
 	}
 	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=soon", api.RoleOperator, nil), http.StatusBadRequest, "invalid-parameter")
 	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=1h", api.RoleOperator, nil), http.StatusBadRequest, "invalid-parameter")
@@ -330,8 +293,8 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	retired := f.do("POST", "/v1/epochs/"+v14id+"/retire?wait=2m", api.RoleOperator, nil)
 	wg.Wait()
 	f.expect(retired, http.StatusOK, "")
-	if retired.body["state"] != "STALE" {
-		t.Fatalf("retire: %s", retired.raw)
+	if retired.Body["state"] != "STALE" {
+		t.Fatalf("retire: %s", retired.Raw)
 	}
 	f.expect(f.do("GET", "/v1/epochs/sha256:nope", api.RoleOperator, nil), http.StatusNotFound, "epoch-not-found")
 }
@@ -339,10 +302,7 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 func TestManifestRefusals(t *testing.T) {
 	f := newFixture(t, 0)
 	good := readExample(t, "v1.4")
-	stranger, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stranger := manifesttest.NewSigner(t).Key
 	tampered := func() []byte {
 		jws := f.sign(good, nil)
 		parts := bytes.Split(jws, []byte("."))
@@ -360,7 +320,7 @@ func TestManifestRefusals(t *testing.T) {
 	}{
 		{"not a JWS", []byte("hello"), 400, "malformed-document", nil},
 		{"empty body", nil, 400, "malformed-document", nil},
-		{"tampered payload", tampered(), 401, "bad-signature", func(r reply) bool { return r.header.Get("WWW-Authenticate") == "" }},
+		{"tampered payload", tampered(), 401, "bad-signature", func(r reply) bool { return r.Header.Get("WWW-Authenticate") == "" }},
 		{"untrusted signer", f.sign(good, stranger), 403, "untrusted-signer", nil},
 		{"unknown field in a signed manifest", f.sign(mutate(t, good, func(m map[string]any) { m["extra"] = true }), nil), 400, "malformed-document", nil},
 		{"unknown field inside a tool", f.sign(mutate(t, good, func(m map[string]any) {
@@ -372,7 +332,7 @@ func TestManifestRefusals(t *testing.T) {
 				tl.(map[string]any)["requiresApproval"] = false
 			}
 		}), nil), 422, "lint-failed", func(r reply) bool {
-			fs, _ := r.body["findings"].([]any)
+			fs, _ := r.Body["findings"].([]any)
 			for _, x := range fs {
 				if x.(map[string]any)["rule"] == "approval-required" && strings.HasPrefix(x.(map[string]any)["path"].(string), "$.tools[") {
 					return true
@@ -387,14 +347,14 @@ func TestManifestRefusals(t *testing.T) {
 			r := f.do("POST", "/v1/manifests", api.RoleRegistrar, tc.body)
 			f.expect(r, tc.status, tc.slug)
 			if tc.check != nil && !tc.check(r) {
-				t.Fatalf("body check failed: %s", r.raw)
+				t.Fatalf("body check failed: %s", r.Raw)
 			}
 		})
 	}
 	// Nothing refused was stored.
 	f.t = t
-	if list := f.do("GET", "/v1/epochs", api.RoleOperator, nil); len(list.body["epochs"].([]any)) != 0 {
-		t.Fatalf("refused manifests left epochs: %s", list.raw)
+	if list := f.do("GET", "/v1/epochs", api.RoleOperator, nil); len(list.Body["epochs"].([]any)) != 0 {
+		t.Fatalf("refused manifests left epochs: %s", list.Raw)
 	}
 }
 
@@ -431,30 +391,20 @@ func TestBadRequestsAndCredentials(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
 			f.t = t
-			req, err := http.NewRequest(tc.method, f.srv.URL+tc.path, bytes.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
+			var headers map[string]string
 			switch {
 			case tc.header != "":
-				req.Header.Set("Authorization", tc.header)
+				headers = map[string]string{"Authorization": tc.header}
 			case tc.role != "":
-				req.Header.Set("Authorization", "Bearer "+string(f.creds[tc.role]))
+				headers = map[string]string{"Authorization": "Bearer " + string(f.creds[tc.role])}
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
-			_ = json.Unmarshal(raw, &r.body)
+			r := apitest.Do(t, tc.method, f.srv.URL+tc.path, "", headers, tc.body)
 			f.expect(r, tc.status, tc.slug)
-			if tc.status == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			if tc.status == 401 && !strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer") {
 				t.Fatalf("401 without a Bearer challenge")
 			}
-			if tc.status == 405 && resp.Header.Get("Allow") != "GET" {
-				t.Fatalf("405 Allow = %q, want GET", resp.Header.Get("Allow"))
+			if tc.status == 405 && r.Header.Get("Allow") != "GET" {
+				t.Fatalf("405 Allow = %q, want GET", r.Header.Get("Allow"))
 			}
 		})
 	}
@@ -464,7 +414,7 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	f := newFixture(t, 0)
 	v13 := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil))
 	f.expect(v13, http.StatusCreated, "")
-	id := v13.body["epoch"].(string)
+	id := v13.Body["epoch"].(string)
 	f.expect(f.do("GET", "/readyz", "", nil), http.StatusOK, "")
 
 	f.member.Stop()
@@ -483,17 +433,17 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	for _, w := range writes {
 		r := f.do(w.method, w.path, w.role, w.body)
 		f.expect(r, http.StatusServiceUnavailable, "store-unavailable")
-		if strings.Contains(string(r.raw), "context deadline") || strings.Contains(string(r.raw), "etcdserver") {
-			t.Fatalf("%s %s leaks store internals: %s", w.method, w.path, r.raw)
+		if strings.Contains(string(r.Raw), "context deadline") || strings.Contains(string(r.Raw), "etcdserver") {
+			t.Fatalf("%s %s leaks store internals: %s", w.method, w.path, r.Raw)
 		}
-		if r.header.Get("Retry-After") == "" {
+		if r.Header.Get("Retry-After") == "" {
 			t.Fatalf("%s %s: 503 without Retry-After", w.method, w.path)
 		}
 	}
 
 	f.member.Restart()
 	deadline := time.Now().Add(30 * time.Second)
-	for f.do("GET", "/readyz", "", nil).status != http.StatusOK {
+	for f.do("GET", "/readyz", "", nil).Status != http.StatusOK {
 		if time.Now().After(deadline) {
 			t.Fatal("not ready 30s after etcd came back")
 		}
@@ -503,11 +453,11 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	// never registered, and both calls now work.
 	shown := f.do("GET", "/v1/epochs/"+id, api.RoleOperator, nil)
 	f.expect(shown, http.StatusOK, "")
-	if shown.body["state"] != "ACTIVE" {
-		t.Fatalf("epoch after outage: %s", shown.raw)
+	if shown.Body["state"] != "ACTIVE" {
+		t.Fatalf("epoch after outage: %s", shown.Raw)
 	}
-	if list := f.do("GET", "/v1/epochs", api.RoleOperator, nil); len(list.body["epochs"].([]any)) != 1 {
-		t.Fatalf("epochs after outage: %s", list.raw)
+	if list := f.do("GET", "/v1/epochs", api.RoleOperator, nil); len(list.Body["epochs"].([]any)) != 1 {
+		t.Fatalf("epochs after outage: %s", list.Raw)
 	}
 	f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil)), http.StatusCreated, "")
 	f.expect(f.do("POST", "/v1/epochs/"+id+"/drain", api.RoleOperator, nil), http.StatusOK, "")

@@ -247,10 +247,10 @@ func (f *fixture) pending(body []byte, approvals float64) (id, digest string) {
 	f.t.Helper()
 	r := f.do("POST", "/v1/formations", api.RoleHost, body)
 	f.expect(r, http.StatusCreated, "")
-	if r.body["status"] != "pending_approval" || r.body["approvalsRequired"] != approvals {
-		f.t.Fatalf("want pending_approval with %v approvals: %s", approvals, r.raw)
+	if r.Body["status"] != "pending_approval" || r.Body["approvalsRequired"] != approvals {
+		f.t.Fatalf("want pending_approval with %v approvals: %s", approvals, r.Raw)
 	}
-	return r.body["id"].(string), r.body["digest"].(string)
+	return r.Body["id"].(string), r.Body["digest"].(string)
 }
 
 // waitStatus waits until the formation has status over REST and returns it.
@@ -260,11 +260,11 @@ func (f *fixture) waitStatus(id, status string) map[string]any {
 	for {
 		r := f.do("GET", "/v1/formations/"+id, api.RoleApprover, nil)
 		f.expect(r, http.StatusOK, "")
-		if r.body["status"] == status {
-			return r.body
+		if r.Body["status"] == status {
+			return r.Body
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("formation %s: %s, want status %s", id, r.raw, status)
+			f.t.Fatalf("formation %s: %s, want status %s", id, r.Raw, status)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -284,9 +284,7 @@ func approvalsOf(body map[string]any) []map[string]any {
 // for a second approver; attacker-controlled values stay text; wrong and
 // non-approver credentials are refused; self-approval is shown refused.
 func TestUIApprovalsInBrowser(t *testing.T) {
-	f := newFixture(t, 0)
-	snap := f.registerAndSnapshot()
-	f.waitPublished()
+	f, snap := newReadyFixture(t)
 	browser := startChromium(t)
 	const dev = `{"groups":["dev"]}`
 	parent := t
@@ -361,7 +359,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		// delete_repository requires get_repository completed earlier in the session.
 		read := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "ui-c", "github/get_repository", `{"owner":"octo","repo":"old"}`, ""))
 		f.expect(read, http.StatusCreated, "")
-		a := f.do("POST", "/v1/formations/"+read.body["id"].(string)+"/admit", api.RoleGateway, nil)
+		a := f.do("POST", "/v1/formations/"+read.Body["id"].(string)+"/admit", api.RoleGateway, nil)
 		f.expect(a, http.StatusOK, "")
 		f.ranWithEffect(a)
 		id, _ := f.pending(formBody(snap, "ui-c", "github/delete_repository", `{"owner":"octo","repo":"old"}`, "bob", `{"groups":["repo-admins"]}`), 2)
@@ -463,21 +461,21 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		f.expect(cert, http.StatusCreated, "")
 		r := f.do("POST", "/v1/formations", api.RoleHost, formBody(snap, "ui-s", "github/create_repository", `{"name":"ui-successor","private":true}`, "alice", dev))
 		f.expect(r, http.StatusCreated, "")
-		succ, _ := r.body["successor"].(map[string]any)
+		succ, _ := r.Body["successor"].(map[string]any)
 		if succ == nil {
-			t.Fatalf("no successor captured: %s", r.raw)
+			t.Fatalf("no successor captured: %s", r.Raw)
 		}
 		u := f.openTab(t, browser)
 		u.signIn(f.creds[api.RoleApprover])
-		card := cardOf(r.body["id"].(string))
+		card := cardOf(r.Body["id"].(string))
 		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
 		got := u.text(card + " .successor")
-		for _, want := range []string{"v1.3.0", succ["pool"].(string), succ["epoch"].(string), cert.body["id"].(string), succ["issuer"].(string), `"visibility": "private"`, "github-create-repository/1", "Certificate expires"} {
+		for _, want := range []string{"v1.3.0", succ["pool"].(string), succ["epoch"].(string), cert.Body["id"].(string), succ["issuer"].(string), `"visibility": "private"`, "github-create-repository/1", "Certificate expires"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("successor does not show %q: %q", want, got)
 			}
 		}
-		if got := u.text(card + " .decision-successor"); !strings.Contains(got, "allow") || !strings.Contains(got, cert.body["id"].(string)) {
+		if got := u.text(card + " .decision-successor"); !strings.Contains(got, "allow") || !strings.Contains(got, cert.Body["id"].(string)) {
 			t.Errorf("decision on the successor: %q", got)
 		}
 	})

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/internal/racetest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -183,33 +183,17 @@ func TestConcurrentClaimsOnTwoReplicas(t *testing.T) {
 	for round := range 4 {
 		_, a := e.admitRead(t, fmt.Sprint("s", round))
 		const n = 16
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			req := e.claimRequest(t, a, fmt.Sprint("cl_", i))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				_, errs[i] = replicas[i%2].Leases.Claim(ctx, req)
-			}()
+		reqs := make([]authz.ClaimRequest, n)
+		for i := range reqs {
+			reqs[i] = e.claimRequest(t, a, fmt.Sprint("cl_", i))
 		}
-		close(start)
-		wg.Wait()
-		winner := -1
-		for i, err := range errs {
-			switch {
-			case err == nil && winner >= 0:
-				t.Fatalf("round %d: claims %d and %d both succeeded", round, winner, i)
-			case err == nil:
-				winner = i
-			case !errors.Is(err, record.ErrLeaseClaimed):
-				t.Fatalf("round %d: claim %d: %v", round, i, err)
-			}
-		}
-		if winner < 0 {
-			t.Fatalf("round %d: no claim succeeded", round)
+		errs := racetest.Each(n, func(i int) error {
+			_, err := replicas[i%2].Leases.Claim(ctx, reqs[i])
+			return err
+		})
+		winner, err := racetest.OneWinner(errs, record.ErrLeaseClaimed)
+		if err != nil {
+			t.Fatalf("round %d: claims: %v", round, err)
 		}
 		claim := fmt.Sprint("cl_", winner)
 		if st, got, err := e.leaseState(t, a.Lease); err != nil || st != record.LeaseRunning || got != claim {

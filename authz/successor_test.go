@@ -13,9 +13,9 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
@@ -42,21 +42,10 @@ func newSuccEnv(t testing.TB) *succEnv {
 func newSuccEnvWith(t testing.TB, decider authz.Decider) *succEnv {
 	t.Helper()
 	e := newAdmitEnv(t, decider)
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := manifest.PublicSet(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := manifest.NewVerifier(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &succEnv{admitEnv: e, t: t, issuerKey: key, issuers: v, decider: decider, epochs: map[string]string{"v1.4": e.snapshotEpoch(t)},
-		registry: authztest.Registry(t, authz.RegistryConfig{Store: e.store, Manifests: nil, Logger: quiet, Certificates: v, Now: e.clock.Now})}
-	s.forms = s.formations(v)
+	issuer := manifesttest.NewSigner(t)
+	s := &succEnv{admitEnv: e, t: t, issuerKey: issuer.Key, issuers: issuer.Verifier, decider: decider, epochs: map[string]string{"v1.4": e.snapshotEpoch(t)},
+		registry: authztest.Registry(t, authz.RegistryConfig{Store: e.store, Manifests: nil, Logger: quiet, Certificates: issuer.Verifier, Now: e.clock.Now})}
+	s.forms = s.formations(issuer.Verifier)
 	s.register(t, "v1.3", nil)
 	return s
 }
@@ -176,10 +165,7 @@ func checkRecord(t *testing.T, f *record.Formation) {
 }
 
 func TestSuccessorCapture(t *testing.T) {
-	other, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := manifesttest.NewSigner(t) // an issuer authzd does not trust
 	tests := []struct {
 		name string
 		// setup registers certificates and may change the env; it returns
@@ -215,9 +201,7 @@ func TestSuccessorCapture(t *testing.T) {
 		}, yes},
 		{"issuer no longer trusted", func(t *testing.T, s *succEnv) string {
 			s.certify(t, cert{})
-			set, _ := manifest.PublicSet(other)
-			v, _ := manifest.NewVerifier(set)
-			s.forms = s.formations(v)
+			s.forms = s.formations(other.Verifier)
 			return ""
 		}, yes},
 		{"no issuer keys configured", func(t *testing.T, s *succEnv) string {

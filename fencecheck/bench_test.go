@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/tokentest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
@@ -37,13 +38,13 @@ func BenchmarkVerify(b *testing.B) {
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
 	for _, alg := range []jwa.SignatureAlgorithm{jwa.EdDSA, jwa.ES256} {
-		key := newSigningKey(b, alg, "authzd-1")
-		set := publicSet(b, key)
+		key := tokentest.NewKey(b, alg, "authzd-1")
+		set := tokentest.PublicSet(b, key)
 
 		b.Run(alg.String()+"/verify", func(b *testing.B) {
 			v := newVerifier(set)
 			v.Replay = acceptAll{}
-			token := key.issue(b, validClaims(b))
+			token := key.Issue(b, validClaims(b))
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := v.Verify(ctx, token, testTool, args); err != nil {
@@ -57,7 +58,7 @@ func BenchmarkVerify(b *testing.B) {
 			v := newVerifier(set)
 			tokens := make([]string, b.N)
 			for i := range tokens {
-				tokens[i] = key.issue(b, validClaims(b))
+				tokens[i] = key.Issue(b, validClaims(b))
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -69,12 +70,12 @@ func BenchmarkVerify(b *testing.B) {
 		})
 
 		b.Run(alg.String()+"/signature-only", func(b *testing.B) {
-			token := key.issue(b, validClaims(b))
+			token := key.Issue(b, validClaims(b))
 			i := strings.LastIndexByte(token, '.')
 			input := []byte(token[:i])
 			sig, _ := base64.RawURLEncoding.DecodeString(token[i+1:])
 			var raw any
-			if err := key.pub.Raw(&raw); err != nil {
+			if err := key.Pub.Raw(&raw); err != nil {
 				b.Fatal(err)
 			}
 			verifier, err := jws.NewVerifier(alg)
@@ -92,7 +93,7 @@ func BenchmarkVerify(b *testing.B) {
 
 	b.Run("refused/alg-none", func(b *testing.B) {
 		// What a flood of junk tokens costs: refused before any crypto.
-		v := newVerifier(publicSet(b, newSigningKey(b, jwa.EdDSA, "authzd-1")))
+		v := newVerifier(tokentest.PublicSet(b, tokentest.NewKey(b, jwa.EdDSA, "authzd-1")))
 		enc := base64.RawURLEncoding.EncodeToString
 		payload, _ := json.Marshal(validClaims(b))
 		token := enc([]byte(`{"alg":"none","typ":"fcd-dispatch+jwt","kid":"authzd-1"}`)) + "." + enc(payload) + "."
@@ -108,7 +109,7 @@ func BenchmarkVerify(b *testing.B) {
 func BenchmarkVerifyOnline(b *testing.B) {
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
-	key := newSigningKey(b, jwa.EdDSA, "authzd-1")
+	key := tokentest.NewKey(b, jwa.EdDSA, "authzd-1")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"lease":"x","claim":"y","claimedAt":"2027-01-15T08:00:00Z"}`))
@@ -123,10 +124,10 @@ func BenchmarkVerifyOnline(b *testing.B) {
 		claimer fencecheck.Claimer
 	}{{"offline", nil}, {"claim-loopback", lc}} {
 		b.Run("EdDSA/"+mode.name, func(b *testing.B) {
-			v := newVerifier(publicSet(b, key))
+			v := newVerifier(tokentest.PublicSet(b, key))
 			v.Replay = acceptAll{}
 			v.Claimer = mode.claimer
-			token := key.issue(b, validClaims(b))
+			token := key.Issue(b, validClaims(b))
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := v.Verify(ctx, token, testTool, args); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/tokentest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -185,12 +186,12 @@ func TestLeaseClientTimeoutFailsClosed(t *testing.T) {
 	})
 	defer close(release)
 	lc := newLeaseClient(t, srv.URL, fencecheck.LeaseClientOptions{Timeout: 100 * time.Millisecond, Attempts: 1})
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(publicSet(t, key))
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	v := newVerifier(tokentest.PublicSet(t, key))
 	v.Claimer = lc
 	c := validClaims(t)
 	start := time.Now()
-	_, err := v.Verify(context.Background(), key.issue(t, c), testTool, json.RawMessage(testArgs))
+	_, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs))
 	if got := fencecheck.ReasonOf(err); got != fencecheck.ReasonClaimUnavailable {
 		t.Fatalf("reason = %q (%v), want %s", got, err, fencecheck.ReasonClaimUnavailable)
 	}
@@ -259,7 +260,7 @@ func (s *stubClaimer) claims() []stubClaim {
 // every local check: its errors map to replay, lease_closed or
 // claim_unavailable; a success sets Claims.ClaimID.
 func TestVerifyClaimerMapping(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
 	cases := []struct {
@@ -276,10 +277,10 @@ func TestVerifyClaimerMapping(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
 			claimer := &stubClaimer{err: tc.err}
-			v := newVerifier(publicSet(t, key))
+			v := newVerifier(tokentest.PublicSet(t, key))
 			v.Claimer = claimer
 			c := validClaims(t)
-			got, err := v.Verify(ctx, key.issue(t, c), testTool, args)
+			got, err := v.Verify(ctx, key.Issue(t, c), testTool, args)
 			if r := fencecheck.ReasonOf(err); r != tc.want {
 				t.Fatalf("reason = %q (%v), want %q", r, err, tc.want)
 			}
@@ -305,13 +306,13 @@ func TestVerifyClaimerMapping(t *testing.T) {
 // reaches the claimer again — and once it is claimed, the local memory
 // refuses it without asking authzd.
 func TestVerifyClaimRetryAfterUnavailable(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
 	claimer := &stubClaimer{err: errors.New("authzd answered 503 Service Unavailable")}
-	v := newVerifier(publicSet(t, key))
+	v := newVerifier(tokentest.PublicSet(t, key))
 	v.Claimer = claimer
-	token := key.issue(t, validClaims(t))
+	token := key.Issue(t, validClaims(t))
 
 	for range 2 {
 		if _, err := v.Verify(ctx, token, testTool, args); fencecheck.ReasonOf(err) != fencecheck.ReasonClaimUnavailable {
@@ -339,11 +340,11 @@ func TestVerifyClaimRetryAfterUnavailable(t *testing.T) {
 // — forged, for other arguments, replayed locally — never reaches
 // authzd, so it cannot consume the lease of the genuine call.
 func TestVerifyClaimOnlyForGenuineCalls(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	forger := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	forger := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	ctx := context.Background()
 	claimer := &stubClaimer{}
-	v := newVerifier(publicSet(t, key))
+	v := newVerifier(tokentest.PublicSet(t, key))
 	v.Claimer = claimer
 	c := validClaims(t)
 	other := validClaims(t)
@@ -352,9 +353,9 @@ func TestVerifyClaimOnlyForGenuineCalls(t *testing.T) {
 		token, args string
 		want        fencecheck.Reason
 	}{
-		{forger.issue(t, c), testArgs, fencecheck.ReasonSignature},
-		{key.issue(t, other), testArgs, fencecheck.ReasonAudience},
-		{key.issue(t, c), `{"name":"x"}`, fencecheck.ReasonArguments},
+		{forger.Issue(t, c), testArgs, fencecheck.ReasonSignature},
+		{key.Issue(t, other), testArgs, fencecheck.ReasonAudience},
+		{key.Issue(t, c), `{"name":"x"}`, fencecheck.ReasonArguments},
 	} {
 		if _, err := v.Verify(ctx, attempt.token, testTool, json.RawMessage(attempt.args)); fencecheck.ReasonOf(err) != attempt.want {
 			t.Fatalf("Verify = %v, want %s", err, attempt.want)
@@ -369,13 +370,13 @@ func TestVerifyClaimOnlyForGenuineCalls(t *testing.T) {
 // lease admitted before this process started is accepted (offline it is
 // refused: TestVerifyOffline).
 func TestVerifyOnlineIgnoresStarted(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(publicSet(t, key))
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	v := newVerifier(tokentest.PublicSet(t, key))
 	v.Started = testEpoch
 	v.Claimer = &stubClaimer{}
 	c := validClaims(t)
 	c.Admitted = testEpoch.Add(-time.Hour).UnixMilli()
-	if _, err := v.Verify(context.Background(), key.issue(t, c), testTool, json.RawMessage(testArgs)); err != nil {
+	if _, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs)); err != nil {
 		t.Fatalf("online verifier refused a lease admitted before it started: %v", err)
 	}
 }
@@ -385,13 +386,13 @@ func TestVerifyOnlineIgnoresStarted(t *testing.T) {
 // the same authzd: one call wins, the other is refused as a replay.
 func TestLeaseClientAgainstAuthzdStub(t *testing.T) {
 	authzd := newAuthzdStub(t)
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	token := key.issue(t, validClaims(t))
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	token := key.Issue(t, validClaims(t))
 	var accepted atomic.Int64
 	var reasons sync.Map
 	var wg sync.WaitGroup
 	for i := range 2 {
-		v := newVerifier(publicSet(t, key))
+		v := newVerifier(tokentest.PublicSet(t, key))
 		v.Claimer = newLeaseClient(t, authzd.URL, fencecheck.LeaseClientOptions{})
 		wg.Add(1)
 		go func() {

@@ -1,10 +1,6 @@
 package fencecheck_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -13,9 +9,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
-	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
 // The backend every test verifier stands for.
@@ -36,112 +30,6 @@ var testEpoch = time.Unix(1_800_000_000, 0)
 // testEpoch, so that an offline verifier accepts the leases admitted at
 // testEpoch (fcd_admitted) and refuses those admitted before it.
 var testStarted = testEpoch.Add(-time.Hour)
-
-// signingKey is a private JWK with its kid and the algorithm it signs with.
-type signingKey struct {
-	alg  jwa.SignatureAlgorithm
-	priv jwk.Key
-	pub  jwk.Key
-}
-
-// newSigningKey generates a real Ed25519 (EdDSA) or P-256 (ES256) key.
-func newSigningKey(t testing.TB, alg jwa.SignatureAlgorithm, kid string) *signingKey {
-	t.Helper()
-	var raw any
-	switch alg {
-	case jwa.EdDSA:
-		_, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw = priv
-	case jwa.ES256:
-		priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw = priv
-	default:
-		t.Fatalf("no test keys for %s", alg)
-	}
-	priv, err := jwk.FromRaw(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := priv.Set(jwk.KeyIDKey, kid); err != nil {
-		t.Fatal(err)
-	}
-	if err := priv.Set(jwk.AlgorithmKey, alg); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := priv.PublicKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &signingKey{alg: alg, priv: priv, pub: pub}
-}
-
-// publicSet is the JWKS of the keys' public halves.
-func publicSet(t testing.TB, keys ...*signingKey) jwk.Set {
-	t.Helper()
-	set := jwk.NewSet()
-	for _, k := range keys {
-		if err := set.AddKey(k.pub); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return set
-}
-
-// jwksJSON is the JWKS document of the keys' public halves.
-func jwksJSON(t testing.TB, keys ...*signingKey) []byte {
-	t.Helper()
-	data, err := json.Marshal(publicSet(t, keys...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
-// issue signs claims (a Claims, or a map for malformed claim sets) the
-// way authzd's issuer does: the JSON of the claims as a compact JWS with
-// the protected header {alg, typ: fcd-dispatch+jwt, kid}.
-func (k *signingKey) issue(t testing.TB, claims any) string {
-	t.Helper()
-	return signJWS(t, k.alg, k.priv, map[string]any{jws.TypeKey: fencecheck.TokenType, jws.KeyIDKey: k.priv.KeyID()}, claims)
-}
-
-// signJWS signs claims with any algorithm, key and protected header
-// members (alg is added by jwx). A JWK is used as its raw key, since jwx
-// would otherwise write the JWK's own kid over the one in hdr.
-func signJWS(t testing.TB, alg jwa.SignatureAlgorithm, key any, hdr map[string]any, claims any) string {
-	t.Helper()
-	if k, ok := key.(jwk.Key); ok {
-		var raw any
-		if err := k.Raw(&raw); err != nil {
-			t.Fatal(err)
-		}
-		key = raw
-	}
-	payload, ok := claims.([]byte)
-	if !ok {
-		var err error
-		if payload, err = json.Marshal(claims); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h := jws.NewHeaders()
-	for name, v := range hdr {
-		if err := h.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, err := jws.Sign(payload, jws.WithKey(alg, key, jws.WithProtectedHeaders(h)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
-}
 
 var jtiSeq atomic.Int64
 

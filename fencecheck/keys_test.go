@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/tokentest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
@@ -72,23 +73,23 @@ func verifyWith(t *testing.T, v *fencecheck.Verifier, token string) fencecheck.R
 }
 
 // tokenWithKID is a token signed by key but naming kid.
-func tokenWithKID(t *testing.T, key *signingKey, kid string) string {
-	return signJWS(t, key.alg, key.priv, map[string]any{jws.TypeKey: fencecheck.TokenType, jws.KeyIDKey: kid}, validClaims(t))
+func tokenWithKID(t *testing.T, key *tokentest.Key, kid string) string {
+	return tokentest.SignJWS(t, key.Alg, key.Priv, map[string]any{jws.TypeKey: fencecheck.TokenType, jws.KeyIDKey: kid}, validClaims(t))
 }
 
 // TestJWKSRotation: a kid that appears at the URL is fetched on its first
 // use, once the refresh interval allows a fetch.
 func TestJWKSRotation(t *testing.T) {
-	k1 := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	k2 := newSigningKey(t, jwa.ES256, "authzd-2")
-	srv := newJWKSServer(t, nil, jwksJSON(t, k1))
+	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	k2 := tokentest.NewKey(t, jwa.ES256, "authzd-2")
+	srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
 	clk := newClock()
 	v := jwksVerifier(srv.jwksURL(), clk)
 
-	if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
 		t.Fatalf("k1: %s", r)
 	}
-	if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
 		t.Fatalf("k1 again: %s", r)
 	}
 	if n := srv.fetches.Load(); n != 1 {
@@ -96,18 +97,18 @@ func TestJWKSRotation(t *testing.T) {
 	}
 
 	// authzd rotates: k2 is published next to k1.
-	srv.publish(jwksJSON(t, k1, k2))
+	srv.publish(tokentest.JWKS(t, k1, k2))
 	clk.Advance(fencecheck.DefaultMinRefreshInterval)
-	if r := verifyWith(t, v, k2.issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k2.Issue(t, validClaims(t))); r != "" {
 		t.Fatalf("k2 after rotation: %s", r)
 	}
 	if n := srv.fetches.Load(); n != 2 {
 		t.Fatalf("fetches = %d, want 2", n)
 	}
 	// Both keys stay usable without further fetches.
-	for _, k := range []*signingKey{k1, k2} {
-		if r := verifyWith(t, v, k.issue(t, validClaims(t))); r != "" {
-			t.Fatalf("%s: %s", k.priv.KeyID(), r)
+	for _, k := range []*tokentest.Key{k1, k2} {
+		if r := verifyWith(t, v, k.Issue(t, validClaims(t))); r != "" {
+			t.Fatalf("%s: %s", k.Priv.KeyID(), r)
 		}
 	}
 	if n := srv.fetches.Load(); n != 2 {
@@ -118,11 +119,11 @@ func TestJWKSRotation(t *testing.T) {
 // TestJWKSRefreshRateLimited: a flood of unknown kids, concurrent and
 // sequential, costs at most one fetch per MinRefreshInterval.
 func TestJWKSRefreshRateLimited(t *testing.T) {
-	k1 := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	srv := newJWKSServer(t, nil, jwksJSON(t, k1))
+	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
 	clk := newClock()
 	v := jwksVerifier(srv.jwksURL(), clk)
-	if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
 		t.Fatal(r)
 	}
 
@@ -155,7 +156,7 @@ func TestJWKSRefreshRateLimited(t *testing.T) {
 		t.Fatalf("fetches = %d, want 2", n)
 	}
 	// Known kids never wait for the rate limit.
-	if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
 		t.Fatal(r)
 	}
 }
@@ -163,9 +164,9 @@ func TestJWKSRefreshRateLimited(t *testing.T) {
 // TestJWKSConcurrentMissesShareOneFetch: callers that need keys while a
 // fetch is under way wait for it instead of fetching, and all succeed.
 func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
-	k1 := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	gate := make(chan struct{})
-	srv := newJWKSServer(t, gate, jwksJSON(t, k1))
+	srv := newJWKSServer(t, gate, tokentest.JWKS(t, k1))
 	// A caller without keys reads the clock once, as it asks for a fetch
 	// (to lead it, join the one under way, or be rate-limited), and not
 	// again before that fetch ends: the count of clock reads is the count
@@ -178,7 +179,7 @@ func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
 	const n = 20
 	tokens := make([]string, n)
 	for i := range tokens {
-		tokens[i] = k1.issue(t, validClaims(t))
+		tokens[i] = k1.Issue(t, validClaims(t))
 	}
 	var wg sync.WaitGroup
 	results := make([]fencecheck.Reason, n)
@@ -212,27 +213,27 @@ func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
 // TestJWKSUnavailableFailsClosed: without keys, every token is refused
 // with ReasonKeySource — never accepted, never blamed on the token.
 func TestJWKSUnavailableFailsClosed(t *testing.T) {
-	k1 := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 
 	t.Run("server down", func(t *testing.T) {
-		srv := newJWKSServer(t, nil, jwksJSON(t, k1))
+		srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
 		url := srv.jwksURL()
 		srv.Close()
 		v := jwksVerifier(url, newClock())
-		if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 	})
 	t.Run("error status", func(t *testing.T) {
-		srv := newJWKSServer(t, nil, jwksJSON(t, k1))
+		srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
 		srv.status.Store(http.StatusServiceUnavailable)
 		clk := newClock()
 		v := jwksVerifier(srv.jwksURL(), clk)
-		if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 		// Within the interval the failure is remembered, not refetched.
-		if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 		if n := srv.fetches.Load(); n != 1 {
@@ -241,32 +242,32 @@ func TestJWKSUnavailableFailsClosed(t *testing.T) {
 		// Recovery after the interval.
 		srv.status.Store(0)
 		clk.Advance(fencecheck.DefaultMinRefreshInterval)
-		if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != "" {
+		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
 			t.Fatalf("after recovery: %s", r)
 		}
 	})
 	t.Run("not a JWKS", func(t *testing.T) {
 		srv := newJWKSServer(t, nil, []byte(`<html>login</html>`))
 		v := jwksVerifier(srv.jwksURL(), newClock())
-		if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 	})
 	t.Run("keys too old and server down", func(t *testing.T) {
-		srv := newJWKSServer(t, nil, jwksJSON(t, k1))
+		srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
 		clk := newClock()
 		v := jwksVerifier(srv.jwksURL(), clk)
-		if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != "" {
+		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
 			t.Fatal(r)
 		}
 		srv.status.Store(http.StatusBadGateway)
 		// Within MaxKeyAge the cached keys serve.
 		clk.Advance(fencecheck.DefaultMaxKeyAge / 2)
-		if r := verifyWith(t, v, k1.issue(t, freshClaims(t, clk))); r != "" {
+		if r := verifyWith(t, v, k1.Issue(t, freshClaims(t, clk))); r != "" {
 			t.Fatalf("within MaxKeyAge: %s", r)
 		}
 		clk.Advance(fencecheck.DefaultMaxKeyAge)
-		if r := verifyWith(t, v, k1.issue(t, freshClaims(t, clk))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(t, freshClaims(t, clk))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("past MaxKeyAge: reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 	})
@@ -275,20 +276,20 @@ func TestJWKSUnavailableFailsClosed(t *testing.T) {
 // TestJWKSRemovedKeyStopsBeingTrusted: a key authzd withdrew is refused
 // once the cached set is older than MaxKeyAge.
 func TestJWKSRemovedKeyStopsBeingTrusted(t *testing.T) {
-	k1 := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	k2 := newSigningKey(t, jwa.EdDSA, "authzd-2")
-	srv := newJWKSServer(t, nil, jwksJSON(t, k1, k2))
+	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	k2 := tokentest.NewKey(t, jwa.EdDSA, "authzd-2")
+	srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1, k2))
 	clk := newClock()
 	v := jwksVerifier(srv.jwksURL(), clk)
-	if r := verifyWith(t, v, k1.issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
 		t.Fatal(r)
 	}
-	srv.publish(jwksJSON(t, k2))
+	srv.publish(tokentest.JWKS(t, k2))
 	clk.Advance(fencecheck.DefaultMaxKeyAge + time.Second)
-	if r := verifyWith(t, v, k1.issue(t, freshClaims(t, clk))); r != fencecheck.ReasonUnknownKey {
+	if r := verifyWith(t, v, k1.Issue(t, freshClaims(t, clk))); r != fencecheck.ReasonUnknownKey {
 		t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonUnknownKey)
 	}
-	if r := verifyWith(t, v, k2.issue(t, freshClaims(t, clk))); r != "" {
+	if r := verifyWith(t, v, k2.Issue(t, freshClaims(t, clk))); r != "" {
 		t.Fatal(r)
 	}
 }

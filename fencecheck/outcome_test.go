@@ -60,6 +60,15 @@ func sseAnswer(data, eol string) string {
 	return strings.ReplaceAll(sseBefore+"event: message\ndata: "+data+"\n\n", "\n", eol)
 }
 
+// declaring is answer with the handler's declaration of its outcome
+// (fencecheck.OutcomeHeader) set first.
+func declaring(outcome string, answer http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(fencecheck.OutcomeHeader, outcome)
+		answer(w, r)
+	}
+}
+
 // TestMiddlewareOutcomeFromEvidence: the outcome reported for a verified
 // call is what the backend's answer shows (the table of the README), and
 // it is reported under the lease and the claim the call was admitted
@@ -169,37 +178,21 @@ func TestMiddlewareOutcomeFromEvidence(t *testing.T) {
 
 		// The handler's declaration wins, and never reaches the client.
 		{note: "declared effect on a 500", status: 500, want: fencecheck.OutcomeEffect, header: true,
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(fencecheck.OutcomeHeader, "effect")
+			handler: declaring("effect", func(w http.ResponseWriter, r *http.Request) {
 				http.Error(w, "the effect happened, the answer failed", 500)
-			}},
+			})},
 		{note: "declared rejected on a result", status: 200, want: fencecheck.OutcomeRejected, header: true,
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(fencecheck.OutcomeHeader, "rejected")
-				answerJSON(200, toolErrData)(w, r)
-			}},
+			handler: declaring("rejected", answerJSON(200, toolErrData))},
 		{note: "declared failed on a result", status: 200, want: fencecheck.OutcomeFailed, header: true,
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(fencecheck.OutcomeHeader, "failed")
-				answerJSON(200, resultData)(w, r)
-			}},
+			handler: declaring("failed", answerJSON(200, resultData))},
 		{note: "declared uncertain on a JSON-RPC error", status: 200, want: fencecheck.OutcomeUncertain, header: true,
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(fencecheck.OutcomeHeader, " uncertain ")
-				answerJSON(200, rpcErrData)(w, r)
-			}},
+			handler: declaring(" uncertain ", answerJSON(200, rpcErrData))},
 		{note: "declared on an event stream", status: 200, want: fencecheck.OutcomeFailed, header: true,
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(fencecheck.OutcomeHeader, "failed")
-				answerSSE(sseAnswer(resultData, "\n"), 9)(w, r)
-			}},
+			handler: declaring("failed", answerSSE(sseAnswer(resultData, "\n"), 9))},
 		{note: "declared rejected, nothing written", status: 200, want: fencecheck.OutcomeRejected, header: true,
-			handler: func(w http.ResponseWriter, r *http.Request) { w.Header().Set(fencecheck.OutcomeHeader, "rejected") }},
+			handler: declaring("rejected", func(http.ResponseWriter, *http.Request) {})},
 		{note: "an unknown declaration is ignored", status: 200, want: fencecheck.OutcomeEffect, header: true,
-			handler: func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set(fencecheck.OutcomeHeader, "done")
-				answerJSON(200, resultData)(w, r)
-			}},
+			handler: declaring("done", answerJSON(200, resultData))},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {

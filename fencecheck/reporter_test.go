@@ -56,21 +56,21 @@ func TestReporterRetriesTransientFailures(t *testing.T) {
 }
 
 func TestReporterFinalStatusNotRetried(t *testing.T) {
-	stub := newAuthzdStub(t)
-	stub.status.Store(http.StatusForbidden)
-	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{})
-	r.Report(fencecheck.OutcomeReport{Lease: "lease-1", Outcome: fencecheck.OutcomeEffect})
-	closeReporter(t, r)
-	if s := r.Stats(); s.Sent != 0 || s.Failed != 1 {
-		t.Fatalf("stats = %+v", s)
-	}
+	reportFailing(t, http.StatusForbidden, fencecheck.ReporterOptions{}, fencecheck.OutcomeEffect)
 }
 
 func TestReporterGivesUpAfterMaxAttempts(t *testing.T) {
+	reportFailing(t, http.StatusServiceUnavailable, fencecheck.ReporterOptions{MaxAttempts: 3}, fencecheck.OutcomeUncertain)
+}
+
+// reportFailing reports outcome once, with opts, to an authzd answering
+// status to every report: the report ends failed, never sent.
+func reportFailing(t *testing.T, status int, opts fencecheck.ReporterOptions, outcome fencecheck.Outcome) {
+	t.Helper()
 	stub := newAuthzdStub(t)
-	stub.status.Store(http.StatusServiceUnavailable)
-	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{MaxAttempts: 3})
-	r.Report(fencecheck.OutcomeReport{Lease: "lease-1", Outcome: fencecheck.OutcomeUncertain})
+	stub.status.Store(int64(status))
+	r := newTestReporter(t, stub.URL, opts)
+	r.Report(fencecheck.OutcomeReport{Lease: "lease-1", Outcome: outcome})
 	closeReporter(t, r)
 	if s := r.Stats(); s.Sent != 0 || s.Failed != 1 {
 		t.Fatalf("stats = %+v", s)

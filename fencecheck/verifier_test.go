@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/tokentest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
@@ -32,19 +33,19 @@ func TestVerifyAttackCorpus(t *testing.T) {
 }
 
 func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
-	key := newSigningKey(t, alg, "authzd-1")
+	key := tokentest.NewKey(t, alg, "authzd-1")
 	other := jwa.ES256 // a trusted key of the other kind
 	if alg == jwa.ES256 {
 		other = jwa.EdDSA
 	}
-	otherKey := newSigningKey(t, other, "authzd-2")
-	attacker := newSigningKey(t, alg, "authzd-1") // same kid, not trusted
-	set := publicSet(t, key, otherKey)
+	otherKey := tokentest.NewKey(t, other, "authzd-2")
+	attacker := tokentest.NewKey(t, alg, "authzd-1") // same kid, not trusted
+	set := tokentest.PublicSet(t, key, otherKey)
 
 	// The trusted public key as an attacker would find it: its raw bytes
 	// and its PEM encoding, to be used as an HMAC secret.
 	var rawPub any
-	if err := key.pub.Raw(&rawPub); err != nil {
+	if err := key.Pub.Raw(&rawPub); err != nil {
 		t.Fatal(err)
 	}
 	der, err := x509.MarshalPKIXPublicKey(rawPub)
@@ -69,7 +70,7 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 		return func(t *testing.T) string {
 			c := validClaims(t)
 			edit(&c)
-			return key.issue(t, c)
+			return key.Issue(t, c)
 		}
 	}
 	b64 := base64.RawURLEncoding.EncodeToString
@@ -87,9 +88,9 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 		{note: "signed the way authzd signs (jwx with the private JWK, as manifest.Sign)", token: func(t *testing.T) string {
 			h := jws.NewHeaders()
 			_ = h.Set(jws.TypeKey, fencecheck.TokenType)
-			_ = h.Set(jws.KeyIDKey, key.priv.KeyID())
+			_ = h.Set(jws.KeyIDKey, key.Priv.KeyID())
 			payload, _ := json.Marshal(validClaims(t))
-			out, err := jws.Sign(payload, jws.WithKey(alg, key.priv, jws.WithProtectedHeaders(h)))
+			out, err := jws.Sign(payload, jws.WithKey(alg, key.Priv, jws.WithProtectedHeaders(h)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,25 +106,25 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			_ = h.Set(jws.TypeKey, fencecheck.TokenType)
 			_ = h.Set(jws.KeyIDKey, "authzd-1")
 			payload, _ := json.Marshal(validClaims(t))
-			out, err := jws.Sign(payload, jws.WithJSON(), jws.WithKey(alg, key.priv, jws.WithProtectedHeaders(h)))
+			out, err := jws.Sign(payload, jws.WithJSON(), jws.WithKey(alg, key.Priv, jws.WithProtectedHeaders(h)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return string(out)
 		}},
 		{note: "two parts", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			tok := key.issue(t, validClaims(t))
+			tok := key.Issue(t, validClaims(t))
 			return tok[:strings.LastIndex(tok, ".")]
 		}},
 		{note: "base64 padding", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			return key.issue(t, validClaims(t)) + "=="
+			return key.Issue(t, validClaims(t)) + "=="
 		}},
 		{note: "header member beyond alg typ kid (jku)", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			return signJWS(t, alg, key.priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
+			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
 				jws.JWKSetURLKey, "https://attacker.test/jwks.json"), validClaims(t))
 		}},
 		{note: "crit header", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			return signJWS(t, alg, key.priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
+			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
 				jws.CriticalKey, []string{"exp"}), validClaims(t))
 		}},
 
@@ -134,38 +135,38 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			return b64(h) + "." + b64(p) + "."
 		}},
 		{note: "HS256 keyed with the public key's raw bytes", want: fencecheck.ReasonAlgorithm, token: func(t *testing.T) string {
-			return signJWS(t, jwa.HS256, []byte(pubBytes), std, validClaims(t))
+			return tokentest.SignJWS(t, jwa.HS256, []byte(pubBytes), std, validClaims(t))
 		}},
 		{note: "HS256 keyed with the public key's PEM", want: fencecheck.ReasonAlgorithm, token: func(t *testing.T) string {
-			return signJWS(t, jwa.HS256, pubPEM, std, validClaims(t))
+			return tokentest.SignJWS(t, jwa.HS256, pubPEM, std, validClaims(t))
 		}},
 		{note: "alg of the other trusted key's kind", want: fencecheck.ReasonAlgorithm, token: func(t *testing.T) string {
 			// Signed correctly by authzd-2 but naming authzd-1.
-			return signJWS(t, other, otherKey.priv, std, validClaims(t))
+			return tokentest.SignJWS(t, other, otherKey.Priv, std, validClaims(t))
 		}},
 
 		// Explicit typing.
 		{note: "typ JWT", want: fencecheck.ReasonType, token: func(t *testing.T) string {
-			return signJWS(t, alg, key.priv, hdr(jws.TypeKey, "JWT", jws.KeyIDKey, "authzd-1"), validClaims(t))
+			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, "JWT", jws.KeyIDKey, "authzd-1"), validClaims(t))
 		}},
 		{note: "no typ", want: fencecheck.ReasonType, token: func(t *testing.T) string {
-			return signJWS(t, alg, key.priv, hdr(jws.KeyIDKey, "authzd-1"), validClaims(t))
+			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.KeyIDKey, "authzd-1"), validClaims(t))
 		}},
 
 		// Key selection.
 		{note: "missing kid", want: fencecheck.ReasonKeyID, token: func(t *testing.T) string {
-			return signJWS(t, alg, key.priv, hdr(jws.TypeKey, fencecheck.TokenType), validClaims(t))
+			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType), validClaims(t))
 		}},
 		{note: "unknown kid", want: fencecheck.ReasonUnknownKey, token: func(t *testing.T) string {
-			return signJWS(t, alg, key.priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-9"), validClaims(t))
+			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-9"), validClaims(t))
 		}},
 
 		// Integrity.
 		{note: "signed by another key under a trusted kid", want: fencecheck.ReasonSignature, token: func(t *testing.T) string {
-			return attacker.issue(t, validClaims(t))
+			return attacker.Issue(t, validClaims(t))
 		}},
 		{note: "tampered payload", want: fencecheck.ReasonSignature, token: func(t *testing.T) string {
-			tok := key.issue(t, validClaims(t))
+			tok := key.Issue(t, validClaims(t))
 			parts := strings.Split(tok, ".")
 			c := validClaims(t)
 			c.Generation = testGen + 1
@@ -173,7 +174,7 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			return parts[0] + "." + b64(p) + "." + parts[2]
 		}},
 		{note: "tampered signature", want: fencecheck.ReasonSignature, token: func(t *testing.T) string {
-			tok := key.issue(t, validClaims(t))
+			tok := key.Issue(t, validClaims(t))
 			parts := strings.Split(tok, ".")
 			sig, _ := base64.RawURLEncoding.DecodeString(parts[2])
 			sig[len(sig)/2] ^= 0x01
@@ -184,40 +185,40 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 		{note: "unknown extra claim", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["fcd_scope"] = "admin"
-			return key.issue(t, m)
+			return key.Issue(t, m)
 		}},
 		{note: "missing required claim", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			delete(m, "fcd_generation")
-			return key.issue(t, m)
+			return key.Issue(t, m)
 		}},
 		{note: "empty required claim", want: fencecheck.ReasonClaims, token: with(func(c *fencecheck.Claims) { c.Cluster = "" })},
 		{note: "duplicate claim", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			p, _ := json.Marshal(validClaims(t))
 			p = append(p[:len(p)-1], `,"aud":"other-pool"}`...)
-			return key.issue(t, p)
+			return key.Issue(t, p)
 		}},
 		{note: "claim name in another case", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["AUD"] = m["aud"]
 			delete(m, "aud")
-			return key.issue(t, m)
+			return key.Issue(t, m)
 		}},
 		{note: "missing fcd_admitted", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			delete(m, "fcd_admitted")
-			return key.issue(t, m)
+			return key.Issue(t, m)
 		}},
 		{note: "zero fcd_admitted", want: fencecheck.ReasonClaims, token: with(func(c *fencecheck.Claims) { c.Admitted = 0 })},
 		{note: "fcd_admitted in seconds with a fraction", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["fcd_admitted"] = float64(testEpoch.Unix()) + 0.5
-			return key.issue(t, m)
+			return key.Issue(t, m)
 		}},
 		{note: "claim of the wrong type", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["aud"] = []string{testPool}
-			return key.issue(t, m)
+			return key.Issue(t, m)
 		}},
 
 		// Who and when.
@@ -275,7 +276,7 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 				c := validClaims(t)
 				c.ID = "lease-reused"
 				c.Formation = "formation-0"
-				if _, err := v.Verify(context.Background(), key.issue(t, c), testTool, json.RawMessage(testArgs)); err != nil {
+				if _, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs)); err != nil {
 					t.Fatalf("first use: %v", err)
 				}
 			}},
@@ -322,13 +323,13 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 // replay check does not consume its jti, so a forged or misdirected copy
 // cannot burn the genuine call.
 func TestRejectedTokenKeepsJTI(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	forger := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(publicSet(t, key))
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	forger := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	v := newVerifier(tokentest.PublicSet(t, key))
 	ctx := context.Background()
 	c := validClaims(t)
-	genuine := key.issue(t, c)
-	forged := forger.issue(t, c)
+	genuine := key.Issue(t, c)
+	forged := forger.Issue(t, c)
 
 	for _, attempt := range []struct {
 		token, args string
@@ -351,8 +352,8 @@ func TestRejectedTokenKeepsJTI(t *testing.T) {
 }
 
 func TestVerifierConfiguration(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	set := publicSet(t, key)
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	set := tokentest.PublicSet(t, key)
 	cases := []struct {
 		note string
 		v    *fencecheck.Verifier
@@ -362,7 +363,7 @@ func TestVerifierConfiguration(t *testing.T) {
 		{"zero value", &fencecheck.Verifier{}, "Pool is required"},
 		{"no key source", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c"}, "key source"},
 		{"both key sources", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", Keys: set, JWKSURL: "http://x/jwks"}, "not both"},
-		{"no usable key", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", Keys: publicSet(t)}, "no usable"},
+		{"no usable key", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", Keys: tokentest.PublicSet(t)}, "no usable"},
 		{"JWKS URL not http", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", JWKSURL: "file:///etc/jwks"}, "http"},
 	}
 	for _, tc := range cases {
@@ -377,7 +378,7 @@ func TestVerifierConfiguration(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate = %v, want %q", err, tc.want)
 			}
-			_, err = tc.v.Verify(context.Background(), key.issue(t, validClaims(t)), testTool, json.RawMessage(testArgs))
+			_, err = tc.v.Verify(context.Background(), key.Issue(t, validClaims(t)), testTool, json.RawMessage(testArgs))
 			if got := fencecheck.ReasonOf(err); got != fencecheck.ReasonMisconfigured {
 				t.Fatalf("Verify reason = %q, want %s", got, fencecheck.ReasonMisconfigured)
 			}
@@ -388,16 +389,16 @@ func TestVerifierConfiguration(t *testing.T) {
 // TestVerifyReplayStoreFull: a store that cannot record the jti refuses
 // the token rather than accept it unrecorded.
 func TestVerifyReplayStoreFull(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(publicSet(t, key))
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	v := newVerifier(tokentest.PublicSet(t, key))
 	store := fencecheck.NewMemoryReplay(1)
 	store.Now = v.Now
 	v.Replay = store
 	ctx := context.Background()
-	if _, err := v.Verify(ctx, key.issue(t, validClaims(t)), testTool, json.RawMessage(testArgs)); err != nil {
+	if _, err := v.Verify(ctx, key.Issue(t, validClaims(t)), testTool, json.RawMessage(testArgs)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := v.Verify(ctx, key.issue(t, validClaims(t)), testTool, json.RawMessage(testArgs))
+	_, err := v.Verify(ctx, key.Issue(t, validClaims(t)), testTool, json.RawMessage(testArgs))
 	if got := fencecheck.ReasonOf(err); got != fencecheck.ReasonReplayStore {
 		t.Fatalf("reason = %q (%v), want %s", got, err, fencecheck.ReasonReplayStore)
 	}
@@ -405,17 +406,17 @@ func TestVerifyReplayStoreFull(t *testing.T) {
 
 // TestVerifySkewSettings: zero skew is the default, a negative one none.
 func TestVerifySkewSettings(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	c := validClaims(t)
 	c.IssuedAt, c.NotBefore, c.Expiry = c.IssuedAt-20, c.NotBefore-20, testEpoch.Unix()-2 // expired 2 s ago
 	for _, tc := range []struct {
 		skew time.Duration
 		want fencecheck.Reason
 	}{{0, ""}, {-1, fencecheck.ReasonExpired}, {time.Second, fencecheck.ReasonExpired}, {3 * time.Second, ""}} {
-		v := newVerifier(publicSet(t, key))
+		v := newVerifier(tokentest.PublicSet(t, key))
 		v.Skew = tc.skew
 		c.ID = newJTI()
-		_, err := v.Verify(context.Background(), key.issue(t, c), testTool, json.RawMessage(testArgs))
+		_, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs))
 		if got := fencecheck.ReasonOf(err); got != tc.want {
 			t.Errorf("skew %s: reason %q (%v), want %q", tc.skew, got, err, tc.want)
 		}
@@ -443,7 +444,7 @@ func TestClaimsValidateOrder(t *testing.T) {
 // before the process started (plus the skew) is refused: an earlier
 // process may have run it, and its replay memory is gone.
 func TestVerifyOffline(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	started := testEpoch.Add(-time.Minute)
 	cases := []struct {
 		note     string
@@ -462,12 +463,12 @@ func TestVerifyOffline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
-			v := newVerifier(publicSet(t, key))
+			v := newVerifier(tokentest.PublicSet(t, key))
 			v.Started = started
 			v.Skew = tc.skew
 			c := validClaims(t)
 			c.Admitted = tc.admitted.UnixMilli()
-			token := key.issue(t, c)
+			token := key.Issue(t, c)
 			_, err := v.Verify(context.Background(), token, testTool, json.RawMessage(testArgs))
 			if got := fencecheck.ReasonOf(err); got != tc.want {
 				t.Fatalf("reason = %q (%v), want %q", got, err, tc.want)
@@ -488,9 +489,9 @@ func TestVerifyOffline(t *testing.T) {
 // TestVerifyOfflineStartedAtFirstUse: a zero Started is the verifier's
 // first use (Validate or Verify), by its clock.
 func TestVerifyOfflineStartedAtFirstUse(t *testing.T) {
-	key := newSigningKey(t, jwa.EdDSA, "authzd-1")
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	clk := newClock()
-	v := newVerifier(publicSet(t, key))
+	v := newVerifier(tokentest.PublicSet(t, key))
 	v.Started = time.Time{}
 	v.Now = clk.Now
 	if err := v.Validate(); err != nil { // first use, at testEpoch
@@ -509,7 +510,7 @@ func TestVerifyOfflineStartedAtFirstUse(t *testing.T) {
 		now := clk.Now().Unix()
 		c.IssuedAt, c.NotBefore, c.Expiry = now, now, now+30
 		c.Admitted = tc.admitted.UnixMilli()
-		_, err := v.Verify(context.Background(), key.issue(t, c), testTool, json.RawMessage(testArgs))
+		_, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs))
 		if got := fencecheck.ReasonOf(err); got != tc.want {
 			t.Errorf("admitted %s after the first use: reason %q (%v), want %q", tc.admitted.Sub(testEpoch), got, err, tc.want)
 		}

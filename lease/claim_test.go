@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/racetest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -218,33 +218,13 @@ func TestConcurrentClaims(t *testing.T) {
 	ctx := testCtx(t)
 	for round := range 4 {
 		l := e.admit(t, 0)
-		const n = 12
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				_, errs[i] = e.s.ClaimLease(ctx, e.req(l, fmt.Sprint("cl_", i), 0), nil)
-			}()
-		}
-		close(start)
-		wg.Wait()
-		winner := -1
-		for i, err := range errs {
-			switch {
-			case err == nil && winner >= 0:
-				t.Fatalf("round %d: claims %d and %d both succeeded", round, winner, i)
-			case err == nil:
-				winner = i
-			case !errors.Is(err, record.ErrLeaseClaimed):
-				t.Fatalf("round %d: claim %d: %v", round, i, err)
-			}
-		}
-		if winner < 0 {
-			t.Fatalf("round %d: no claim succeeded", round)
+		errs := racetest.Each(12, func(i int) error {
+			_, err := e.s.ClaimLease(ctx, e.req(l, fmt.Sprint("cl_", i), 0), nil)
+			return err
+		})
+		winner, err := racetest.OneWinner(errs, record.ErrLeaseClaimed)
+		if err != nil {
+			t.Fatalf("round %d: claims: %v", round, err)
 		}
 		if st, claim, err := e.state(t, l.ID); err != nil || st != record.LeaseRunning || claim != fmt.Sprint("cl_", winner) {
 			t.Fatalf("round %d: lease %s %q %v, winner %d", round, st, claim, err, winner)
@@ -361,21 +341,11 @@ func TestReleaseRacesClaim(t *testing.T) {
 	for range 8 {
 		l := e.admit(t, 0)
 		var claimErr, releaseErr error
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			<-start
+		racetest.Together(func() {
 			_, claimErr = e.s.ClaimLease(ctx, e.req(l, "cl_a", 0), nil)
-		}()
-		go func() {
-			defer wg.Done()
-			<-start
+		}, func() {
 			_, releaseErr = e.s.CloseLease(ctx, lease.CloseRequest{Lease: l.ID, Outcome: record.OutcomeRejected})
-		}()
-		close(start)
-		wg.Wait()
+		})
 		st, claim, err := e.state(t, l.ID)
 		switch {
 		case claimErr == nil && errors.Is(releaseErr, record.ErrLeaseClaimed):

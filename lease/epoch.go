@@ -317,26 +317,11 @@ func (s *Store) countMarkers(ctx context.Context, ep *record.Epoch) error {
 // Drain moves an ACTIVE epoch to DRAINING in one transaction. From its
 // commit on, no admission to the epoch can commit.
 func (s *Store) Drain(ctx context.Context, id string) (record.State, error) {
-	skey := s.k.state(id)
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.Value(skey), "=", string(record.StateActive))).
-		Then(clientv3.OpPut(skey, string(record.StateDraining))).
-		Else(clientv3.OpGet(skey)).
-		Commit()
-	if err != nil {
-		return "", s.wrap(ctx, "drain", err)
+	if _, err := s.transition(ctx, "drain", id, record.StateActive, record.StateDraining, nil); err != nil {
+		return "", err
 	}
-	if resp.Succeeded {
-		s.log.Info("epoch draining", "epoch", id)
-		return record.StateDraining, nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return "", fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
-	}
-	return "", &record.StateError{Epoch: id, State: record.State(kvs[0].Value), Want: record.StateActive}
+	s.log.Info("epoch draining", "epoch", id)
+	return record.StateDraining, nil
 }
 
 // Retire moves a DRAINING epoch to STALE in one transaction that also
@@ -346,31 +331,16 @@ func (s *Store) Drain(ctx context.Context, id string) (record.State, error) {
 // with the counts.
 func (s *Store) Retire(ctx context.Context, id string, wait time.Duration) (record.State, error) {
 	deadline := s.now().Add(wait)
-	skey, mprefix := s.k.state(id), s.k.markers(id)
+	mprefix := s.k.markers(id)
+	noMarkers := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mprefix), "=", 0).WithPrefix()}
 	for {
-		octx, cancel := s.op(ctx)
-		resp, err := s.cli.Txn(octx).
-			If(
-				clientv3.Compare(clientv3.Value(skey), "=", string(record.StateDraining)),
-				clientv3.Compare(clientv3.CreateRevision(mprefix), "=", 0).WithPrefix(),
-			).
-			Then(clientv3.OpPut(skey, string(record.StateStale))).
-			Else(clientv3.OpGet(skey), clientv3.OpGet(mprefix, clientv3.WithPrefix())).
-			Commit()
-		cancel()
+		resp, err := s.transition(ctx, "retire", id, record.StateDraining, record.StateStale, noMarkers, clientv3.OpGet(mprefix, clientv3.WithPrefix()))
 		if err != nil {
-			return "", s.wrap(ctx, "retire", err)
+			return "", err
 		}
 		if resp.Succeeded {
 			s.log.Info("epoch retired", "epoch", id)
 			return record.StateStale, nil
-		}
-		st := resp.Responses[0].GetResponseRange().Kvs
-		if len(st) == 0 {
-			return "", fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
-		}
-		if record.State(st[0].Value) != record.StateDraining {
-			return "", &record.StateError{Epoch: id, State: record.State(st[0].Value), Want: record.StateDraining}
 		}
 		active, uncertain := tallyMarkers(resp.Responses[1].GetResponseRange().Kvs)
 		blocked := &record.RetireBlockedError{Epoch: id, Active: active, Uncertain: uncertain}
@@ -388,6 +358,37 @@ func (s *Store) Retire(ctx context.Context, id string, wait time.Duration) (reco
 			return "", s.wrap(ctx, "retire watch", err)
 		}
 	}
+}
+
+// transition moves epoch id from state from to state to in one
+// transaction, if the epoch is in from and conds hold too. If it did not
+// move, the transaction read the state, then reads: an epoch that does not
+// exist, or is not in from, is an error (*record.StateError); otherwise
+// one of conds failed and the answer holds what reads read from
+// Responses[1] on. Without conds, a nil error means the epoch moved.
+func (s *Store) transition(ctx context.Context, op, id string, from, to record.State, conds []clientv3.Cmp, reads ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	skey := s.k.state(id)
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.Value(skey), "=", string(from))}, conds...)...).
+		Then(clientv3.OpPut(skey, string(to))).
+		Else(append([]clientv3.Op{clientv3.OpGet(skey)}, reads...)...).
+		Commit()
+	if err != nil {
+		return nil, s.wrap(ctx, op, err)
+	}
+	if resp.Succeeded {
+		return resp, nil
+	}
+	st := resp.Responses[0].GetResponseRange().Kvs
+	if len(st) == 0 {
+		return nil, fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
+	}
+	if got := record.State(st[0].Value); got != from {
+		return nil, &record.StateError{Epoch: id, State: got, Want: from}
+	}
+	return resp, nil
 }
 
 // waitForChange blocks until a marker under prefix is deleted after rev,

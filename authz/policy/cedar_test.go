@@ -47,6 +47,17 @@ func TestCedarRejectedAtBuild(t *testing.T) {
 	})
 }
 
+// cedarEngine is the Cedar engine of the one file src, failing t if
+// NewCedarEngine refuses it.
+func cedarEngine(t testing.TB, src string) *CedarEngine {
+	t.Helper()
+	e, err := NewCedarEngine(map[string][]byte{"p.cedar": []byte(src)})
+	if err != nil {
+		t.Fatalf("NewCedarEngine: %v", err)
+	}
+	return e
+}
+
 // TestCedarFailsClosed covers diagnostic and mapping errors: each denies
 // with Error set, even when a permit matched.
 func TestCedarFailsClosed(t *testing.T) {
@@ -96,14 +107,8 @@ func TestCedarFailsClosed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			e, err := NewCedarEngine(map[string][]byte{"p.cedar": []byte(tc.src)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			doc, err := NewDocument(githubInput(t, m, tc.c))
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := cedarEngine(t, tc.src)
+			doc := githubDocument(t, m, tc.c)
 			got := e.Decide(context.Background(), doc)
 			if got.Verdict != record.VerdictDeny || got.Error == "" {
 				t.Fatalf("got %s (error %q), want a deny with an error", got.Verdict, got.Error)
@@ -174,10 +179,7 @@ func TestCedarValues(t *testing.T) {
 // rely on: principal, action per side effect, resource inside its server.
 func TestCedarRequestMapping(t *testing.T) {
 	m := githubManifest(t)
-	doc, err := NewDocument(githubInput(t, m, call{tool: "delete_repository", admin: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := githubDocument(t, m, call{tool: "delete_repository", admin: true})
 	entities, req, err := cedarRequest(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -236,14 +238,8 @@ func TestCedarSuccessorFailsClosed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			e, err := NewCedarEngine(map[string][]byte{"p.cedar": []byte(tc.src)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository", successor: &tc.s}))
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := cedarEngine(t, tc.src)
+			doc := githubDocument(t, m, call{tool: "get_repository", successor: &tc.s})
 			got := e.Decide(context.Background(), doc)
 			gs := got.Successor
 			if gs == nil || gs.Verdict != record.VerdictDeny || !strings.Contains(gs.Error, tc.errPart) {
@@ -270,10 +266,7 @@ func TestCedarSuccessorFailsClosed(t *testing.T) {
 // documented, and the same in the call's request as in the substitute one.
 func TestCedarSuccessorMapping(t *testing.T) {
 	m := githubManifest(t)
-	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository"}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := githubDocument(t, m, call{tool: "get_repository"})
 	_, req, err := cedarRequest(doc)
 	if err != nil {
 		t.Fatal(err)

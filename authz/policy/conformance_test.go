@@ -29,22 +29,14 @@ type engineFactory func(t *testing.T, f fixture) Engine
 func TestRegoConformance(t *testing.T) {
 	runConformance(t, func(t *testing.T, f fixture) Engine {
 		t.Helper()
-		e, err := NewRegoEngine(context.Background(), map[string][]byte{"p.rego": []byte("package fcd.authz\n\n" + f.rego)})
-		if err != nil {
-			t.Fatalf("NewRegoEngine: %v", err)
-		}
-		return e
+		return regoEngine(t, "package fcd.authz\n\n"+f.rego)
 	})
 }
 
 func TestCedarConformance(t *testing.T) {
 	runConformance(t, func(t *testing.T, f fixture) Engine {
 		t.Helper()
-		e, err := NewCedarEngine(map[string][]byte{"p.cedar": []byte(f.cedar)})
-		if err != nil {
-			t.Fatalf("NewCedarEngine: %v", err)
-		}
-		return e
+		return cedarEngine(t, f.cedar)
 	})
 }
 

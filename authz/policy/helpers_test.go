@@ -183,6 +183,17 @@ func githubInput(t testing.TB, m *manifest.Manifest, c call) *Input {
 	}
 }
 
+// githubDocument is the decision document of call c of m, failing t if
+// NewDocument refuses it.
+func githubDocument(t testing.TB, m *manifest.Manifest, c call) *Document {
+	t.Helper()
+	doc, err := NewDocument(githubInput(t, m, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
 // githubSuccessor builds the record's successor and the policy input's
 // successor member for a call formed on the epoch source.
 func githubSuccessor(t testing.TB, source string, s successor) (*record.Successor, *SuccessorInput) {

@@ -22,9 +22,12 @@ func regoEngine(t *testing.T, src string) *RegoEngine {
 // Error set: runtime errors, an undefined result, and malformed elements.
 func TestRegoFailsClosed(t *testing.T) {
 	m := githubManifest(t)
-	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository"}))
-	if err != nil {
-		t.Fatal(err)
+	doc := githubDocument(t, m, call{tool: "get_repository"})
+	// allowWithApprovals allows, and asks for count approvals (Rego).
+	allowWithApprovals := func(count string) string {
+		return `package fcd.authz
+allow contains {"rule": "r", "reason": "x"}
+approvals contains {"rule": "r", "count": ` + count + `, "reason": "x"}`
 	}
 	tests := []struct {
 		note    string
@@ -83,34 +86,10 @@ allow contains {"rule": "r", "reason": "x"}
 deny contains "no"`,
 			errPart: "malformed deny",
 		},
-		{
-			note: "approvals count zero",
-			src: `package fcd.authz
-allow contains {"rule": "r", "reason": "x"}
-approvals contains {"rule": "r", "count": 0, "reason": "x"}`,
-			errPart: `"count"`,
-		},
-		{
-			note: "approvals count a string",
-			src: `package fcd.authz
-allow contains {"rule": "r", "reason": "x"}
-approvals contains {"rule": "r", "count": "2", "reason": "x"}`,
-			errPart: `"count"`,
-		},
-		{
-			note: "approvals count fractional",
-			src: `package fcd.authz
-allow contains {"rule": "r", "reason": "x"}
-approvals contains {"rule": "r", "count": 1.5, "reason": "x"}`,
-			errPart: `"count"`,
-		},
-		{
-			note: "approvals count absurd",
-			src: `package fcd.authz
-allow contains {"rule": "r", "reason": "x"}
-approvals contains {"rule": "r", "count": 1000, "reason": "x"}`,
-			errPart: `"count"`,
-		},
+		{note: "approvals count zero", src: allowWithApprovals(`0`), errPart: `"count"`},
+		{note: "approvals count a string", src: allowWithApprovals(`"2"`), errPart: `"count"`},
+		{note: "approvals count fractional", src: allowWithApprovals(`1.5`), errPart: `"count"`},
+		{note: "approvals count absurd", src: allowWithApprovals(`1000`), errPart: `"count"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -182,10 +161,7 @@ func TestRegoReasonsMergePerRule(t *testing.T) {
 // the query failed; the call is denied as without a successor.
 func TestRegoSuccessorFailsClosed(t *testing.T) {
 	m := githubManifest(t)
-	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository", successor: &successor{}}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := githubDocument(t, m, call{tool: "get_repository", successor: &successor{}})
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
@@ -250,10 +226,7 @@ deny_successor contains {"rule": "boom"} if 1 / count(input.session.completed) >
 // reach the decision of a call that has none.
 func TestRegoDenySuccessorOnlyWithSuccessor(t *testing.T) {
 	m := githubManifest(t)
-	doc, err := NewDocument(githubInput(t, m, call{tool: "get_repository"}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	doc := githubDocument(t, m, call{tool: "get_repository"})
 	for _, rule := range []string{
 		`deny_successor contains {"rule": "always", "reason": "x"}`,
 		`deny_successor contains {"reason": "no rule"}`,

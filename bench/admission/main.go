@@ -96,22 +96,13 @@ type options struct {
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("admission", flag.ContinueOnError)
 	o := options{Plan: loadgen.Plan{MinWarmup: 100}}
-	levels := fs.String("c", "1,16,64", "concurrency levels, comma-separated")
 	fs.IntVar(&o.N, "n", 2000, "timed operations per design at each concurrency level ≥ 2")
 	fs.IntVar(&o.N1, "n1", 0, "timed operations per design at concurrency 1 (0: same as -n; lower it on a slow disk)")
-	fs.IntVar(&o.Warmup, "warmup", 0, "untimed warm-up operations per design and level (0: max(100, 4c))")
-	fs.IntVar(&o.Rounds, "rounds", 4, "rounds per level, alternating the order of the designs")
 	fs.StringVar(&o.Dir, "dir", "", "parent directory of the temporary etcd data directory (default: the system temp dir)")
 	fs.StringVar(&o.Designs, "designs", "abc", "designs to run: a (floor), b (authzd over HTTP), c (shared record); diagnostics: d (a after admission's two linearizable reads), e (the same reads serializable)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed phases to this file")
 	fs.StringVar(&o.Manifest, "manifest", "", "manifest to register (default: examples/github/manifest-v1.4.json of this module)")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := o.SetLevels(*levels); err != nil {
+	if err := o.ParseFlags(fs, args, "1,16,64", "operations"); err != nil {
 		return o, err
 	}
 	return o, o.check()
@@ -133,10 +124,7 @@ func (o *options) check() error {
 
 // command is the exact command line that reproduces this run.
 func (o *options) command() string {
-	cmd := fmt.Sprintf("go run ./bench/admission -n %d -n1 %d -c %s -rounds %d", o.N, o.N1, o.LevelList(), o.Rounds)
-	if o.Warmup > 0 {
-		cmd += fmt.Sprintf(" -warmup %d", o.Warmup)
-	}
+	cmd := fmt.Sprintf("go run ./bench/admission -n %d -n1 %d %s", o.N, o.N1, o.Flags())
 	if o.Dir != "" {
 		cmd += " -dir " + o.Dir
 	}

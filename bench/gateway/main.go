@@ -95,20 +95,11 @@ type options struct {
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	o := options{Plan: loadgen.Plan{MinWarmup: 50}}
-	levels := fs.String("c", "1,32", "concurrency levels, comma-separated")
 	fs.IntVar(&o.N1, "n1", 300, "timed calls per design at concurrency 1")
 	fs.IntVar(&o.N, "n32", 2000, "timed calls per design at every other concurrency level")
-	fs.IntVar(&o.Rounds, "rounds", 4, "rounds per level, alternating the order of the designs")
-	fs.IntVar(&o.Warmup, "warmup", 0, "untimed calls per design before each level (0: max(50, 4c))")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary directory for etcd's data and nginx (default: the system's)")
 	fs.IntVar(&o.ReportWorkers, "report-workers", 0, "fencecheck outcome-reporter workers (0: fencecheck's default)")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if err := o.SetLevels(*levels); err != nil {
+	if err := o.ParseFlags(fs, args, "1,32", "calls"); err != nil {
 		return o, err
 	}
 	return o, o.Check("-n1, -n32")
@@ -116,10 +107,7 @@ func parseFlags(args []string) (options, error) {
 
 // command is the command line that reproduces this run.
 func (o *options) command() string {
-	cmd := fmt.Sprintf("go run ./bench/gateway -n1 %d -n32 %d -c %s -rounds %d", o.N1, o.N, o.LevelList(), o.Rounds)
-	if o.Warmup > 0 {
-		cmd += fmt.Sprintf(" -warmup %d", o.Warmup)
-	}
+	cmd := fmt.Sprintf("go run ./bench/gateway -n1 %d -n32 %d %s", o.N1, o.N, o.Flags())
 	if o.Dir != "" {
 		cmd += " -dir " + o.Dir
 	}

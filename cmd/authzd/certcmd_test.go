@@ -10,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lestrrat-go/jwx/v2/jwa"
-
+	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/manifest"
 )
 
@@ -19,17 +18,10 @@ import (
 // into dir and returns their paths.
 func writeKeyPair(t *testing.T, dir, name string) (keyFile, jwksFile string) {
 	t.Helper()
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := manifest.PublicSet(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := manifesttest.NewSigner(t)
 	for path, v := range map[string]any{
-		filepath.Join(dir, name+".jwk"):  key,
-		filepath.Join(dir, name+".jwks"): set,
+		filepath.Join(dir, name+".jwk"):  s.Key,
+		filepath.Join(dir, name+".jwks"): s.Set,
 	} {
 		b, err := json.Marshal(v)
 		if err != nil {

@@ -11,30 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 )
-
-// lockedBuffer is an io.Writer safe for the server goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 var listeningLine = regexp.MustCompile(`authzd: listening on (https?://\S+)`)
 
@@ -54,55 +35,18 @@ func startServerLog(t *testing.T, dataDir string, extra ...string) (string, stri
 	// Free ports can be taken by another process before etcd binds them
 	// (several test binaries run at once): start again on fresh ones.
 	for attempt := 0; ; attempt++ {
-		url, log, stop, busy := tryStartServer(t, dataDir, extra...)
-		if !busy {
-			return url, log, stop
+		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir,
+			"--embedded-etcd-client-url", "http://" + etcdtest.FreeAddr(t),
+			"--embedded-etcd-peer-url", "http://" + etcdtest.FreeAddr(t)}, extra...)
+		c, url, err := cmdtest.Start(t, "authzd", listeningLine, func(ctx context.Context, stderr io.Writer) int {
+			return run(ctx, args, nil, io.Discard, stderr)
+		})
+		if err == nil {
+			return url, c.Stderr.String(), func() { c.Stop(t) }
 		}
-		if attempt == 7 {
-			t.Fatal("authzd: no free ports after 8 attempts")
+		if attempt == 7 || !strings.Contains(c.Stderr.String(), "address already in use") {
+			t.Fatal(err)
 		}
-	}
-}
-
-func tryStartServer(t *testing.T, dataDir string, extra ...string) (string, string, func(), bool) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir,
-		"--embedded-etcd-client-url", "http://" + etcdtest.FreeAddr(t),
-		"--embedded-etcd-peer-url", "http://" + etcdtest.FreeAddr(t)}, extra...)
-	var stderr lockedBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, nil, io.Discard, &stderr) }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if m := listeningLine.FindStringSubmatch(stderr.String()); m != nil {
-			stop := func() {
-				cancel()
-				select {
-				case code := <-done:
-					if code != 0 {
-						t.Errorf("authzd exited %d after SIGTERM-equivalent:\n%s", code, stderr.String())
-					}
-				case <-time.After(time.Minute):
-					t.Error("authzd did not shut down within a minute")
-				}
-			}
-			return m[1], stderr.String(), stop, false
-		}
-		select {
-		case code := <-done:
-			cancel()
-			if strings.Contains(stderr.String(), "address already in use") {
-				return "", "", nil, true
-			}
-			t.Fatalf("authzd exited %d before listening:\n%s", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("authzd not listening after 2 minutes:\n%s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

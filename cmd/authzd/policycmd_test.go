@@ -86,39 +86,59 @@ func TestPolicyCommands(t *testing.T) {
 	}
 }
 
+// startPolicyServer runs a --dev server on a copy of the default
+// policies in a directory of its own, polled every poll; it returns the
+// server's URL, the directory and the function that stops the server.
+func startPolicyServer(t *testing.T, poll string) (url, pol string, stop func()) {
+	t.Helper()
+	dir := t.TempDir()
+	pol = filepath.Join(dir, "policies")
+	os.Mkdir(pol, 0o700)
+	copyPolicies(t, pol)
+	url, stop = startServer(t, filepath.Join(dir, "data"), "--dev", "--policy-dir", pol, "--policy-poll", poll)
+	return url, pol, stop
+}
+
+// readyPolicies is the policies check of the server's /readyz, which
+// must answer ready.
+func readyPolicies(t *testing.T, url string) map[string]any {
+	t.Helper()
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Status string
+		Checks struct{ Policies map[string]any }
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 || out.Status != "ready" {
+		t.Fatalf("readyz %d: %s", resp.StatusCode, raw)
+	}
+	return out.Checks.Policies
+}
+
+// appendComment appends a comment to the policy directory's fcd.rego: a
+// valid change, with a new digest.
+func appendComment(pol, comment string) {
+	f, _ := os.OpenFile(filepath.Join(pol, "fcd.rego"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString("\n# " + comment + "\n")
+	f.Close()
+}
+
 // TestPolicyDirectoryReload: a server on a policy directory picks up a
 // valid change by itself; a broken change leaves the working set in force
 // and shows in /readyz.
 func TestPolicyDirectoryReload(t *testing.T) {
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policies")
-	os.Mkdir(pol, 0o700)
-	copyPolicies(t, pol)
-	url, stop := startServer(t, filepath.Join(dir, "data"), "--dev", "--policy-dir", pol, "--policy-poll", "100ms")
+	url, pol, stop := startPolicyServer(t, "100ms")
 	defer stop()
 
-	readyz := func() map[string]any {
-		t.Helper()
-		resp, err := http.Get(url + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		var out struct {
-			Status string
-			Checks struct{ Policies map[string]any }
-		}
-		if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 || out.Status != "ready" {
-			t.Fatalf("readyz %d: %s", resp.StatusCode, raw)
-		}
-		return out.Checks.Policies
-	}
 	waitFor := func(what string, ok func(p map[string]any) bool) map[string]any {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for {
-			p := readyz()
+			p := readyPolicies(t, url)
 			if ok(p) {
 				return p
 			}
@@ -128,15 +148,13 @@ func TestPolicyDirectoryReload(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	first := readyz()
+	first := readyPolicies(t, url)
 	if first["source"] != pol || first["lastError"] != nil {
 		t.Fatalf("initial policies: %v", first)
 	}
 
 	// A valid change (a comment) is loaded: new digest.
-	f, _ := os.OpenFile(filepath.Join(pol, "fcd.rego"), os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString("\n# reviewed\n")
-	f.Close()
+	appendComment(pol, "reviewed")
 	second := waitFor("the new digest", func(p map[string]any) bool { return p["digest"] != first["digest"] })
 
 	// A broken change is refused: same digest, error shown, still ready.
@@ -151,31 +169,11 @@ func TestPolicyDirectoryReload(t *testing.T) {
 // picked up on SIGHUP. The signal goes to this test process, where the
 // in-process server has registered for it.
 func TestSIGHUPReloadsPolicies(t *testing.T) {
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policies")
-	os.Mkdir(pol, 0o700)
-	copyPolicies(t, pol)
-	url, stop := startServer(t, filepath.Join(dir, "data"), "--dev", "--policy-dir", pol, "--policy-poll", "1h")
+	url, pol, stop := startPolicyServer(t, "1h")
 	defer stop()
-	digest := func() string {
-		t.Helper()
-		resp, err := http.Get(url + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out struct {
-			Checks struct{ Policies struct{ Digest string } }
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Fatal(err)
-		}
-		return out.Checks.Policies.Digest
-	}
+	digest := func() any { return readyPolicies(t, url)["digest"] }
 	before := digest()
-	f, _ := os.OpenFile(filepath.Join(pol, "fcd.rego"), os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString("\n# reviewed again\n")
-	f.Close()
+	appendComment(pol, "reviewed again")
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"go.uber.org/goleak"
 )
@@ -162,7 +163,7 @@ func TestShutdownOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "data")
-	var stderr lockedBuffer
+	var stderr cmdtest.SyncBuffer
 	var s *server
 	for attempt := 0; s == nil; attempt++ {
 		var err error

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,36 +21,22 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cmdtest"
+	"github.com/fcd-authz/fcd/internal/tokentest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/lestrrat-go/jwx/v2/jwk"
-	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
 // issuer stands in for authzd's token signing: an Ed25519 key and the
 // JWKS of its public half.
 type issuer struct {
-	priv ed25519.PrivateKey
+	key  *tokentest.Key
 	jwks []byte
 }
 
 func newIssuer(t *testing.T) *issuer {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := jwk.FromRaw(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = k.Set(jwk.KeyIDKey, "authzd-1")
-	set := jwk.NewSet()
-	_ = set.AddKey(k)
-	doc, err := json.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &issuer{priv: priv, jwks: doc}
+	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	return &issuer{key: key, jwks: tokentest.JWKS(t, key)}
 }
 
 var jti atomic.Int64
@@ -78,39 +62,13 @@ func (is *issuer) sign(t *testing.T, id, tool, args string, admitted time.Time) 
 		t.Fatal(err)
 	}
 	now := time.Now().Unix()
-	payload, _ := json.Marshal(fencecheck.Claims{
+	return is.key.Issue(t, fencecheck.Claims{
 		Issuer: "https://authzd.test", Audience: "github-prod", Subject: "s-1", ID: id,
 		IssuedAt: now, NotBefore: now, Expiry: now + 30,
 		Formation: "f-1", Tool: tool, ArgumentDigest: digest, Epoch: "sha256:e1",
 		Artifact: "sha256:a1", Config: "sha256:c1", Generation: 4, Revision: 9, Cluster: "c1",
 		Admitted: admitted.UnixMilli(),
 	})
-	hdr := jws.NewHeaders()
-	_ = hdr.Set(jws.TypeKey, fencecheck.TokenType)
-	_ = hdr.Set(jws.KeyIDKey, "authzd-1")
-	out, err := jws.Sign(payload, jws.WithKey(jwa.EdDSA, is.priv, jws.WithProtectedHeaders(hdr)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out)
-}
-
-// syncBuffer is an io.Writer safe to read while run writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 var listening = regexp.MustCompile(`fencecheck: listening on (http://\S+)`)
@@ -266,62 +224,31 @@ func newBackend(t *testing.T) *backendStandIn {
 
 // runningProxy is `fencecheck proxy` run in-process.
 type runningProxy struct {
-	url    string
-	stderr *syncBuffer
-	cancel context.CancelFunc
-	done   chan int
-	once   sync.Once
+	*cmdtest.Command
+	url string
 }
 
 // startProxy runs `fencecheck proxy` with the flags of the backend the
-// tests guard (pool github-prod, generation 4) plus extra, until stop or
-// the test's end.
+// tests guard (pool github-prod, generation 4) plus extra, until Stop or
+// the test's end. Stop shuts the proxy down gracefully (its outcome
+// reports drained) and checks that it exited 0.
 func startProxy(t *testing.T, is *issuer, upstream string, extra ...string) *runningProxy {
 	t.Helper()
 	jwksSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(is.jwks)
 	}))
 	t.Cleanup(jwksSrv.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &runningProxy{stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	args := append([]string{"proxy", "--listen", "127.0.0.1:0", "--upstream", upstream,
 		"--pool", "github-prod", "--artifact", "sha256:a1", "--config", "sha256:c1", "--generation", "4",
 		"--jwks", jwksSrv.URL + "/.well-known/jwks.json", "--issuer", "https://authzd.test",
 		"--server", "github", "--log-level", "error"}, extra...)
-	go func() { p.done <- run(ctx, args, nil, io.Discard, p.stderr) }()
-	t.Cleanup(func() { p.stop(t) })
-	for deadline := time.Now().Add(10 * time.Second); p.url == "" && time.Now().Before(deadline); {
-		select {
-		case code := <-p.done:
-			p.done <- code
-			t.Fatalf("proxy exited %d: %s", code, p.stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if m := listening.FindStringSubmatch(p.stderr.String()); m != nil {
-			p.url = m[1]
-		}
-	}
-	if p.url == "" {
-		t.Fatalf("no listening line: %s", p.stderr.String())
-	}
-	return p
-}
-
-// stop shuts the proxy down gracefully (its outcome reports drained) and
-// checks that it exited 0. Calling it again is harmless.
-func (p *runningProxy) stop(t *testing.T) {
-	t.Helper()
-	p.once.Do(func() {
-		p.cancel()
-		select {
-		case code := <-p.done:
-			if code != 0 {
-				t.Errorf("proxy exited %d: %s", code, p.stderr.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("proxy did not stop")
-		}
+	c, url, err := cmdtest.Start(t, "fencecheck proxy", listening, func(ctx context.Context, stderr io.Writer) int {
+		return run(ctx, args, nil, io.Discard, stderr)
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &runningProxy{Command: c, url: url}
 }
 
 // post sends one request to the proxy, with token unless "".
@@ -428,8 +355,8 @@ func TestProxy(t *testing.T) {
 	}
 
 	// Graceful shutdown drains the outcome reports.
-	p.stop(t)
-	other.stop(t)
+	p.Stop(t)
+	other.Stop(t)
 	got := map[string]bool{}
 	for _, e := range authzd.events() {
 		got[e] = true

@@ -3,50 +3,33 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
-	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/fcd-authz/fcd/internal/leaktest"
+	"github.com/fcd-authz/fcd/internal/tokentest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.uber.org/goleak"
 )
 
+// TestMain fails the package if a test leaves goroutines behind: the
+// commands run in-process are stopped, their sessions closed, by the
+// tests that start them. Idle keep-alive connections are not leaks.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
-
-// output collects a command's stderr and tells when a line matches.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
+	leaktest.VerifyTestMain(m, leaktest.IgnoreIdleHTTP()...)
 }
 
 var listening = regexp.MustCompile(`(?m)^mcpfixture: listening on (http://\S+)$`)
@@ -60,32 +43,15 @@ func start(t *testing.T, args ...string) string {
 }
 
 // startOut is start that also returns the command's stderr.
-func startOut(t *testing.T, args ...string) (string, *output) {
+func startOut(t *testing.T, args ...string) (string, *cmdtest.SyncBuffer) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &output{}
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, io.Discard, out) }()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("mcpfixture %v exited %d: %s", args, code, out)
-		}
+	c, base, err := cmdtest.Start(t, fmt.Sprint("mcpfixture ", args), listening, func(ctx context.Context, stderr io.Writer) int {
+		return run(ctx, args, io.Discard, stderr)
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			return m[1], out
-		}
-		select {
-		case code := <-done:
-			done <- code
-			t.Fatalf("mcpfixture %v exited %d: %s", args, code, out)
-		case <-time.After(10 * time.Millisecond):
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("mcpfixture %v not ready: %s", args, out)
-	return "", nil
+	return base, c.Stderr
 }
 
 func connect(t *testing.T, endpoint string) *mcp.ClientSession {
@@ -161,17 +127,9 @@ func TestServe(t *testing.T) {
 // A fixture guarded in-process by fencecheck, offline, with a static key
 // set and tokens signed here.
 func TestServeFenced(t *testing.T) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, _ := jwk.FromRaw(pub)
-	_ = k.Set(jwk.KeyIDKey, "k1")
-	set := jwk.NewSet()
-	_ = set.AddKey(k)
-	doc, _ := json.Marshal(set)
+	key := tokentest.NewKey(t, jwa.EdDSA, "k1")
 	keys := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(keys, doc, 0o600); err != nil {
+	if err := os.WriteFile(keys, tokentest.JWKS(t, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base := start(t, "serve", "--server", "azure", "--release", "v1.1", "--keys", keys, "--issuer", "fcd-test",
@@ -186,15 +144,12 @@ func TestServeFenced(t *testing.T) {
 		now := time.Now().Unix()
 		var id [9]byte
 		rand.Read(id[:])
-		payload, _ := json.Marshal(fencecheck.Claims{
+		return key.Issue(t, fencecheck.Claims{
 			Issuer: "fcd-test", Audience: rel.Pool, Subject: "s1", ID: base64.RawURLEncoding.EncodeToString(id[:]),
 			IssuedAt: now, NotBefore: now, Expiry: now + 30, Formation: "f1", Tool: "azure/create_storage_account",
 			ArgumentDigest: digest, Epoch: "sha256:e", Artifact: rel.Artifact, Config: rel.Config, Generation: gen,
 			Revision: 1, Cluster: "c", Admitted: admitted.UnixMilli(),
 		})
-		hdr, _ := json.Marshal(map[string]string{"alg": "EdDSA", "kid": "k1", "typ": fencecheck.TokenType})
-		in := base64.RawURLEncoding.EncodeToString(hdr) + "." + base64.RawURLEncoding.EncodeToString(payload)
-		return in + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(in)))
 	}
 	cs := connect(t, base+"/mcp")
 	const args = `{"name":"payrollexports"}`

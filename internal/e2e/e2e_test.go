@@ -72,36 +72,32 @@ func fenceRefused(t *testing.T, err error, want fencecheck.Reason) {
 //     its token, for github-v1-4, the gateway sends it to v1.3, and
 //     fencecheck at v1.3 refuses it (audience) before any effect.
 func TestRollbackDrift(t *testing.T) {
-	m := etcdtest.Start(t)
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, m)
-			snap := s.snapshot()
-			pending := s.formReady(snap, "sess-rollback", "rollback-pending")
-			admitted := s.formReady(snap, "sess-rollback", "rollback-admitted")
-			s.expect(s.do("POST", "/v1/formations/"+admitted.ID+"/admit", api.RoleHost, nil), http.StatusOK)
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		snap := s.snapshot()
+		pending := s.formReady(snap, "sess-rollback", "rollback-pending")
+		admitted := s.formReady(snap, "sess-rollback", "rollback-admitted")
+		s.expect(s.do("POST", "/v1/formations/"+admitted.ID+"/admit", api.RoleHost, nil), http.StatusOK)
 
-			s.drain(poolV14)
-			gw := s.gateway(t, kind, map[string]string{poolV14: poolV13})
-			h := connectHost(t, gw)
+		s.drain(poolV14)
+		gw := s.gateway(t, kind, map[string]string{poolV14: poolV13})
+		h := connectHost(t, gw)
 
-			_, err := h.call(pending, "create_repository", fmt.Sprintf(createArgsFmt, "rollback-pending"))
-			refusedBy(t, h, pending, err, "source-draining")
-			if n := s.hits[poolV13].Load(); n != 0 {
-				t.Fatalf("a refused call reached v1.3 with a token (%d)", n)
-			}
+		_, err := h.call(pending, "create_repository", fmt.Sprintf(createArgsFmt, "rollback-pending"))
+		refusedBy(t, h, pending, err, "source-draining")
+		if n := s.hits[poolV13].Load(); n != 0 {
+			t.Fatalf("a refused call reached v1.3 with a token (%d)", n)
+		}
 
-			_, err = h.call(admitted, "create_repository", fmt.Sprintf(createArgsFmt, "rollback-admitted"))
-			fenceRefused(t, err, fencecheck.ReasonAudience)
-			if n := s.hits[poolV13].Load(); n != 1 {
-				t.Fatalf("the re-issued v1.4 token reached v1.3 %d times, want 1", n)
-			}
+		_, err = h.call(admitted, "create_repository", fmt.Sprintf(createArgsFmt, "rollback-admitted"))
+		fenceRefused(t, err, fencecheck.ReasonAudience)
+		if n := s.hits[poolV13].Load(); n != 1 {
+			t.Fatalf("the re-issued v1.4 token reached v1.3 %d times, want 1", n)
+		}
 
-			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
-				t.Fatalf("effects after the rollback: %+v", es)
-			}
-		})
-	}
+		if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
+			t.Fatalf("effects after the rollback: %+v", es)
+		}
+	})
 }
 
 // TestWrongPool: the gateway routes github-v1-4 to the v1.3 fixture. An
@@ -109,26 +105,22 @@ func TestRollbackDrift(t *testing.T) {
 // (audience) and nothing is recorded. Through a correctly routed gateway
 // the same formation then runs once, private, on v1.4.
 func TestWrongPool(t *testing.T) {
-	m := etcdtest.Start(t)
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, m)
-			f := s.formReady(s.snapshot(), "sess-misroute", "misrouted")
-			bad := connectHost(t, s.gateway(t, kind, map[string]string{poolV14: poolV13}))
-			_, err := bad.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "misrouted"))
-			fenceRefused(t, err, fencecheck.ReasonAudience)
-			if s.hits[poolV13].Load() != 1 || s.hits[poolV14].Load() != 0 {
-				t.Fatalf("hits v1.3 %d, v1.4 %d", s.hits[poolV13].Load(), s.hits[poolV14].Load())
-			}
-			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
-				t.Fatalf("effects after the misroute: %+v", es)
-			}
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		f := s.formReady(s.snapshot(), "sess-misroute", "misrouted")
+		bad := connectHost(t, s.gateway(t, kind, map[string]string{poolV14: poolV13}))
+		_, err := bad.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "misrouted"))
+		fenceRefused(t, err, fencecheck.ReasonAudience)
+		if s.hits[poolV13].Load() != 1 || s.hits[poolV14].Load() != 0 {
+			t.Fatalf("hits v1.3 %d, v1.4 %d", s.hits[poolV13].Load(), s.hits[poolV14].Load())
+		}
+		if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
+			t.Fatalf("effects after the misroute: %+v", es)
+		}
 
-			good := connectHost(t, s.gateway(t, kind, nil))
-			mustRun(t, s, good, f, "misrouted")
-			noDrift(t, s.Rec)
-		})
-	}
+		good := connectHost(t, s.gateway(t, kind, nil))
+		mustRun(t, s, good, f, "misrouted")
+		noDrift(t, s.Rec)
+	})
 }
 
 // TestReplay: an admitted call runs once. The same formation sent again
@@ -136,76 +128,68 @@ func TestWrongPool(t *testing.T) {
 // gateway); the token, captured as it reached the upstream and sent
 // straight to the fixture, is refused by fencecheck (replay). One effect.
 func TestReplay(t *testing.T) {
-	m := etcdtest.Start(t)
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, m)
-			f := s.formReady(s.snapshot(), "sess-replay", "replayed")
-			h := connectHost(t, s.gateway(t, kind, nil))
-			mustRun(t, s, h, f, "replayed")
-			lease := effectsOf(s.Rec, "replayed")[0].Lease
-			s.waitStatus(f.ID, "completed")
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		f := s.formReady(s.snapshot(), "sess-replay", "replayed")
+		h := connectHost(t, s.gateway(t, kind, nil))
+		mustRun(t, s, h, f, "replayed")
+		lease := effectsOf(s.Rec, "replayed")[0].Lease
+		s.waitStatus(f.ID, "completed")
 
-			_, err := h.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "replayed"))
-			refusedBy(t, h, f, err, "lease-closed")
+		_, err := h.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "replayed"))
+		refusedBy(t, h, f, err, "lease-closed")
 
-			token := s.token(lease)
-			if token == "" {
-				t.Fatalf("no token captured for lease %s", lease)
-			}
-			body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_repository","arguments":{"name":"replayed"}}}`
-			req, _ := http.NewRequest("POST", s.Fixture[poolV14]+"/mcp", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			req.Header.Set(fencecheck.Header, token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var rpc struct {
-				Error struct {
-					Data struct{ Reason string } `json:"data"`
-				} `json:"error"`
-			}
-			_ = json.Unmarshal(raw, &rpc)
-			if resp.StatusCode != http.StatusForbidden || rpc.Error.Data.Reason != string(fencecheck.ReasonReplay) {
-				t.Fatalf("raw replay: %d %s, want 403 reason replay", resp.StatusCode, raw)
-			}
-			if es := effectsOf(s.Rec, "replayed"); len(es) != 1 {
-				t.Fatalf("effects after the replays: %+v", es)
-			}
-			noDrift(t, s.Rec)
-		})
-	}
+		token := s.token(lease)
+		if token == "" {
+			t.Fatalf("no token captured for lease %s", lease)
+		}
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_repository","arguments":{"name":"replayed"}}}`
+		req, _ := http.NewRequest("POST", s.Fixture[poolV14]+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(fencecheck.Header, token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var rpc struct {
+			Error struct {
+				Data struct{ Reason string } `json:"data"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &rpc)
+		if resp.StatusCode != http.StatusForbidden || rpc.Error.Data.Reason != string(fencecheck.ReasonReplay) {
+			t.Fatalf("raw replay: %d %s, want 403 reason replay", resp.StatusCode, raw)
+		}
+		if es := effectsOf(s.Rec, "replayed"); len(es) != 1 {
+			t.Fatalf("effects after the replays: %+v", es)
+		}
+		noDrift(t, s.Rec)
+	})
 }
 
 // TestWriteWaitsForApproval: a write is refused at the gateway
 // (not-approved) until an approver approves it over REST; then it runs
 // exactly once, private, on v1.4.
 func TestWriteWaitsForApproval(t *testing.T) {
-	m := etcdtest.Start(t)
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, m)
-			f := s.form(s.snapshot(), "sess-approval", "create_repository", fmt.Sprintf(createArgsFmt, "approved-later"))
-			if f.Status != "pending_approval" {
-				t.Fatalf("write formation %+v", f)
-			}
-			h := connectHost(t, s.gateway(t, kind, nil))
-			for range 2 {
-				_, err := h.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "approved-later"))
-				refusedBy(t, h, f, err, "not-approved")
-			}
-			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 || s.hits[poolV14].Load() != 0 {
-				t.Fatalf("before approval: effects %+v, hits %d", es, s.hits[poolV14].Load())
-			}
-			s.approve(f)
-			mustRun(t, s, h, f, "approved-later")
-			noDrift(t, s.Rec)
-		})
-	}
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		f := s.form(s.snapshot(), "sess-approval", "create_repository", fmt.Sprintf(createArgsFmt, "approved-later"))
+		if f.Status != "pending_approval" {
+			t.Fatalf("write formation %+v", f)
+		}
+		h := connectHost(t, s.gateway(t, kind, nil))
+		for range 2 {
+			_, err := h.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "approved-later"))
+			refusedBy(t, h, f, err, "not-approved")
+		}
+		if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 || s.hits[poolV14].Load() != 0 {
+			t.Fatalf("before approval: effects %+v, hits %d", es, s.hits[poolV14].Load())
+		}
+		s.approve(f)
+		mustRun(t, s, h, f, "approved-later")
+		noDrift(t, s.Rec)
+	})
 }
 
 // TestAdmissionRacesDrain: 20 schedules per gateway kind. In each, held calls (formed and

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -47,11 +49,11 @@ func (s *stack) admit(f formation) admission {
 	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
 	s.expect(r, http.StatusOK)
 	a := admission{}
-	a.Token, _ = r.body["token"].(string)
-	a.Lease, _ = r.body["lease"].(string)
+	a.Token, _ = r.Body["token"].(string)
+	a.Lease, _ = r.Body["lease"].(string)
 	a.Claims = claimsOf(s.t, a.Token)
 	if a.Token == "" || a.Lease == "" || a.Claims.ID != a.Lease {
-		s.t.Fatalf("admission %s", r.raw)
+		s.t.Fatalf("admission %s", r.Raw)
 	}
 	return a
 }
@@ -61,10 +63,10 @@ func (s *stack) admit(f formation) admission {
 func (s *stack) readmit(f formation) (int, string) {
 	s.t.Helper()
 	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
-	if r.status == http.StatusOK || r.body["token"] != nil {
-		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.status, r.raw)
+	if r.Status == http.StatusOK || r.Body["token"] != nil {
+		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.Status, r.Raw)
 	}
-	return r.status, slugOf(r)
+	return r.Status, slugOf(r)
 }
 
 // formRead forms a read of tool (no approval needed: ready at once) in
@@ -83,7 +85,7 @@ func (s *stack) leaseOf(id string) string {
 	s.t.Helper()
 	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
 	s.expect(r, http.StatusOK)
-	l, _ := r.body["lease"].(string)
+	l, _ := r.Body["lease"].(string)
 	return l
 }
 
@@ -94,7 +96,7 @@ func (s *stack) leaseState(lease string) string {
 	s.t.Helper()
 	r := s.do("GET", "/v1/epochs/"+s.Epoch[poolV14]+"/leases", api.RoleOperator, nil)
 	s.expect(r, http.StatusOK)
-	ls, _ := r.body["leases"].([]any)
+	ls, _ := r.Body["leases"].([]any)
 	for _, l := range ls {
 		if m, _ := l.(map[string]any); m["id"] == lease {
 			st, _ := m["state"].(string)
@@ -109,7 +111,7 @@ func (s *stack) sessionFormations(session string) int {
 	s.t.Helper()
 	r := s.do("GET", "/v1/formations", api.RoleOperator, nil)
 	s.expect(r, http.StatusOK)
-	fs, _ := r.body["formations"].([]any)
+	fs, _ := r.Body["formations"].([]any)
 	n := 0
 	for _, f := range fs {
 		if m, _ := f.(map[string]any); m["session"] == session {
@@ -146,7 +148,7 @@ func startSidecar(t *testing.T, s *stack, fenceBin, credFile, upstream string) *
 }
 
 func slugOf(r reply) string {
-	typ, _ := r.body["type"].(string)
+	typ, _ := r.Body["type"].(string)
 	return typ[strings.LastIndexByte(typ, '#')+1:]
 }
 
@@ -589,20 +591,10 @@ func TestCallLongerThanToken(t *testing.T) {
 func rawCall(t *testing.T, base, token string, header map[string]string, tool, args string) (int, string) {
 	t.Helper()
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
-	req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(fencecheck.Header, token)
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
+	h := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream", fencecheck.Header: token}
+	maps.Copy(h, header)
+	r := apitest.Do(t, http.MethodPost, base+"/mcp", "", h, []byte(body))
+	return r.Status, string(r.Raw)
 }
 
 // TestTransportRefusalIsRejected: a tools/call with a genuine token that
@@ -688,8 +680,8 @@ func TestRequiresMetOnlyByEffect(t *testing.T) {
 			t.Fatalf("delete formed after %s: %+v, want denied for deny-requires-unmet by both engines", after, del)
 		}
 		r := s.do("POST", "/v1/formations/"+del.ID+"/admit", api.RoleHost, nil)
-		if r.status != http.StatusForbidden || slugOf(r) != "formation-denied" {
-			t.Fatalf("admitting the delete formed after %s: %d %s, want 403 formation-denied", after, r.status, r.raw)
+		if r.Status != http.StatusForbidden || slugOf(r) != "formation-denied" {
+			t.Fatalf("admitting the delete formed after %s: %d %s, want 403 formation-denied", after, r.Status, r.Raw)
 		}
 	}
 
@@ -758,57 +750,54 @@ func count(xs []string, x string) int {
 // 403 caller-mismatch with no admission and no effect; alice's call runs
 // once.
 func TestGatewayCallerBinding(t *testing.T) {
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, nil)
-			f := s.formReady(s.snapshot(), "sess-identity", "identity-bound")
-			gw := s.gateway(t, kind, nil)
-			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{%q:%q},"name":"create_repository","arguments":{"name":"identity-bound"}}}`,
-				gatewaytest.FormationMetaKey, f.ID)
-			raw := func(user, password string, header map[string]string) (int, string) {
-				req, _ := http.NewRequest(http.MethodPost, gw.URL+"/mcp", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Accept", "application/json, text/event-stream")
-				req.Header.Set(gatewaytest.FormationHeader, f.ID)
-				for k, v := range header {
-					req.Header.Set(k, v)
-				}
-				if user != "" {
-					req.SetBasicAuth(user, password)
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				return resp.StatusCode, resp.Header.Get("Fcd-Problem")
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		f := s.formReady(s.snapshot(), "sess-identity", "identity-bound")
+		gw := s.gateway(t, kind, nil)
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{%q:%q},"name":"create_repository","arguments":{"name":"identity-bound"}}}`,
+			gatewaytest.FormationMetaKey, f.ID)
+		raw := func(user, password string, header map[string]string) (int, string) {
+			req, _ := http.NewRequest(http.MethodPost, gw.URL+"/mcp", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set(gatewaytest.FormationHeader, f.ID)
+			for k, v := range header {
+				req.Header.Set(k, v)
 			}
-			for _, c := range []struct {
-				note, user, password string
-			}{{"no credentials", "", ""}, {"alice with a wrong password", "alice", "guess"}} {
-				if status, problem := raw(c.user, c.password, map[string]string{"Fcd-Caller": "alice"}); status != http.StatusUnauthorized || problem != "" {
-					t.Errorf("%s: %d %q, want the gateway's own 401", c.note, status, problem)
-				}
+			if user != "" {
+				req.SetBasicAuth(user, password)
 			}
-			if st := s.status(f.ID); st != "ready" {
-				t.Fatalf("after unauthenticated calls the formation is %s, want ready (never admitted)", st)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
 			}
+			resp.Body.Close()
+			return resp.StatusCode, resp.Header.Get("Fcd-Problem")
+		}
+		for _, c := range []struct {
+			note, user, password string
+		}{{"no credentials", "", ""}, {"alice with a wrong password", "alice", "guess"}} {
+			if status, problem := raw(c.user, c.password, map[string]string{"Fcd-Caller": "alice"}); status != http.StatusUnauthorized || problem != "" {
+				t.Errorf("%s: %d %q, want the gateway's own 401", c.note, status, problem)
+			}
+		}
+		if st := s.status(f.ID); st != "ready" {
+			t.Fatalf("after unauthenticated calls the formation is %s, want ready (never admitted)", st)
+		}
 
-			if status, problem := raw("bob", gatewayUsers["bob"], map[string]string{"Fcd-Caller": "alice"}); status != http.StatusForbidden || problem != "caller-mismatch" {
-				t.Errorf("bob claiming to be alice: %d %q, want 403 caller-mismatch", status, problem)
-			}
-			bob := connectHostAs(t, gw, "bob", nil)
-			_, err := bob.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "identity-bound"))
-			refusedBy(t, bob, f, err, "caller-mismatch")
-			if st := s.status(f.ID); st != "ready" {
-				t.Fatalf("after bob's calls the formation is %s, want ready (never admitted)", st)
-			}
-			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 || s.hits[poolV14].Load() != 0 {
-				t.Fatalf("effects %+v, %d tokens at v1.4, want none", es, s.hits[poolV14].Load())
-			}
+		if status, problem := raw("bob", gatewayUsers["bob"], map[string]string{"Fcd-Caller": "alice"}); status != http.StatusForbidden || problem != "caller-mismatch" {
+			t.Errorf("bob claiming to be alice: %d %q, want 403 caller-mismatch", status, problem)
+		}
+		bob := connectHostAs(t, gw, "bob", nil)
+		_, err := bob.call(f, "create_repository", fmt.Sprintf(createArgsFmt, "identity-bound"))
+		refusedBy(t, bob, f, err, "caller-mismatch")
+		if st := s.status(f.ID); st != "ready" {
+			t.Fatalf("after bob's calls the formation is %s, want ready (never admitted)", st)
+		}
+		if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 || s.hits[poolV14].Load() != 0 {
+			t.Fatalf("effects %+v, %d tokens at v1.4, want none", es, s.hits[poolV14].Load())
+		}
 
-			mustRun(t, s, connectHost(t, gw), f, "identity-bound")
-			s.waitStatus(f.ID, "completed")
-		})
-	}
+		mustRun(t, s, connectHost(t, gw), f, "identity-bound")
+		s.waitStatus(f.ID, "completed")
+	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
@@ -24,7 +25,7 @@ import (
 type proc struct {
 	name   string
 	URL    string // http://ADDR from its "listening on" line
-	stderr *gatewaytest.SyncBuffer
+	stderr *cmdtest.SyncBuffer
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -96,7 +97,7 @@ func buildBinaries(t *testing.T) (mcpfixture, fencecheckBin string) {
 // port can be taken already.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, stderr: &gatewaytest.SyncBuffer{}, exited: make(chan struct{})}
+	p := &proc{name: name, stderr: &cmdtest.SyncBuffer{}, exited: make(chan struct{})}
 	cmd := exec.Command(bin, args...)
 	p.cmd = cmd
 	pipe, err := cmd.StderrPipe()

@@ -20,10 +20,12 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -135,6 +137,16 @@ func startStack(t *testing.T, member *etcdtest.Member) *stack {
 	return startStackWith(t, member, stackOptions{})
 }
 
+// eachGateway runs test once per gateway kind, as a subtest named by the
+// kind, each on a stack of its own; the stacks share one etcd member.
+func eachGateway(t *testing.T, test func(t *testing.T, kind string, s *stack)) {
+	t.Helper()
+	m := etcdtest.Start(t)
+	for _, kind := range gatewaytest.Kinds {
+		t.Run(kind, func(t *testing.T) { test(t, kind, startStack(t, m)) })
+	}
+}
+
 // startStackWith is startStack with options.
 func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *stack {
 	t.Helper()
@@ -146,18 +158,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	}
 	store := member.Store(t, fmt.Sprintf("/e2e/%d/", prefixSeq.Add(1)))
 
-	regKey, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := manifest.PublicSet(regKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mverifier, err := manifest.NewVerifier(set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	registrar := manifesttest.NewSigner(t)
 	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), Fixture: map[string]string{},
 		Epoch: map[string]string{}, tokens: map[string]string{}, hits: map[string]*atomic.Int64{},
 		poolCreds: map[string]api.Secret{}, tokenLifetime: opts.TokenLifetime}
@@ -192,17 +193,8 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.issuerKey, err = manifest.GenerateKey(jwa.EdDSA); err != nil {
-		t.Fatal(err)
-	}
-	issuerSet, err := manifest.PublicSet(s.issuerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuers, err := manifest.NewVerifier(issuerSet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	issuer := manifesttest.NewSigner(t)
+	s.issuerKey = issuer.Key
 	log := slog.New(slog.DiscardHandler)
 	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
 	if err != nil {
@@ -220,8 +212,8 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	h, err := api.New(api.Config{
-		Registry:     authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: log, Certificates: issuers}),
-		UseCases:     authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuers}),
+		Registry:     authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log, Certificates: issuer.Verifier}),
+		UseCases:     authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuer.Verifier}),
 		PolicyStatus: pm.Status, Auth: auth, Logger: log,
 	})
 	if err != nil {
@@ -244,13 +236,13 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		if err != nil {
 			t.Fatal(err)
 		}
-		jws, err := manifest.Sign(rel.ManifestJSON(), regKey, manifest.TypManifest)
+		jws, err := manifest.Sign(rel.ManifestJSON(), registrar.Key, manifest.TypManifest)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := s.do("POST", "/v1/manifests", api.RoleRegistrar, jws)
 		s.expect(r, http.StatusCreated)
-		s.Epoch[rel.Pool] = r.body["epoch"].(string)
+		s.Epoch[rel.Pool] = r.Body["epoch"].(string)
 
 		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool]), Logger: log})
 		if err != nil {
@@ -312,12 +304,8 @@ func (s *stack) token(jti string) string {
 	return s.tokens[jti]
 }
 
-type reply struct {
-	status int
-	header http.Header
-	body   map[string]any
-	raw    []byte
-}
+// reply is an answer of authzd's API.
+type reply = apitest.Reply
 
 func (s *stack) do(method, path string, role api.Role, body []byte) reply {
 	s.t.Helper()
@@ -327,28 +315,13 @@ func (s *stack) do(method, path string, role api.Role, body []byte) reply {
 // doAs is do with a credential ("" for none).
 func (s *stack) doAs(method, path string, secret api.Secret, body []byte) reply {
 	s.t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if secret != "" {
-		req.Header.Set("Authorization", "Bearer "+string(secret))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, header: resp.Header, raw: raw}
-	_ = json.Unmarshal(raw, &r.body)
-	return r
+	return apitest.Do(s.t, method, s.URL+path, string(secret), nil, body)
 }
 
 func (s *stack) expect(r reply, status int) {
 	s.t.Helper()
-	if r.status != status {
-		s.t.Fatalf("authzd answered %d, want %d: %s", r.status, status, r.raw)
+	if r.Status != status {
+		s.t.Fatalf("authzd answered %d, want %d: %s", r.Status, status, r.Raw)
 	}
 }
 
@@ -357,7 +330,7 @@ func (s *stack) snapshot() string {
 	s.t.Helper()
 	r := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`))
 	s.expect(r, http.StatusCreated)
-	return r.body["id"].(string)
+	return r.Body["id"].(string)
 }
 
 type formation struct {
@@ -383,11 +356,11 @@ func (s *stack) formFor(snapshot, session, tool, args, groups string) formation 
 	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":%s}}}`,
 		snapshot, session, tool, args, groups)
 	r := s.do("POST", "/v1/formations", api.RoleHost, []byte(body))
-	if r.status != http.StatusForbidden || r.body["status"] != "denied" { // a denied call is recorded and answered 403
+	if r.Status != http.StatusForbidden || r.Body["status"] != "denied" { // a denied call is recorded and answered 403
 		s.expect(r, http.StatusCreated)
 	}
-	f := formation{ID: r.body["id"].(string), Status: r.body["status"].(string), Digest: r.body["digest"].(string)}
-	if d, ok := r.body["decision"].(map[string]any); ok {
+	f := formation{ID: r.Body["id"].(string), Status: r.Body["status"].(string), Digest: r.Body["digest"].(string)}
+	if d, ok := r.Body["decision"].(map[string]any); ok {
 		es, _ := d["engines"].([]any)
 		for _, e := range es {
 			rules, _ := e.(map[string]any)["rules"].([]any)
@@ -396,10 +369,10 @@ func (s *stack) formFor(snapshot, session, tool, args, groups string) formation 
 			}
 		}
 	}
-	if src, ok := r.body["source"].(map[string]any); ok {
+	if src, ok := r.Body["source"].(map[string]any); ok {
 		f.Pool, _ = src["pool"].(string)
 	}
-	if succ, ok := r.body["successor"].(map[string]any); ok {
+	if succ, ok := r.Body["successor"].(map[string]any); ok {
 		f.Successor, _ = succ["pool"].(string)
 		f.Certificate, _ = succ["certificate"].(string)
 	}
@@ -412,8 +385,8 @@ func (s *stack) approve(f formation) {
 	r := s.do("POST", "/v1/formations/"+f.ID+"/approvals", api.RoleApprover,
 		[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, f.Digest)))
 	s.expect(r, http.StatusOK)
-	if r.body["status"] != "ready" {
-		s.t.Fatalf("after approval: %s", r.raw)
+	if r.Body["status"] != "ready" {
+		s.t.Fatalf("after approval: %s", r.Raw)
 	}
 }
 
@@ -457,7 +430,7 @@ func (s *stack) certify() string {
 	}
 	r := s.do("POST", "/v1/certificates", api.RoleRegistrar, jws)
 	s.expect(r, http.StatusCreated)
-	return r.body["id"].(string)
+	return r.Body["id"].(string)
 }
 
 // retire drains and retires a pool's epoch as the operator.
@@ -472,8 +445,8 @@ func (s *stack) retireDrained(pool string) {
 	s.t.Helper()
 	r := s.do("POST", "/v1/epochs/"+s.Epoch[pool]+"/retire", api.RoleOperator, nil)
 	s.expect(r, http.StatusOK)
-	if r.body["state"] != "STALE" {
-		s.t.Fatalf("retire: %s", r.raw)
+	if r.Body["state"] != "STALE" {
+		s.t.Fatalf("retire: %s", r.Raw)
 	}
 }
 
@@ -488,7 +461,7 @@ func (s *stack) status(id string) string {
 	s.t.Helper()
 	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
 	s.expect(r, http.StatusOK)
-	st, _ := r.body["status"].(string)
+	st, _ := r.Body["status"].(string)
 	return st
 }
 

@@ -69,113 +69,105 @@ func noPublic(t *testing.T, rec *fixtures.Recorder) {
 // into 403 by the gateway) and must be formed — and approved — again. Zero
 // public effects.
 func TestCertifiedSuccessor(t *testing.T) {
-	m := etcdtest.Start(t)
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, m)
-			cert := s.certify()
-			explicit, omitted := sixCalls(s, "cert")
-			for i := range 3 {
-				if f := explicit[i]; f.Successor != poolV13 || f.Certificate != cert {
-					t.Fatalf("explicit call %+v: want the v1.3 successor through %s", f, cert)
-				}
-				if f := omitted[i]; f.Successor != "" {
-					t.Fatalf("omitted call %+v captured a successor", f)
-				}
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		cert := s.certify()
+		explicit, omitted := sixCalls(s, "cert")
+		for i := range 3 {
+			if f := explicit[i]; f.Successor != poolV13 || f.Certificate != cert {
+				t.Fatalf("explicit call %+v: want the v1.3 successor through %s", f, cert)
 			}
-			// While v1.4 drains, a call with a successor is not substituted:
-			// 409 source-draining (403 at the gateway), nothing runs.
-			s.drain(poolV14)
-			h := afterRetire(t, s, kind)
-			_, err := h.call(explicit[0], "create_repository", args("cert", "explicit", 0))
-			refusedBy(t, h, explicit[0], err, "source-draining")
-			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
-				t.Fatalf("effects while draining: %+v", es)
+			if f := omitted[i]; f.Successor != "" {
+				t.Fatalf("omitted call %+v captured a successor", f)
 			}
-			s.retireDrained(poolV14)
+		}
+		// While v1.4 drains, a call with a successor is not substituted:
+		// 409 source-draining (403 at the gateway), nothing runs.
+		s.drain(poolV14)
+		h := afterRetire(t, s, kind)
+		_, err := h.call(explicit[0], "create_repository", args("cert", "explicit", 0))
+		refusedBy(t, h, explicit[0], err, "source-draining")
+		if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
+			t.Fatalf("effects while draining: %+v", es)
+		}
+		s.retireDrained(poolV14)
 
-			for i, f := range explicit {
-				res, err := h.call(f, "create_repository", args("cert", "explicit", i))
-				if err != nil || res.IsError {
-					t.Fatalf("explicit call %d: %v %+v (answer %+v)", i, err, res, h.last(f.ID))
-				}
-				es := effectsOf(s.Rec, fmt.Sprintf("cert-explicit-%d", i))
-				if len(es) != 1 || es[0].Release != "v1.3" || es[0].Pool != poolV13 ||
-					es[0].Did["visibility"] != "private" || es[0].Did["visibilitySource"] != "argument" || es[0].Lease == "" {
-					t.Fatalf("effects of explicit call %d: %+v, want one explicit private effect on v1.3", i, es)
-				}
-				s.waitStatus(f.ID, "completed")
+		for i, f := range explicit {
+			res, err := h.call(f, "create_repository", args("cert", "explicit", i))
+			if err != nil || res.IsError {
+				t.Fatalf("explicit call %d: %v %+v (answer %+v)", i, err, res, h.last(f.ID))
 			}
-			for i, f := range omitted {
-				_, err := h.call(f, "create_repository", args("cert", "omitted", i))
-				refusedBy(t, h, f, err, "source-stale")
-				if es := effectsOf(s.Rec, fmt.Sprintf("cert-omitted-%d", i)); len(es) != 0 {
-					t.Fatalf("omitted call %d had effects: %+v", i, es)
-				}
+			es := effectsOf(s.Rec, fmt.Sprintf("cert-explicit-%d", i))
+			if len(es) != 1 || es[0].Release != "v1.3" || es[0].Pool != poolV13 ||
+				es[0].Did["visibility"] != "private" || es[0].Did["visibilitySource"] != "argument" || es[0].Lease == "" {
+				t.Fatalf("effects of explicit call %d: %+v, want one explicit private effect on v1.3", i, es)
 			}
-			if n := len(s.Rec.Effects(fixtures.Filter{})); n != 3 {
-				t.Fatalf("%d effects, want 3", n)
+			s.waitStatus(f.ID, "completed")
+		}
+		for i, f := range omitted {
+			_, err := h.call(f, "create_repository", args("cert", "omitted", i))
+			refusedBy(t, h, f, err, "source-stale")
+			if es := effectsOf(s.Rec, fmt.Sprintf("cert-omitted-%d", i)); len(es) != 0 {
+				t.Fatalf("omitted call %d had effects: %+v", i, es)
 			}
-			noPublic(t, s.Rec)
-			if n := s.hits[poolV14].Load(); n != 0 {
-				t.Fatalf("%d calls reached v1.4 with a token", n)
-			}
+		}
+		if n := len(s.Rec.Effects(fixtures.Filter{})); n != 3 {
+			t.Fatalf("%d effects, want 3", n)
+		}
+		noPublic(t, s.Rec)
+		if n := s.hits[poolV14].Load(); n != 0 {
+			t.Fatalf("%d calls reached v1.4 with a token", n)
+		}
 
-			// authzd's metrics count the same story.
-			m := s.do("GET", "/metrics", "", nil)
-			for _, want := range []string{
-				`fcd_formations_total{status="pending_approval",successor="true"} 3`,
-				`fcd_formations_total{status="pending_approval",successor="false"} 3`,
-				`fcd_admissions_total{result="successor"} 3`,
-				`fcd_admissions_total{result="source_stale"} 3`,
-				`fcd_admissions_total{result="source_draining"} 1`,
-			} {
-				if !strings.Contains(string(m.raw), want+"\n") {
-					t.Errorf("/metrics lacks %s", want)
-				}
+		// authzd's metrics count the same story.
+		m := s.do("GET", "/metrics", "", nil)
+		for _, want := range []string{
+			`fcd_formations_total{status="pending_approval",successor="true"} 3`,
+			`fcd_formations_total{status="pending_approval",successor="false"} 3`,
+			`fcd_admissions_total{result="successor"} 3`,
+			`fcd_admissions_total{result="source_stale"} 3`,
+			`fcd_admissions_total{result="source_draining"} 1`,
+		} {
+			if !strings.Contains(string(m.Raw), want+"\n") {
+				t.Errorf("/metrics lacks %s", want)
 			}
+		}
 
-			// An omitted call needs a new formation: it is formed on v1.3
-			// now and waits for approval again.
-			again := s.form(s.snapshot(), "sess-cert", "create_repository", args("cert", "omitted", 0))
-			if again.Pool != poolV13 || again.Status != "pending_approval" || again.Successor != "" {
-				t.Fatalf("the omitted call formed again: %+v, want pending_approval on v1.3", again)
-			}
-		})
-	}
+		// An omitted call needs a new formation: it is formed on v1.3
+		// now and waits for approval again.
+		again := s.form(s.snapshot(), "sess-cert", "create_repository", args("cert", "omitted", 0))
+		if again.Pool != poolV13 || again.Status != "pending_approval" || again.Successor != "" {
+			t.Fatalf("the omitted call formed again: %+v, want pending_approval on v1.3", again)
+		}
+	})
 }
 
 // TestExactPinningStopsAllSix: the same schedule without a certificate.
 // Every call is pinned to v1.4 and v1.4 is gone: all six are refused
 // before any effect.
 func TestExactPinningStopsAllSix(t *testing.T) {
-	m := etcdtest.Start(t)
-	for _, kind := range gatewaytest.Kinds {
-		t.Run(kind, func(t *testing.T) {
-			s := startStack(t, m)
-			explicit, omitted := sixCalls(s, "pin")
-			s.retire(poolV14)
-			h := afterRetire(t, s, kind)
-			for _, group := range []struct {
-				kind  string
-				calls []formation
-			}{{"explicit", explicit}, {"omitted", omitted}} {
-				for i, f := range group.calls {
-					if f.Successor != "" {
-						t.Fatalf("%+v has a successor without a certificate", f)
-					}
-					_, err := h.call(f, "create_repository", args("pin", group.kind, i))
-					refusedBy(t, h, f, err, "source-stale")
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		explicit, omitted := sixCalls(s, "pin")
+		s.retire(poolV14)
+		h := afterRetire(t, s, kind)
+		for _, group := range []struct {
+			kind  string
+			calls []formation
+		}{{"explicit", explicit}, {"omitted", omitted}} {
+			for i, f := range group.calls {
+				if f.Successor != "" {
+					t.Fatalf("%+v has a successor without a certificate", f)
 				}
+				_, err := h.call(f, "create_repository", args("pin", group.kind, i))
+				refusedBy(t, h, f, err, "source-stale")
 			}
-			if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
-				t.Fatalf("effects under exact pinning: %+v", es)
-			}
-			if n := s.hits[poolV13].Load() + s.hits[poolV14].Load(); n != 0 {
-				t.Fatalf("%d calls reached a backend with a token", n)
-			}
-		})
-	}
+		}
+		if es := s.Rec.Effects(fixtures.Filter{}); len(es) != 0 {
+			t.Fatalf("effects under exact pinning: %+v", es)
+		}
+		if n := s.hits[poolV13].Load() + s.hits[poolV14].Load(); n != 0 {
+			t.Fatalf("%d calls reached a backend with a token", n)
+		}
+	})
 }
 
 // TestCertificateAfterFormation: the certificate is registered after the
@@ -200,8 +192,8 @@ func TestCertificateAfterFormation(t *testing.T) {
 					refusedBy(t, h, c.f, err, "source-stale")
 					// Admission answers the same over REST: 410.
 					r := s.do("POST", "/v1/formations/"+c.f.ID+"/admit", api.RoleHost, nil)
-					if r.status != http.StatusGone {
-						t.Fatalf("admit %s: %d %s, want 410", c.f.ID, r.status, r.raw)
+					if r.Status != http.StatusGone {
+						t.Fatalf("admit %s: %d %s, want 410", c.f.ID, r.Status, r.Raw)
 					}
 				}
 			}

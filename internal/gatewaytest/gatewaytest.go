@@ -32,7 +32,6 @@
 package gatewaytest
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -46,6 +45,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -102,7 +102,7 @@ type Gateway struct {
 
 	t        testing.TB
 	cmd      *exec.Cmd
-	out      *SyncBuffer // the process's stdout and stderr
+	out      *cmdtest.SyncBuffer // the process's stdout and stderr
 	done     chan struct{}
 	waitErr  error
 	stopOnce sync.Once
@@ -250,7 +250,7 @@ func start(t testing.TB, kind, file string, cfg Config, newCmd func(dir, conf st
 		conf := render(t, file, cfg, addr, dir)
 		g := &Gateway{
 			Kind: kind, URL: "http://" + addr, Addr: addr, Dir: dir, ConfigFile: conf,
-			t: t, out: &SyncBuffer{}, done: make(chan struct{}),
+			t: t, out: &cmdtest.SyncBuffer{}, done: make(chan struct{}),
 		}
 		g.cmd = newCmd(dir, conf)
 		g.cmd.Dir = dir
@@ -386,23 +386,4 @@ func filteredEnv(drop ...string) []string {
 		}
 	}
 	return env
-}
-
-// SyncBuffer is a bytes.Buffer safe for a process's writers and the
-// test's readers.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

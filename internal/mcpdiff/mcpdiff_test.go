@@ -78,43 +78,25 @@ func TestSDKServerRunsNoToolForNonCalls(t *testing.T) {
 func TestFenceClosesTheHoles(t *testing.T) {
 	srv := sharedServer()
 	approved := `{"visibility":"private"}`
+	// lenient is how a case-insensitive reader reads each body: the call
+	// with the approved arguments.
+	lenient := fencecheck.Message{Method: "tools/call", Call: true, Name: "echo", Arguments: json.RawMessage(approved)}
 	for _, tc := range []struct {
 		note   string
 		body   string
 		reason fencecheck.Reason
-		// lenient is how a case-insensitive reader reads the body.
-		lenient fencecheck.Message
 		// jsonArgs are the arguments encoding/json reads.
 		jsonArgs string
 		// sdkArgs are the arguments the SDK's tool gets.
 		sdkArgs string
 	}{
-		{
-			note:     "Arguments",
-			body:     call(`{"name":"echo","Arguments":` + approved + `}`),
-			reason:   fencecheck.ReasonMemberCase,
-			lenient:  fencecheck.Message{Method: "tools/call", Call: true, Name: "echo", Arguments: json.RawMessage(approved)},
-			jsonArgs: approved,
-		},
-		{
-			note:     "ARGUMENTS",
-			body:     call(`{"name":"echo","ARGUMENTS":` + approved + `}`),
-			reason:   fencecheck.ReasonMemberCase,
-			lenient:  fencecheck.Message{Method: "tools/call", Call: true, Name: "echo", Arguments: json.RawMessage(approved)},
-			jsonArgs: approved,
-		},
-		{
-			note:     "argumentſ (U+017F)",
-			body:     call(`{"name":"echo","argumentſ":` + approved + `}`),
-			reason:   fencecheck.ReasonMemberCase,
-			lenient:  fencecheck.Message{Method: "tools/call", Call: true, Name: "echo", Arguments: json.RawMessage(approved)},
-			jsonArgs: approved,
-		},
+		{note: "Arguments", body: call(`{"name":"echo","Arguments":` + approved + `}`), reason: fencecheck.ReasonMemberCase, jsonArgs: approved},
+		{note: "ARGUMENTS", body: call(`{"name":"echo","ARGUMENTS":` + approved + `}`), reason: fencecheck.ReasonMemberCase, jsonArgs: approved},
+		{note: "argumentſ (U+017F)", body: call(`{"name":"echo","argumentſ":` + approved + `}`), reason: fencecheck.ReasonMemberCase, jsonArgs: approved},
 		{
 			note:     "arguments twice, last wins in encoding/json",
 			body:     call(`{"name":"echo","arguments":` + approved + `,"arguments":{"visibility":"public"}}`),
 			reason:   fencecheck.ReasonDuplicateMember,
-			lenient:  fencecheck.Message{Method: "tools/call", Call: true, Name: "echo", Arguments: json.RawMessage(approved)},
 			jsonArgs: `{"visibility":"public"}`,
 			sdkArgs:  `{"visibility":"public"}`,
 		},
@@ -134,7 +116,7 @@ func TestFenceClosesTheHoles(t *testing.T) {
 			if len(got.ran) != 1 || string(got.ran[0].Arguments) != tc.sdkArgs {
 				t.Fatalf("the SDK ran %v (HTTP %d), want one run with arguments %q", got.ran, got.status, tc.sdkArgs)
 			}
-			if p := compare(body, tc.lenient, srv); len(p) == 0 {
+			if p := compare(body, lenient, srv); len(p) == 0 {
 				t.Fatal("the comparison finds nothing wrong with the lenient reading")
 			}
 		})

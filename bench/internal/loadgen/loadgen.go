@@ -2,13 +2,15 @@
 // bench/ (admission and gateway) share word for word: nearest-rank
 // percentiles, throughput, millisecond conversion, the CPU model for the
 // machine line, a free loopback address, and the plan of levels and
-// operation counts their flags describe. It exists so that both
-// programs compute and print these the same way; each program keeps its
-// own phase runner, since how they drive and account for operations differs.
+// operation counts their flags describe, with the flags they share. It
+// exists so that both programs compute and print these the same way;
+// each program keeps its own phase runner, since how they drive and
+// account for operations differs.
 package loadgen
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -113,6 +115,34 @@ func (p *Plan) SetLevels(s string) error {
 		p.Levels = append(p.Levels, c)
 	}
 	return nil
+}
+
+// ParseFlags binds the flags both programs share to p — -c, the
+// concurrency levels (default levels); -rounds (default 4); -warmup, in
+// units of the program's operation ("operations", "calls") — then parses
+// args with fs, where the program bound its own flags and those of p.N1
+// and p.N. It refuses positional arguments and sets p.Levels from -c.
+func (p *Plan) ParseFlags(fs *flag.FlagSet, args []string, levels, unit string) error {
+	c := fs.String("c", levels, "concurrency levels, comma-separated")
+	fs.IntVar(&p.Rounds, "rounds", 4, "rounds per level, alternating the order of the designs")
+	fs.IntVar(&p.Warmup, "warmup", 0, fmt.Sprintf("untimed %s per design before each level (0: max(%d, 4c))", unit, p.MinWarmup))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return p.SetLevels(*c)
+}
+
+// Flags is the shared flags of the plan as a command line reproducing it
+// takes them: "-c 1,16,64 -rounds 4", then -warmup if it was set.
+func (p *Plan) Flags() string {
+	s := fmt.Sprintf("-c %s -rounds %d", p.LevelList(), p.Rounds)
+	if p.Warmup > 0 {
+		s += fmt.Sprintf(" -warmup %d", p.Warmup)
+	}
+	return s
 }
 
 // Check reports a plan that cannot run; nFlags names the flags of N1 and

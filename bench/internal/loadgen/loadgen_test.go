@@ -1,6 +1,9 @@
 package loadgen
 
 import (
+	"flag"
+	"io"
+	"slices"
 	"testing"
 	"time"
 )
@@ -74,6 +77,29 @@ func TestPlan(t *testing.T) {
 	for _, bad := range []Plan{{N1: 1, N: 1, Rounds: 1}, {Levels: []int{1}, N: 1, Rounds: 1}, {Levels: []int{1}, N1: 1, N: 1}, {Levels: []int{1}, N1: 1, N: 1, Rounds: 1, Warmup: -1}} {
 		if err := bad.Check("-n1, -n"); err == nil {
 			t.Errorf("Check(%+v) accepted", bad)
+		}
+	}
+}
+
+func TestPlanFlags(t *testing.T) {
+	p := Plan{MinWarmup: 50}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&p.N, "n", 10, "")
+	if err := p.ParseFlags(fs, []string{"-c", "1, 8", "-warmup", "3"}, "1,32", "calls"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Levels, []int{1, 8}) || p.Rounds != 4 || p.Warmup != 3 || p.N != 10 {
+		t.Fatalf("plan %+v", p)
+	}
+	if got := p.Flags(); got != "-c 1,8 -rounds 4 -warmup 3" {
+		t.Fatalf("Flags() = %q", got)
+	}
+	for _, bad := range [][]string{{"-c", "0"}, {"-rounds", "x"}, {"extra"}} {
+		q := Plan{}
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		if err := q.ParseFlags(fs, bad, "1", "calls"); err == nil {
+			t.Errorf("ParseFlags(%q) accepted", bad)
 		}
 	}
 }
