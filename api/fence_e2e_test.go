@@ -37,7 +37,7 @@ func TestFenceEndToEnd(t *testing.T) {
 	form := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	f.expect(form, http.StatusCreated, "")
 	src := form.Body["source"].(map[string]any)
-	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
+	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +51,14 @@ func TestFenceEndToEnd(t *testing.T) {
 		}
 		return v
 	}
-	rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
+	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend := httptest.NewServer(newVerifier().Middleware(handler, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
+	backend := httptest.NewServer(newVerifier().Middleware(handler, fencecheck.MiddlewareConfig{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
 	defer backend.Close()
 	// A second instance of the pool, with a replay memory of its own.
-	second := httptest.NewServer(newVerifier().Middleware(handler, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
+	second := httptest.NewServer(newVerifier().Middleware(handler, fencecheck.MiddlewareConfig{Server: "github", Reporter: rep, Timeout: 10 * time.Second}))
 	defer second.Close()
 
 	adm := f.do("POST", "/v1/formations/"+form.Body["id"].(string)+"/admit", api.RoleGateway, nil)

@@ -115,7 +115,7 @@ func BenchmarkVerifyOnline(b *testing.B) {
 		_, _ = w.Write([]byte(`{"lease":"x","claim":"y","claimedAt":"2027-01-15T08:00:00Z"}`))
 	}))
 	defer srv.Close()
-	lc, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: srv.URL, Credential: "bench"})
+	lc, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: srv.URL, Credential: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -44,16 +44,16 @@ func newClaimID() string {
 	return "cl_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
-// Defaults of [LeaseClientOptions].
+// Defaults of [LeaseClientConfig].
 const (
 	DefaultClaimTimeout  = 5 * time.Second
 	DefaultClaimAttempts = 3
 	DefaultClaimBackoff  = 50 * time.Millisecond
 )
 
-// LeaseClientOptions configure a [LeaseClient]. Zero values mean the
+// LeaseClientConfig configure a [LeaseClient]. Zero values mean the
 // defaults.
-type LeaseClientOptions struct {
+type LeaseClientConfig struct {
 	// AuthzdURL is authzd's base URL. Required.
 	AuthzdURL string
 	// Credential is the bearer credential of role backend. Required.
@@ -75,19 +75,19 @@ type LeaseClientOptions struct {
 }
 
 // LogValue keeps the credential out of logs.
-func (o LeaseClientOptions) LogValue() slog.Value {
+func (o LeaseClientConfig) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("authzdURL", o.AuthzdURL), slog.String("credential", "REDACTED"))
 }
 
 // LeaseClient claims leases at authzd's POST /v1/leases/{lease}/claim with
 // a backend credential. It is safe for concurrent use.
 type LeaseClient struct {
-	opts   LeaseClientOptions
+	opts   LeaseClientConfig
 	authzd *authzdClient
 }
 
 // NewLeaseClient returns a client for authzd's lease claims.
-func NewLeaseClient(opts LeaseClientOptions) (*LeaseClient, error) {
+func NewLeaseClient(opts LeaseClientConfig) (*LeaseClient, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{
 			Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,

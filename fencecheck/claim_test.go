@@ -22,7 +22,7 @@ import (
 
 // newLeaseClient is a LeaseClient of the authzd at url with the backend
 // credential; retries wait a millisecond.
-func newLeaseClient(t *testing.T, url string, opts fencecheck.LeaseClientOptions) *fencecheck.LeaseClient {
+func newLeaseClient(t *testing.T, url string, opts fencecheck.LeaseClientConfig) *fencecheck.LeaseClient {
 	t.Helper()
 	opts.AuthzdURL = url
 	if opts.Credential == "" {
@@ -141,7 +141,7 @@ func TestLeaseClientContract(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
 			srv := newClaimServer(t, tc.answer)
-			lc := newLeaseClient(t, srv.URL+"/", fencecheck.LeaseClientOptions{Attempts: tc.attempts})
+			lc := newLeaseClient(t, srv.URL+"/", fencecheck.LeaseClientConfig{Attempts: tc.attempts})
 			c := validClaims(t)
 			c.ID = "ls_a/b " + newJTI() // escaped in the path
 			err := lc.Claim(context.Background(), &c, "cl_test1")
@@ -185,7 +185,7 @@ func TestLeaseClientTimeoutFailsClosed(t *testing.T) {
 		}
 	})
 	defer close(release)
-	lc := newLeaseClient(t, srv.URL, fencecheck.LeaseClientOptions{Timeout: 100 * time.Millisecond, Attempts: 1})
+	lc := newLeaseClient(t, srv.URL, fencecheck.LeaseClientConfig{Timeout: 100 * time.Millisecond, Attempts: 1})
 	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	v := newVerifier(tokentest.PublicSet(t, key))
 	v.Claimer = lc
@@ -205,7 +205,7 @@ func TestLeaseClientTimeoutFailsClosed(t *testing.T) {
 }
 
 func TestNewLeaseClientValidates(t *testing.T) {
-	for _, o := range []fencecheck.LeaseClientOptions{
+	for _, o := range []fencecheck.LeaseClientConfig{
 		{AuthzdURL: "", Credential: "x"},
 		{AuthzdURL: "ftp://authzd", Credential: "x"},
 		{AuthzdURL: "http://", Credential: "x"},
@@ -216,7 +216,7 @@ func TestNewLeaseClientValidates(t *testing.T) {
 		}
 	}
 	var buf strings.Builder
-	slog.New(slog.NewTextHandler(&buf, nil)).Info("opts", "o", fencecheck.LeaseClientOptions{AuthzdURL: "http://a", Credential: "s3cret"})
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("opts", "o", fencecheck.LeaseClientConfig{AuthzdURL: "http://a", Credential: "s3cret"})
 	if strings.Contains(buf.String(), "s3cret") {
 		t.Fatalf("the credential reached a log: %s", buf.String())
 	}
@@ -393,7 +393,7 @@ func TestLeaseClientAgainstAuthzdStub(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		v := newVerifier(tokentest.PublicSet(t, key))
-		v.Claimer = newLeaseClient(t, authzd.URL, fencecheck.LeaseClientOptions{})
+		v.Claimer = newLeaseClient(t, authzd.URL, fencecheck.LeaseClientConfig{})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

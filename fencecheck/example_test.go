@@ -127,7 +127,7 @@ func ExampleVerifier_Middleware() {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
 	})
-	guarded := v.Middleware(mcp, fencecheck.MiddlewareOptions{
+	guarded := v.Middleware(mcp, fencecheck.MiddlewareConfig{
 		Server:   "github", // tools/call of "create_repository" is github/create_repository
 		Reporter: printReporter{},
 		Timeout:  30 * time.Second,

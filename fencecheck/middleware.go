@@ -45,10 +45,10 @@ type OutcomeReporter interface {
 	Report(r OutcomeReport) bool
 }
 
-// MiddlewareOptions configure [Verifier.Middleware]. The zero value is
+// MiddlewareConfig configure [Verifier.Middleware]. The zero value is
 // usable, but Server is needed whenever tool names are not already
 // "server/tool".
-type MiddlewareOptions struct {
+type MiddlewareConfig struct {
 	// Server is this MCP server's name in fcd; the middleware verifies a
 	// call of params.name N as the tool "Server/N". Empty verifies N as
 	// given, which fits only a server whose tool names already contain
@@ -109,7 +109,7 @@ func ClaimsFromContext(ctx context.Context) (*Claims, bool) {
 // online mode (a Claimer is set) a genuine token whose call is refused
 // before the effect — its body, tool or arguments — releases its lease:
 // outcome rejected with no claim. See the package README.
-func (v *Verifier) Middleware(next http.Handler, opts MiddlewareOptions) http.Handler {
+func (v *Verifier) Middleware(next http.Handler, opts MiddlewareConfig) http.Handler {
 	m := &middleware{v: v, next: next, opts: opts, log: opts.Logger}
 	if m.opts.MaxBodyBytes <= 0 {
 		m.opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -123,7 +123,7 @@ func (v *Verifier) Middleware(next http.Handler, opts MiddlewareOptions) http.Ha
 type middleware struct {
 	v    *Verifier
 	next http.Handler
-	opts MiddlewareOptions
+	opts MiddlewareConfig
 	log  *slog.Logger
 }
 

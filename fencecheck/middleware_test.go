@@ -239,7 +239,7 @@ var behaviour = map[string]func(w http.ResponseWriter, r *http.Request){
 
 // backendConfig says how a test backend runs.
 type backendConfig struct {
-	opts fencecheck.MiddlewareOptions
+	opts fencecheck.MiddlewareConfig
 	// online gives the verifier a Claimer: a real LeaseClient of authzd.
 	// Otherwise the verifier is offline, its process started a minute
 	// ago.
@@ -253,7 +253,7 @@ type backendConfig struct {
 	call http.HandlerFunc
 }
 
-func newMCPBackend(t *testing.T, opts fencecheck.MiddlewareOptions) *mcpBackend {
+func newMCPBackend(t *testing.T, opts fencecheck.MiddlewareConfig) *mcpBackend {
 	t.Helper()
 	return newBackend(t, backendConfig{opts: opts})
 }
@@ -267,7 +267,7 @@ func newBackend(t *testing.T, cfg backendConfig) *mcpBackend {
 	if b.key == nil {
 		b.key = tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
 	}
-	rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{
+	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{
 		AuthzdURL: b.authzd.URL, Credential: backendCredential, Backoff: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -280,7 +280,7 @@ func newBackend(t *testing.T, cfg backendConfig) *mcpBackend {
 	v.Now = time.Now // tokens below are issued at the real now
 	v.Started = time.Now().Add(-time.Minute)
 	if cfg.online {
-		v.Claimer = newLeaseClient(t, b.authzd.URL, fencecheck.LeaseClientOptions{})
+		v.Claimer = newLeaseClient(t, b.authzd.URL, fencecheck.LeaseClientConfig{})
 	}
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -423,7 +423,7 @@ func TestMiddlewareToolsCall(t *testing.T) {
 	args := `{"name":"payroll-exports","private":true}`
 
 	t.Run("no token: 403 before the handler", func(t *testing.T) {
-		b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+		b := newMCPBackend(t, fencecheck.MiddlewareConfig{})
 		res := mustDo(t, "POST", b.url, toolsCall("create_repository", args), "")
 		wantRefused(t, res, fencecheck.ReasonMissing)
 		if string(res.err.ID) != "1" {
@@ -438,7 +438,7 @@ func TestMiddlewareToolsCall(t *testing.T) {
 	})
 
 	t.Run("valid token: handler once, effect reported, replay refused", func(t *testing.T) {
-		b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+		b := newMCPBackend(t, fencecheck.MiddlewareConfig{})
 		tok, claims := b.token(t, "create_repository", args)
 		body := toolsCall("create_repository", "{\n  \"private\": true, \"name\": \"payroll-exports\"}")
 		res := mustDo(t, "POST", b.url, body, tok)
@@ -467,7 +467,7 @@ func TestMiddlewareToolsCall(t *testing.T) {
 		// Offline there is no claim to tell a release from a call
 		// running elsewhere: nothing is released (online:
 		// TestMiddlewareReleasesRefusedCalls).
-		b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+		b := newMCPBackend(t, fencecheck.MiddlewareConfig{})
 		tok, _ := b.token(t, "create_repository", args)
 		wantRefused(t, mustDo(t, "POST", b.url, toolsCall("create_repository", `{"name":"payroll-exports","private":false}`), tok),
 			fencecheck.ReasonArguments)
@@ -496,7 +496,7 @@ func TestMiddlewareToolsCall(t *testing.T) {
 	outcomes := []struct {
 		note    string
 		tool    string
-		opts    fencecheck.MiddlewareOptions
+		opts    fencecheck.MiddlewareConfig
 		want    fencecheck.Outcome
 		status  int // 0: the connection breaks; -1: either (a flushed answer may arrive)
 		checkFn func(t *testing.T, res *rpcResult)
@@ -506,7 +506,7 @@ func TestMiddlewareToolsCall(t *testing.T) {
 		{note: "relay aborted before the answer", tool: "relay-aborted-before-answer", want: fencecheck.OutcomeUncertain, status: -1},
 		{note: "relay aborted, answer only quoted", tool: "relay-aborted-quoting", want: fencecheck.OutcomeUncertain, status: -1},
 		{note: "handler exceeds the timeout", tool: "hang", want: fencecheck.OutcomeUncertain, status: http.StatusOK,
-			opts: fencecheck.MiddlewareOptions{Timeout: 50 * time.Millisecond}},
+			opts: fencecheck.MiddlewareConfig{Timeout: 50 * time.Millisecond}},
 		{note: "handler answers 500", tool: "fail", want: fencecheck.OutcomeUncertain, status: http.StatusInternalServerError},
 		{note: "handler declares rejected", tool: "decline", want: fencecheck.OutcomeRejected, status: http.StatusOK,
 			checkFn: func(t *testing.T, res *rpcResult) {
@@ -545,7 +545,7 @@ func TestMiddlewareToolsCall(t *testing.T) {
 }
 
 func TestMiddlewareOtherTraffic(t *testing.T) {
-	b := newMCPBackend(t, fencecheck.MiddlewareOptions{MaxBodyBytes: 4096})
+	b := newMCPBackend(t, fencecheck.MiddlewareConfig{MaxBodyBytes: 4096})
 	pass := []struct{ method, body string }{
 		{"POST", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
 		{"POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
@@ -631,7 +631,7 @@ func TestMiddlewareOtherTraffic(t *testing.T) {
 // Mcp-Method and Mcp-Name headers instead of the body, or accept JSON-RPC
 // with another HTTP method; none of these carries a call past the guard.
 func TestMiddlewareAgreesWithMCPHeaders(t *testing.T) {
-	b := newMCPBackend(t, fencecheck.MiddlewareOptions{})
+	b := newMCPBackend(t, fencecheck.MiddlewareConfig{})
 	tok, _ := b.token(t, "create_repository", `{"name":"demo"}`)
 	call := toolsCall("create_repository", `{"name":"demo"}`)
 	cases := []struct {

@@ -48,7 +48,7 @@ type OutcomeReport struct {
 	Detail  string
 }
 
-// Defaults of [ReporterOptions].
+// Defaults of [ReporterConfig].
 const (
 	DefaultReportQueue       = 1024
 	DefaultReportWorkers     = 8
@@ -58,8 +58,8 @@ const (
 	defaultReportHTTPTimeout = 10 * time.Second
 )
 
-// ReporterOptions configure a [Reporter]. Zero values mean the defaults.
-type ReporterOptions struct {
+// ReporterConfig configure a [Reporter]. Zero values mean the defaults.
+type ReporterConfig struct {
 	// AuthzdURL is authzd's base URL, e.g. "https://authzd.example:8443".
 	// Required.
 	AuthzdURL string
@@ -88,7 +88,7 @@ type ReporterOptions struct {
 }
 
 // LogValue keeps the credential out of logs.
-func (o ReporterOptions) LogValue() slog.Value {
+func (o ReporterConfig) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("authzdURL", o.AuthzdURL),
 		slog.String("credential", "REDACTED"),
@@ -114,7 +114,7 @@ type ReporterStats struct {
 // safe for concurrent use. Close it to drain the queue and stop the
 // workers.
 type Reporter struct {
-	opts    ReporterOptions
+	opts    ReporterConfig
 	authzd  *authzdClient
 	log     *slog.Logger
 	queue   chan OutcomeReport
@@ -129,7 +129,7 @@ type Reporter struct {
 }
 
 // NewReporter starts a reporter's workers.
-func NewReporter(opts ReporterOptions) (*Reporter, error) {
+func NewReporter(opts ReporterConfig) (*Reporter, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: defaultReportHTTPTimeout}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/fcd-authz/fcd/fencecheck"
 )
 
-func newTestReporter(t *testing.T, url string, opts fencecheck.ReporterOptions) *fencecheck.Reporter {
+func newTestReporter(t *testing.T, url string, opts fencecheck.ReporterConfig) *fencecheck.Reporter {
 	t.Helper()
 	opts.AuthzdURL = url
 	opts.Credential = backendCredential
@@ -39,7 +39,7 @@ func closeReporter(t *testing.T, r *fencecheck.Reporter) {
 func TestReporterRetriesTransientFailures(t *testing.T) {
 	stub := newAuthzdStub(t)
 	stub.failNext.Store(2) // two 503s, then success
-	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{Workers: 1})
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterConfig{Workers: 1})
 	if !r.Report(fencecheck.OutcomeReport{Lease: "lease/with slash", Claim: "cl_1", Outcome: fencecheck.OutcomeEffect, Detail: "answered a result"}) {
 		t.Fatal("dropped")
 	}
@@ -56,16 +56,16 @@ func TestReporterRetriesTransientFailures(t *testing.T) {
 }
 
 func TestReporterFinalStatusNotRetried(t *testing.T) {
-	reportFailing(t, http.StatusForbidden, fencecheck.ReporterOptions{}, fencecheck.OutcomeEffect)
+	reportFailing(t, http.StatusForbidden, fencecheck.ReporterConfig{}, fencecheck.OutcomeEffect)
 }
 
 func TestReporterGivesUpAfterMaxAttempts(t *testing.T) {
-	reportFailing(t, http.StatusServiceUnavailable, fencecheck.ReporterOptions{MaxAttempts: 3}, fencecheck.OutcomeUncertain)
+	reportFailing(t, http.StatusServiceUnavailable, fencecheck.ReporterConfig{MaxAttempts: 3}, fencecheck.OutcomeUncertain)
 }
 
 // reportFailing reports outcome once, with opts, to an authzd answering
 // status to every report: the report ends failed, never sent.
-func reportFailing(t *testing.T, status int, opts fencecheck.ReporterOptions, outcome fencecheck.Outcome) {
+func reportFailing(t *testing.T, status int, opts fencecheck.ReporterConfig, outcome fencecheck.Outcome) {
 	t.Helper()
 	stub := newAuthzdStub(t)
 	stub.status.Store(int64(status))
@@ -83,7 +83,7 @@ func TestReporterFullQueueDrops(t *testing.T) {
 	stub := newAuthzdStub(t)
 	block := make(chan struct{})
 	stub.block.Store(&block)
-	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{QueueSize: 2, Workers: 1})
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterConfig{QueueSize: 2, Workers: 1})
 	start := time.Now()
 	accepted := 0
 	for range 10 {
@@ -118,7 +118,7 @@ func TestReporterCloseDeadline(t *testing.T) {
 	stub := newAuthzdStub(t)
 	url := stub.URL
 	stub.Close()
-	r := newTestReporter(t, url, fencecheck.ReporterOptions{Backoff: 50 * time.Millisecond, MaxAttempts: 1000})
+	r := newTestReporter(t, url, fencecheck.ReporterConfig{Backoff: 50 * time.Millisecond, MaxAttempts: 1000})
 	for range 5 {
 		r.Report(fencecheck.OutcomeReport{Lease: newJTI(), Outcome: fencecheck.OutcomeEffect})
 	}
@@ -133,7 +133,7 @@ func TestReporterCloseDeadline(t *testing.T) {
 }
 
 func TestNewReporterValidates(t *testing.T) {
-	for _, o := range []fencecheck.ReporterOptions{
+	for _, o := range []fencecheck.ReporterConfig{
 		{AuthzdURL: "", Credential: "x"},
 		{AuthzdURL: "ftp://authzd", Credential: "x"},
 		{AuthzdURL: "http://authzd"},
@@ -148,7 +148,7 @@ func TestNewReporterValidates(t *testing.T) {
 // (no claim) posts no claim member at all.
 func TestReporterBody(t *testing.T) {
 	stub := newAuthzdStub(t)
-	r := newTestReporter(t, stub.URL, fencecheck.ReporterOptions{Workers: 1})
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterConfig{Workers: 1})
 	r.Report(fencecheck.OutcomeReport{Lease: "ls_1", Claim: "cl_1", Outcome: fencecheck.OutcomeFailed, Detail: "answered a result with isError"})
 	r.Report(fencecheck.OutcomeReport{Lease: "ls_2", Outcome: fencecheck.OutcomeRejected, Detail: "refused by the fence before the effect: arguments"})
 	closeReporter(t, r)

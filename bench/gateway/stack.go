@@ -191,7 +191,7 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	}
 	s.snapshot, _ = snap["id"].(string)
 
-	s.rep, err = fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend]), Logger: quiet, Workers: reportWorkers})
+	s.rep, err = fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend]), Logger: quiet, Workers: reportWorkers})
 	if err != nil {
 		return nil, err
 	}
@@ -200,14 +200,14 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		defer cancel()
 		_ = s.rep.Close(cctx)
 	})
-	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend])})
+	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend])})
 	if err != nil {
 		return nil, err
 	}
 	online, offline := rel.Verifier(0), rel.Verifier(0)
 	online.Claimer = claimer
 	offline.Started = offlineStarted
-	fx := fixtures.MustNew("github", "v1.4", fixtures.Options{Sink: s.rec, Logger: quiet})
+	fx := fixtures.MustNew("github", "v1.4", fixtures.Config{Sink: s.rec, Logger: quiet})
 	var guardedA, guardedA0 http.Handler
 	for _, g := range []struct {
 		v   *fencecheck.Verifier
@@ -218,7 +218,7 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		if err := g.v.Validate(); err != nil {
 			return nil, err
 		}
-		*g.h = g.v.Middleware(fx, fencecheck.MiddlewareOptions{Server: "github", Reporter: g.rep, Timeout: 10 * time.Second, Logger: quiet})
+		*g.h = g.v.Middleware(fx, fencecheck.MiddlewareConfig{Server: "github", Reporter: g.rep, Timeout: 10 * time.Second, Logger: quiet})
 	}
 	for _, m := range []struct {
 		h   http.Handler

@@ -65,12 +65,12 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("credential: %w", err)
 		}
 		credential := strings.TrimSpace(string(cred))
-		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: *authzd, Credential: credential})
+		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: *authzd, Credential: credential})
 		if err != nil {
 			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 		}
 		claim = claimer
-		reporter, err = fencecheck.NewReporter(fencecheck.ReporterOptions{
+		reporter, err = fencecheck.NewReporter(fencecheck.ReporterConfig{
 			AuthzdURL: *authzd, Credential: credential, Logger: log,
 		})
 		if err != nil {
@@ -97,7 +97,7 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	opts := fencecheck.MiddlewareOptions{
+	opts := fencecheck.MiddlewareConfig{
 		Server: *server, MaxBodyBytes: *maxBody, Timeout: *timeout, Logger: log,
 	}
 	if reporter != nil {

@@ -148,7 +148,7 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 	if err := v.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
-	opts := fencecheck.MiddlewareOptions{Server: rel.Server, MaxBodyBytes: f.maxBody, Timeout: f.timeout, Logger: log}
+	opts := fencecheck.MiddlewareConfig{Server: rel.Server, MaxBodyBytes: f.maxBody, Timeout: f.timeout, Logger: log}
 	closeFn := func() {}
 	switch {
 	case f.offline && f.authzd != "":
@@ -165,12 +165,12 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 			return nil, nil, fmt.Errorf("credential: %w", err)
 		}
 		credential := strings.TrimSpace(string(cred))
-		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: f.authzd, Credential: credential})
+		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: f.authzd, Credential: credential})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
 		}
 		v.Claimer = claimer
-		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: f.authzd, Credential: credential, Logger: log})
+		rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: f.authzd, Credential: credential, Logger: log})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -231,7 +231,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		local = fixtures.NewRecorder()
 		sink = local
 	}
-	fx, err := fixtures.New(rel.Server, rel.Name, fixtures.Options{
+	fx, err := fixtures.New(rel.Server, rel.Name, fixtures.Config{
 		Sink: sink, Logger: log, Stateless: *stateless, JSONResponse: *jsonResponse, DisableLocalhostProtection: *anyHost,
 	})
 	if err != nil {

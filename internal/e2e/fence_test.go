@@ -296,7 +296,7 @@ func TestExactCallMemberVariants(t *testing.T) {
 	_, fenceBin := buildBinaries(t)
 	s := startStack(t, nil)
 	snap := s.snapshot()
-	sidecar := startSidecar(t, s, fenceBin, s.credFile(t), s.bareFixture(t, "v1.4", fixtures.Options{}))
+	sidecar := startSidecar(t, s, fenceBin, s.credFile(t), s.bareFixture(t, "v1.4", fixtures.Config{}))
 	gw := gatewaytest.Start(t, gatewaytest.Nginx, gatewaytest.Config{
 		Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: poolV14,
 		Pools: map[string]string{poolV14: sidecar.URL, poolV13: s.Fixture[poolV13]}, Users: gatewayUsers,
@@ -427,7 +427,7 @@ func holdCalls(t *testing.T, s *stack) (entered chan string, release func()) {
 func TestTwoSidecarsOnePool(t *testing.T) {
 	_, fenceBin := buildBinaries(t)
 	s := startStack(t, nil)
-	upstream := s.bareFixture(t, "v1.4", fixtures.Options{JSONResponse: true})
+	upstream := s.bareFixture(t, "v1.4", fixtures.Config{JSONResponse: true})
 	cred := s.credFile(t)
 	clients := []*fenceClient{
 		connectFence(t, startSidecar(t, s, fenceBin, cred, upstream).URL, nil),
@@ -508,7 +508,7 @@ func TestSidecarRestartSameGeneration(t *testing.T) {
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			s := startStack(t, nil)
-			upstream := s.bareFixture(t, "v1.4", fixtures.Options{JSONResponse: true})
+			upstream := s.bareFixture(t, "v1.4", fixtures.Config{JSONResponse: true})
 			cred := s.credFile(t)
 			first := startSidecar(t, s, fenceBin, cred, upstream)
 			f := s.formRead(s.snapshot(), "sess-restart", "list_repositories", listArgs)
@@ -609,7 +609,7 @@ func TestTransportRefusalIsRejected(t *testing.T) {
 	_, fenceBin := buildBinaries(t)
 	s := startStack(t, nil)
 	snap := s.snapshot()
-	sidecar := startSidecar(t, s, fenceBin, s.credFile(t), s.bareFixture(t, "v1.4", fixtures.Options{}))
+	sidecar := startSidecar(t, s, fenceBin, s.credFile(t), s.bareFixture(t, "v1.4", fixtures.Config{}))
 	live := connectFence(t, s.Fixture[poolV14], nil).cs.ID()
 	for _, tc := range []struct {
 		note   string

@@ -83,12 +83,12 @@ type stack struct {
 	// tokenLifetime is the lifetime of the dispatch tokens authzd issues.
 	tokenLifetime time.Duration
 	// holdFn, if set, holds every fixture call before its effect
-	// (fixtures.Options.Hold); see setHold.
+	// (fixtures.Config.Hold); see setHold.
 	holdMu sync.Mutex
 	holdFn func(ctx context.Context, tool string)
 }
 
-// hold is the fixtures' Options.Hold: it runs the function setHold set.
+// hold is the fixtures' Config.Hold: it runs the function setHold set.
 func (s *stack) hold(ctx context.Context, tool string) {
 	s.holdMu.Lock()
 	f := s.holdFn
@@ -109,7 +109,7 @@ func (s *stack) setHold(f func(ctx context.Context, tool string)) {
 // bareFixture serves the github fixture of release name unguarded (for a
 // `fencecheck proxy` in front of it), recording into the stack's
 // recorder and held by setHold; it returns its base URL.
-func (s *stack) bareFixture(t *testing.T, name string, opts fixtures.Options) string {
+func (s *stack) bareFixture(t *testing.T, name string, opts fixtures.Config) string {
 	t.Helper()
 	opts.Sink, opts.Hold = s.Rec, s.hold
 	mux := http.NewServeMux()
@@ -244,13 +244,13 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		s.expect(r, http.StatusCreated)
 		s.Epoch[rel.Pool] = r.Body["epoch"].(string)
 
-		rep, err := fencecheck.NewReporter(fencecheck.ReporterOptions{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool]), Logger: log})
+		rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool]), Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.reps = append(s.reps, rep)
 		// Online: each call's lease is claimed at authzd before the effect.
-		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientOptions{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool])})
+		claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool])})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,8 +259,8 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		if err := v.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		fx := fixtures.MustNew("github", name, fixtures.Options{Sink: s.Rec, Logger: log, Hold: s.hold})
-		guarded := v.Middleware(fx, fencecheck.MiddlewareOptions{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log})
+		fx := fixtures.MustNew("github", name, fixtures.Config{Sink: s.Rec, Logger: log, Hold: s.hold})
+		guarded := v.Middleware(fx, fencecheck.MiddlewareConfig{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log})
 		hits := &atomic.Int64{}
 		s.hits[rel.Pool] = hits
 		mux := http.NewServeMux()
