@@ -61,7 +61,7 @@ func StartProcess(t testing.TB) *Process {
 	var err error
 	for attempt := 0; attempt < 8; attempt++ {
 		var p *Process
-		p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprint("try", attempt)))
+		p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprint("try", attempt)), FreeAddr(t), FreeAddr(t))
 		if err == nil {
 			return p
 		}
@@ -75,11 +75,13 @@ func StartProcess(t testing.TB) *Process {
 	return nil
 }
 
-func startProcess(t testing.TB, bin, dir string) (*Process, error) {
+// startProcess starts the member bin with its data in dir, serving
+// clients and peers on the given loopback addresses.
+func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string) (*Process, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	client, peer := "http://"+FreeAddr(t), "http://"+FreeAddr(t)
+	client, peer := "http://"+clientAddr, "http://"+peerAddr
 	logPath := filepath.Join(dir, "member.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

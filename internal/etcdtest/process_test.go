@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +16,16 @@ import (
 
 // TestProcessMember: the external member serves a store over the network
 // and stops cleanly when its standard input closes — as it does when the
-// test process that started it dies — so no member outlives its test.
+// test process that started it dies — so no member outlives its test. A
+// port taken before the member binds it is reported as such, which is
+// what StartProcess retries on.
 func TestProcessMember(t *testing.T) {
-	p := StartProcess(t)
+	dir := t.TempDir()
+	bin := BuildMember(t, dir)
+	p, err := startProcess(t, bin, filepath.Join(dir, "member"), FreeAddr(t), FreeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	s, err := lease.Open(ctx, lease.Config{Endpoints: p.Endpoints(), Prefix: "/process/",
 		OpTimeout: time.Second, DialTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
@@ -39,4 +49,14 @@ func TestProcessMember(t *testing.T) {
 		t.Fatalf("ping after the member stopped: %v, want ErrUnavailable", err)
 	}
 	p.Kill() // harmless on a stopped member
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, err = startProcess(t, bin, filepath.Join(dir, "busy"), busy.Addr().String(), FreeAddr(t))
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("start on a busy port: %v, want address already in use", err)
+	}
 }

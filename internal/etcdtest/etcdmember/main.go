@@ -67,6 +67,16 @@ func run() error {
 	}
 	cfg.LogOutputs = strings.Split(logOutputs, ",")
 
+	stdinClosed := make(chan struct{})
+	if *exitWithStdin {
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			close(stdinClosed)
+		}()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
@@ -78,18 +88,13 @@ func run() error {
 		return fmt.Errorf("member failed: %w", err)
 	case <-time.After(*startTimeout):
 		return fmt.Errorf("not ready after %s", *startTimeout)
+	case <-stdinClosed:
+		return nil
+	case <-sig:
+		return nil
 	}
 	fmt.Fprintln(os.Stderr, "etcdmember: ready, serving clients on", listenClient)
 
-	stdinClosed := make(chan struct{})
-	if *exitWithStdin {
-		go func() {
-			io.Copy(io.Discard, os.Stdin)
-			close(stdinClosed)
-		}()
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	select {
 	case err := <-e.Err():
 		return fmt.Errorf("member failed: %w", err)
