@@ -1,0 +1,192 @@
+package etcdtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// memberCommand is the package of the external member's command.
+const memberCommand = "github.com/fcd-authz/fcd/internal/etcdtest/etcdmember"
+
+// Process is one etcd member running in a separate OS process, owned by a
+// test: an etcd that fcd reaches only over the network, as it reaches a
+// production cluster.
+type Process struct {
+	endpoint string
+	cmd      *exec.Cmd
+	// lifeline is the write end of the member's stdin: closing it (or this
+	// process dying) stops the member.
+	lifeline *os.File
+	exited   chan struct{}
+	log      string
+}
+
+// BuildMember builds the etcdmember command (go build, so the build cache
+// makes a rebuild cheap) into dir and returns the binary's path. It needs
+// the go tool, which go test puts on the PATH of the tests it runs.
+func BuildMember(t testing.TB, dir string) string {
+	t.Helper()
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("etcdtest: the external member is built with the go tool, which is not on PATH: %v", err)
+	}
+	bin := filepath.Join(dir, "etcdmember")
+	cmd := exec.Command(gotool, "build", "-o", bin, memberCommand)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("etcdtest: go build %s: %v\n%s", memberCommand, err, out)
+	}
+	return bin
+}
+
+// StartProcess builds the etcdmember command and starts it as a separate
+// process: a single-node member on free loopback ports with its data in a
+// temporary directory. It returns once the member answers a linearizable
+// read; the process is killed when the test ends.
+func StartProcess(t testing.TB) *Process {
+	t.Helper()
+	dir := t.TempDir()
+	bin := BuildMember(t, dir)
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		var p *Process
+		p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprint("try", attempt)), FreeAddr(t), FreeAddr(t))
+		if err == nil {
+			return p
+		}
+		// A port found free can be taken before the member binds it:
+		// try again on fresh ports.
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	t.Fatalf("etcdtest: start external member: %v", err)
+	return nil
+}
+
+// startProcess starts the member bin with its data in dir, serving
+// clients and peers on the given loopback addresses.
+func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string) (*Process, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	client, peer := "http://"+clientAddr, "http://"+peerAddr
+	logPath := filepath.Join(dir, "member.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child has its own descriptor
+	stdin, lifeline, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer stdin.Close()
+	cmd := exec.Command(bin,
+		"-name", "external",
+		"-data-dir", filepath.Join(dir, "data"),
+		"-listen-client-urls", client,
+		"-listen-peer-urls", peer,
+		"-log-outputs", "stderr",
+		"-exit-with-stdin",
+	)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, logFile, logFile
+	if err := cmd.Start(); err != nil {
+		lifeline.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &Process{endpoint: client, cmd: cmd, lifeline: lifeline, exited: make(chan struct{}), log: logPath}
+	go func() {
+		cmd.Wait()
+		close(p.exited)
+	}()
+	if err := p.waitReady(time.Minute); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("%w\nmember log:\n%s", err, p.logTail())
+	}
+	t.Cleanup(p.Kill)
+	return p, nil
+}
+
+// waitReady polls the member with linearizable reads until one succeeds,
+// the process exits or d passes.
+func (p *Process) waitReady(d time.Duration) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: p.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = cli.Get(ctx, "etcdtest-ready")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("external member not answering after %s: %w", d, err)
+		}
+		select {
+		case <-p.exited:
+			return errors.New("external member exited before answering")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (p *Process) logTail() string {
+	b, _ := os.ReadFile(p.log)
+	const max = 4000
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
+
+// Endpoints returns the member's client URLs.
+func (p *Process) Endpoints() []string { return []string{p.endpoint} }
+
+// Pid is the member's process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Kill kills the member process and waits until it is gone. Killing twice
+// is harmless.
+func (p *Process) Kill() {
+	p.lifeline.Close()
+	p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// Store opens a store on the member (as Member.Store does); closed at
+// test end.
+func (p *Process) Store(t testing.TB, prefix string) *lease.Store {
+	t.Helper()
+	return OpenStore(t, p.Endpoints(), prefix)
+}
+
+// OpenStore opens a store on endpoints (of a member, a process or a
+// cluster) with a 5s operation timeout; it is closed when the test ends.
+func OpenStore(t testing.TB, endpoints []string, prefix string) *lease.Store {
+	t.Helper()
+	s, err := lease.Open(context.Background(), lease.Config{
+		Endpoints: endpoints, Prefix: prefix, OpTimeout: 5 * time.Second, DialTimeout: 2 * time.Second,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatalf("etcdtest: open store: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

@@ -1,0 +1,464 @@
+package lease_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// epochLifecycle: registration is idempotent and keeps the first record;
+// ACTIVE → DRAINING → STALE, where retirement is refused while a lease
+// marker exists (with its counts) and succeeds once it is released; only
+// ACTIVE epochs admit.
+func epochLifecycle(t *testing.T, x *fixture) {
+	ctx := testCtx(t)
+	sm := testManifest(t, "github", "v1.4.0", "private")
+	ep, created, err := x.s.RegisterEpoch(ctx, sm)
+	if err != nil || !created || ep.ID != sm.Epoch || ep.State != record.StateActive || ep.Pool != "github-v1.4.0" || ep.Revision <= 0 {
+		t.Fatalf("register: %+v created %v, %v", ep, created, err)
+	}
+	if len(ep.Tools) != 2 || ep.Tools[0].Name != "get_repository" || ep.Tools[0].Digest == "" {
+		t.Fatalf("registered tools: %+v", ep.Tools)
+	}
+	again, created, err := x.s.RegisterEpoch(ctx, sm)
+	if err != nil || created || again.ID != ep.ID || again.Revision != ep.Revision || !again.RegisteredAt.Equal(ep.RegisteredAt) {
+		t.Fatalf("register again: %+v created %v, %v; want the first record", again, created, err)
+	}
+	other := register(t, x.s, testManifest(t, "gitlab", "v2", "private"))
+
+	listed := func(f record.EpochFilter) []string {
+		t.Helper()
+		eps, err := x.s.ListEpochs(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range eps {
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	if got := listed(record.EpochFilter{}); !slices.Equal(got, []string{ep.ID, other.ID}) {
+		t.Fatalf("list = %v, want both in registration order", got)
+	}
+	if got := listed(record.EpochFilter{Server: "gitlab"}); !slices.Equal(got, []string{other.ID}) {
+		t.Fatalf("list of gitlab = %v", got)
+	}
+
+	l := x.admit(t, call{ep: ep})
+	st, err := x.s.Drain(ctx, ep.ID)
+	check(t, "drain", err, nil)
+	if st != record.StateDraining {
+		t.Fatalf("drain = %s", st)
+	}
+	shown, err := x.s.GetEpoch(ctx, ep.ID)
+	if err != nil || shown.State != record.StateDraining || shown.ActiveLeases != 1 || shown.StateRevision <= ep.Revision {
+		t.Fatalf("drained epoch reads %+v, %v", shown, err)
+	}
+	if now, err := x.s.EpochNow(ctx, ep.ID); err != nil || now.State != record.StateDraining || now.StateRevision != shown.StateRevision {
+		t.Fatalf("EpochNow of the drained epoch: %+v, %v", now, err)
+	}
+	if got := listed(record.EpochFilter{State: record.StateDraining}); !slices.Equal(got, []string{ep.ID}) {
+		t.Fatalf("list of DRAINING = %v", got)
+	}
+	_, err = x.tryAdmit(t, call{ep: ep})
+	check(t, "admission to a DRAINING epoch", err, isState(record.StateDraining))
+	_, err = x.s.Drain(ctx, ep.ID)
+	check(t, "drain twice", err, isState(record.StateDraining))
+
+	_, err = x.s.Retire(ctx, ep.ID, 0)
+	var blocked *record.RetireBlockedError
+	if !errors.As(err, &blocked) || blocked.Epoch != ep.ID || blocked.Active != 1 || blocked.Uncertain != 0 {
+		t.Fatalf("retire with a marker: %v, want RetireBlockedError 1/0", err)
+	}
+	if now, err := x.s.EpochNow(ctx, ep.ID); err != nil || now.State != record.StateDraining {
+		t.Fatalf("a refused retirement changed the state: %+v, %v", now, err)
+	}
+	x.release(t, l)
+	st, err = x.s.Retire(ctx, ep.ID, 0)
+	check(t, "retire once released", err, nil)
+	if st != record.StateStale {
+		t.Fatalf("retire = %s", st)
+	}
+	if shown, err := x.s.GetEpoch(ctx, ep.ID); err != nil || shown.State != record.StateStale || shown.ActiveLeases != 0 {
+		t.Fatalf("retired epoch reads %+v, %v", shown, err)
+	}
+	_, err = x.s.Retire(ctx, ep.ID, 0)
+	check(t, "retire twice", err, isState(record.StateStale))
+	_, err = x.s.Drain(ctx, ep.ID)
+	check(t, "drain STALE", err, isState(record.StateStale))
+	_, err = x.tryAdmit(t, call{ep: ep})
+	check(t, "admission to a STALE epoch", err, isState(record.StateStale))
+
+	// Retire with a wait that no release ends reports the counts.
+	held := []*record.Lease{x.admit(t, call{ep: other}), x.admit(t, call{ep: other})}
+	if _, err := x.s.Drain(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.s.Retire(ctx, other.ID, 10*time.Millisecond); !errors.As(err, &blocked) || blocked.Active != 2 {
+		t.Fatalf("retire with an expiring wait: %v, want RetireBlockedError 2/0", err)
+	}
+	// Retire with a wait returns STALE once the last marker is released,
+	// whether the releases land before its first try or while it watches
+	// (the order is not forced here; TestRetireWaitsForLeaseMarkers
+	// releases while it watches).
+	type result struct {
+		st  record.State
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := x.s.Retire(ctx, other.ID, time.Minute)
+		done <- result{st, err}
+	}()
+	for _, l := range held {
+		x.release(t, l)
+	}
+	if r := <-done; r.err != nil || r.st != record.StateStale {
+		t.Fatalf("retire with a wait across the releases: %s, %v", r.st, r.err)
+	}
+
+	for name, op := range map[string]func() error{
+		"get":    func() error { _, err := x.s.GetEpoch(ctx, "sha256:unknown"); return err },
+		"now":    func() error { _, err := x.s.EpochNow(ctx, "sha256:unknown"); return err },
+		"leases": func() error { _, err := x.s.EpochLeases(ctx, "sha256:unknown"); return err },
+		"drain":  func() error { _, err := x.s.Drain(ctx, "sha256:unknown"); return err },
+		"retire": func() error { _, err := x.s.Retire(ctx, "sha256:unknown", 0); return err },
+	} {
+		check(t, name+" of an unknown epoch", op(), is(record.ErrEpochNotFound))
+	}
+}
+
+// snapshotContentAddressed: a snapshot's id is the digest of its tool
+// list, so the same catalog is the same snapshot however it is asked for
+// and whichever store (cache) asks, and a changed catalog is another one;
+// tools resolve through the snapshot with their epoch's current state.
+func snapshotContentAddressed(t *testing.T, x *fixture) {
+	ctx := testCtx(t)
+	gh := register(t, x.s, testManifest(t, "github", "v1.4.0", "private"))
+	gl := register(t, x.s, testManifest(t, "gitlab", "v2", "private"))
+
+	all, created, err := x.s.CreateSnapshot(ctx, nil)
+	if err != nil || !created || len(all.Tools) != 4 {
+		t.Fatalf("snapshot of all: %+v created %v, %v", all, created, err)
+	}
+	if id, err := manifest.Digest(all.Tools); err != nil || id != all.ID {
+		t.Fatalf("snapshot id %s is not the digest of its tools (%s, %v)", all.ID, id, err)
+	}
+	if !slices.IsSortedFunc(all.Tools, func(a, b record.SnapshotTool) int { return strings.Compare(a.Name, b.Name) }) {
+		t.Fatalf("snapshot tools not ordered by name: %+v", all.Tools)
+	}
+	named, created, err := x.s.CreateSnapshot(ctx, []string{"gitlab", "github"})
+	if err != nil || created || named.ID != all.ID || !reflect.DeepEqual(named, all) {
+		t.Fatalf("the same catalog asked by name: %s created %v, %v; want %s again", named.ID, created, err, all.ID)
+	}
+	// Another store has nothing cached: it reads the stored snapshot, and
+	// finds the same catalog already stored.
+	fresh := x.open(t, x.prefix)
+	stored, err := fresh.GetSnapshot(ctx, all.ID)
+	if err != nil || !reflect.DeepEqual(stored, all) {
+		t.Fatalf("stored snapshot: %+v, %v", stored, err)
+	}
+	if again, created, err := fresh.CreateSnapshot(ctx, nil); err != nil || created || again.ID != all.ID {
+		t.Fatalf("the same catalog from another store: %s created %v, %v", again.ID, created, err)
+	}
+
+	onlyGH, created, err := x.s.CreateSnapshot(ctx, []string{"github"})
+	if err != nil || !created || onlyGH.ID == all.ID || len(onlyGH.Tools) != 2 {
+		t.Fatalf("snapshot of github: %+v created %v, %v", onlyGH, created, err)
+	}
+	if _, err := x.s.Drain(ctx, gl.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Draining gitlab leaves github's catalog: the snapshot that exists.
+	if after, created, err := x.s.CreateSnapshot(ctx, nil); err != nil || created || after.ID != onlyGH.ID {
+		t.Fatalf("snapshot after the drain: %s created %v, %v; want %s", after.ID, created, err, onlyGH.ID)
+	}
+
+	tool, ep, err := fresh.ResolveTool(ctx, all.ID, "gitlab/create_repository")
+	if err != nil || tool.Epoch != gl.ID || tool.Descriptor == nil || tool.Descriptor.Name != "create_repository" || !tool.RequiresApproval {
+		t.Fatalf("resolve through the old snapshot: %+v, %v", tool, err)
+	}
+	if ep.ID != gl.ID || ep.State != record.StateDraining || ep.Manifest == nil {
+		t.Fatalf("resolved epoch: %s %s (manifest %v), want %s DRAINING", ep.ID, ep.State, ep.Manifest != nil, gl.ID)
+	}
+	snap, full, err := fresh.GetSnapshotFull(ctx, all.ID)
+	if err != nil || snap.ID != all.ID || len(full) != 4 {
+		t.Fatalf("full snapshot: %d tools, %v", len(full), err)
+	}
+	for i, ft := range full {
+		d, err := ft.Descriptor.Digest()
+		if err != nil || d != all.Tools[i].DescriptorDigest || ft.Name != all.Tools[i].Name {
+			t.Fatalf("full tool %d: %s digest %s, want %s %s", i, ft.Name, d, all.Tools[i].Name, all.Tools[i].DescriptorDigest)
+		}
+	}
+
+	_, err = x.s.GetSnapshot(ctx, "sha256:nope")
+	check(t, "unknown snapshot", err, is(record.ErrSnapshotNotFound))
+	_, _, err = x.s.ResolveTool(ctx, all.ID, "github/nope")
+	check(t, "unknown tool", err, is(record.ErrToolNotFound))
+	_, _, err = x.s.CreateSnapshot(ctx, []string{"gitlab"})
+	check(t, "snapshot of a drained server", err, is(record.ErrNoActiveEpochs))
+	if _, err := x.s.Drain(ctx, gh.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = x.s.CreateSnapshot(ctx, nil)
+	check(t, "snapshot with nothing ACTIVE", err, is(record.ErrNoActiveEpochs))
+}
+
+// formationCreateGetUpdate: a formation is created once under its id,
+// read back as written with its revision, and updated by compare-and-swap
+// — a refused change writes nothing, and concurrent updates all land.
+func formationCreateGetUpdate(t *testing.T, x *fixture) {
+	ctx := testCtx(t)
+	f, rev := x.form(t, "s", "github/create_repository")
+	got, grev, err := x.s.GetFormationRevision(ctx, f.ID)
+	if err != nil || grev != rev || !sameJSON(t, got, f) {
+		t.Fatalf("read back: rev %d (want %d), %v\n%+v\n%+v", grev, rev, err, got, f)
+	}
+	if plain, err := x.s.GetFormation(ctx, f.ID); err != nil || !sameJSON(t, plain, f) {
+		t.Fatalf("GetFormation: %+v, %v", plain, err)
+	}
+	dup := *f
+	dup.Status = record.StatusDenied
+	if _, err := x.s.CreateFormation(ctx, &dup, time.Hour); err == nil {
+		t.Fatal("a second formation under the same id was created")
+	}
+	if _, r, _ := x.s.GetFormationRevision(ctx, f.ID); r != rev {
+		t.Fatalf("the refused creation wrote the record (revision %d, want %d)", r, rev)
+	}
+
+	upd, rev2, err := x.s.UpdateFormation(ctx, f.ID, func(f *record.Formation) error {
+		f.Status = record.StatusPendingApproval
+		return nil
+	})
+	if err != nil || rev2 <= rev || upd.Status != record.StatusPendingApproval {
+		t.Fatalf("update: %+v rev %d, %v", upd, rev2, err)
+	}
+	if got, r, err := x.s.GetFormationRevision(ctx, f.ID); err != nil || r != rev2 || got.Status != record.StatusPendingApproval {
+		t.Fatalf("after the update: %s rev %d, %v", got.Status, r, err)
+	}
+	errNo := errors.New("not now")
+	_, r, err := x.s.UpdateFormation(ctx, f.ID, func(f *record.Formation) error {
+		f.Status = record.StatusDenied
+		return errNo
+	})
+	if !errors.Is(err, errNo) || r != 0 {
+		t.Fatalf("a refused change: rev %d, %v; want 0 and the change's error", r, err)
+	}
+	if got, r, _ := x.s.GetFormationRevision(ctx, f.ID); r != rev2 || got.Status != record.StatusPendingApproval {
+		t.Fatalf("a refused change wrote the record: %s rev %d", got.Status, r)
+	}
+
+	// Concurrent approvals: each lands once, at its own revision.
+	const n = 8
+	revs := make([]int64, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var err error
+			_, revs[i], err = x.s.UpdateFormation(ctx, f.ID, func(f *record.Formation) error {
+				f.Approvals = append(f.Approvals, record.Approval{Approver: fmt.Sprint("a", i), Decision: record.Approve, At: x.t0})
+				return nil
+			})
+			if err != nil {
+				t.Errorf("approval %d: %v", i, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	final, err := x.s.GetFormation(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approvers := map[string]bool{}
+	for _, a := range final.Approvals {
+		approvers[a.Approver] = true
+	}
+	slices.Sort(revs)
+	if len(final.Approvals) != n || len(approvers) != n || revs[0] <= rev2 || len(slices.Compact(slices.Clone(revs))) != n {
+		t.Fatalf("after %d concurrent approvals: %d approvals by %d approvers, revisions %v", n, len(final.Approvals), len(approvers), revs)
+	}
+
+	for name, op := range map[string]func() error{
+		"get": func() error { _, err := x.s.GetFormation(ctx, "fm_unknown"); return err },
+		"update": func() error {
+			_, _, err := x.s.UpdateFormation(ctx, "fm_unknown", func(*record.Formation) error { return nil })
+			return err
+		},
+	} {
+		check(t, name+" of an unknown formation", op(), is(record.ErrFormationNotFound))
+	}
+
+	// Listing: oldest first (not in id order: the older one's id sorts
+	// last), filtered by keep.
+	older := &record.Formation{Call: record.Call{ID: "fm_zzzzzz", Session: "s", CreatedAt: x.t0.Add(-time.Hour)}, Status: record.StatusDenied}
+	if _, err := x.s.CreateFormation(ctx, older, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	list, err := x.s.ListFormations(ctx, nil)
+	if err != nil || len(list) != 2 || list[0].ID != older.ID || list[1].ID != f.ID {
+		t.Fatalf("list: %d, %v", len(list), err)
+	}
+	denied, err := x.s.ListFormations(ctx, func(f *record.Formation) bool { return f.Status == record.StatusDenied })
+	if err != nil || len(denied) != 1 || denied[0].ID != older.ID {
+		t.Fatalf("list of denied: %+v, %v", denied, err)
+	}
+}
+
+// formationRetention: a formation record is bound to an etcd lease that
+// outlives keep (expiry is etcd collecting it); admission detaches it, so
+// an open lease's formation never expires; closing binds it, with the
+// lease index, again. Once the retention ends, both are gone.
+func formationRetention(t *testing.T, x *fixture) {
+	ctx := testCtx(t)
+	const keep = time.Hour
+	ep := register(t, x.s, testManifest(t, "github", "v1.4.0", "private"))
+	retention := func(id string) int64 {
+		t.Helper()
+		return x.rawKey(t, id).Lease
+	}
+	within := func(id string) {
+		t.Helper()
+		lid := retention(id)
+		if lid == 0 {
+			t.Fatalf("record %s is kept forever, want at least %s", id, keep)
+		}
+		if ttl := x.grantedTTL(t, lid); ttl < keep || ttl > keep+2*time.Minute {
+			t.Fatalf("record %s is kept for %s, want %s (and at most 2m more)", id, ttl, keep)
+		}
+	}
+	idle, _ := x.form(t, "s-idle", "github/get_repository")
+	within(idle.ID)
+
+	l := x.admit(t, call{ep: ep})
+	if lid := retention(l.Formation); lid != 0 {
+		t.Fatalf("an admitted formation is still bound to retention lease %x", lid)
+	}
+	x.release(t, l)
+	within(l.Formation)
+	within(l.ID) // the lease index: marker and ledger entry are gone
+
+	// Records kept alike may share a retention lease: end them all.
+	ends := map[int64]bool{}
+	for _, id := range []string{idle.ID, l.Formation, l.ID} {
+		ends[retention(id)] = true
+	}
+	for lid := range ends {
+		x.revoke(t, lid)
+	}
+	_, err := x.s.GetFormation(ctx, idle.ID)
+	check(t, "an expired formation", err, is(record.ErrFormationNotFound))
+	_, err = x.s.GetFormation(ctx, l.Formation)
+	check(t, "an expired closed formation", err, is(record.ErrFormationNotFound))
+	_, err = x.s.OpenLease(ctx, l.ID)
+	check(t, "the lease of an expired formation", err, is(record.ErrLeaseNotFound))
+	if kvs := x.rawKeys(t, func(kv *mvccpb.KeyValue) bool {
+		for _, id := range []string{idle.ID, l.Formation, l.ID} {
+			if strings.Contains(string(kv.Key), id) || strings.Contains(string(kv.Value), id) {
+				return true
+			}
+		}
+		return false
+	}); len(kvs) != 0 {
+		t.Fatalf("%d keys of the expired formations remain, the first %s", len(kvs), kvs[0].Key)
+	}
+}
+
+// corruptRecords: a stored record that does not decode is reported as
+// record.ErrCorrupt, never taken for absent or for a default; a marker
+// that does not decode still holds its epoch back.
+func corruptRecords(t *testing.T, x *fixture) {
+	ctx := testCtx(t)
+	ep := register(t, x.s, testManifest(t, "github", "v1.4.0", "private"))
+	snap, _, err := x.s.CreateSnapshot(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byFormation, byMarker := x.admit(t, call{ep: ep}), x.admit(t, call{ep: ep})
+	if _, err := x.s.SetGeneration(ctx, "other-pool", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	overwrite := func(kv *mvccpb.KeyValue, value string) {
+		t.Helper()
+		if _, err := x.raw.Put(ctx, string(kv.Key), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	overwrite(x.rawKey(t, byFormation.Formation), "not json")
+	_, err = x.s.GetFormation(ctx, byFormation.Formation)
+	check(t, "a corrupt formation", err, is(record.ErrCorrupt))
+	_, err = x.s.ListFormations(ctx, nil)
+	check(t, "listing a corrupt formation", err, is(record.ErrCorrupt))
+	_, err = x.s.CloseLease(ctx, lease.CloseRequest{Lease: byFormation.ID, Outcome: record.OutcomeRejected})
+	check(t, "closing the lease of a corrupt formation", err, is(record.ErrCorrupt))
+
+	marker := x.rawKeys(t, func(kv *mvccpb.KeyValue) bool {
+		return strings.HasSuffix(string(kv.Key), "/"+ep.ID+"/"+byMarker.ID)
+	})
+	if len(marker) != 1 {
+		t.Fatalf("%d markers of %s", len(marker), byMarker.ID)
+	}
+	overwrite(marker[0], "garbage")
+	_, err = x.s.OpenLease(ctx, byMarker.ID)
+	check(t, "a corrupt marker", err, is(record.ErrCorrupt))
+	_, err = x.s.EpochLeases(ctx, ep.ID)
+	check(t, "listing a corrupt marker", err, is(record.ErrCorrupt))
+	if _, err := x.s.Drain(ctx, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	var blocked *record.RetireBlockedError
+	if _, err := x.s.Retire(ctx, ep.ID, 0); !errors.As(err, &blocked) || blocked.Active != 2 {
+		t.Fatalf("retire over a corrupt marker: %v, want blocked by 2 active leases", err)
+	}
+
+	overwrite(x.rawValue(t, []byte("00000000000000000001")), "one")
+	_, err = x.s.PoolGeneration(ctx, "other-pool")
+	check(t, "a corrupt generation", err, is(record.ErrCorrupt))
+	_, err = x.s.SetGeneration(ctx, "other-pool", 2, time.Hour)
+	check(t, "a generation over a corrupt one", err, is(record.ErrCorrupt))
+
+	// Epoch records and snapshots are cached once read: a store that has
+	// not read them yet sees the corruption.
+	fresh := x.open(t, x.prefix)
+	other := *snap
+	other.ID = "sha256:other"
+	val, err := json.Marshal(&other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overwrite(x.rawKey(t, snap.ID), string(val))
+	_, err = fresh.GetSnapshot(ctx, snap.ID)
+	check(t, "a snapshot stored under another id", err, is(record.ErrCorrupt))
+	rec := x.rawKeys(t, func(kv *mvccpb.KeyValue) bool {
+		return strings.HasSuffix(string(kv.Key), "/"+ep.ID) && bytes.HasPrefix(kv.Value, []byte("{"))
+	})
+	if len(rec) != 1 {
+		t.Fatalf("%d epoch records of %s", len(rec), ep.ID)
+	}
+	overwrite(rec[0], "{}")
+	_, err = fresh.GetEpoch(ctx, ep.ID)
+	check(t, "a corrupt epoch record", err, is(record.ErrCorrupt))
+	_, err = fresh.ListEpochs(ctx, record.EpochFilter{})
+	check(t, "listing a corrupt epoch record", err, is(record.ErrCorrupt))
+	_, err = fresh.EpochNow(ctx, ep.ID)
+	check(t, "deciding on a corrupt epoch record", err, is(record.ErrCorrupt))
+}
