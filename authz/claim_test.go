@@ -10,6 +10,7 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/racetest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
@@ -27,14 +28,7 @@ func testCtx(t *testing.T) context.Context {
 // of reading it (ErrLeaseClosed once it closed).
 func (e *admitEnv) leaseState(t *testing.T, id string) (record.LeaseState, string, error) {
 	t.Helper()
-	l, err := e.store.OpenLease(testCtx(t), id)
-	if err != nil {
-		return "", "", err
-	}
-	if l.Claim == nil {
-		return l.State, "", nil
-	}
-	return l.State, l.Claim.ID, nil
+	return etcdtest.LeaseState(t, e.store, id)
 }
 
 func (e *admitEnv) status(t *testing.T, id string) record.Status {

@@ -95,14 +95,7 @@ func (e *claimEnv) mustClaim(t *testing.T, l *record.Lease, claim string) {
 // reading it (ErrLeaseClosed once closed).
 func (e *claimEnv) state(t *testing.T, id string) (record.LeaseState, string, error) {
 	t.Helper()
-	l, err := e.s.OpenLease(testCtx(t), id)
-	if err != nil {
-		return "", "", err
-	}
-	if l.Claim == nil {
-		return l.State, "", nil
-	}
-	return l.State, l.Claim.ID, nil
+	return etcdtest.LeaseState(t, e.s, id)
 }
 
 func (e *claimEnv) status(t *testing.T, l *record.Lease) record.Status {
@@ -229,105 +222,6 @@ func TestConcurrentClaims(t *testing.T) {
 		if st, claim, err := e.state(t, l.ID); err != nil || st != record.LeaseRunning || claim != fmt.Sprint("cl_", winner) {
 			t.Fatalf("round %d: lease %s %q %v, winner %d", round, st, claim, err, winner)
 		}
-	}
-}
-
-// TestCloseLeaseClaimRules: a running lease takes outcomes only under its
-// claim; an unclaimed one only a release (rejected, no claim); an
-// uncertain one only a resolution. A refused close changes nothing; an
-// accepted one deletes the claim with the marker (uncertain keeps both).
-func TestCloseLeaseClaimRules(t *testing.T) {
-	e := newClaimEnv(t)
-	ctx := testCtx(t)
-	errNo := errors.New("not yours")
-	type start int
-	const (
-		admitted start = iota
-		running
-		uncertainRunning
-	)
-	for _, tc := range []struct {
-		note    string
-		from    start
-		req     lease.CloseRequest // Lease is filled in
-		want    error
-		status  record.Status     // formation status after an accepted close
-		open    record.LeaseState // the lease's state if it stays open
-		claimed bool              // the claim key exists after
-	}{
-		{note: "effect under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"}, status: record.StatusCompleted},
-		{note: "failed under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeFailed, Claim: "cl_a"}, status: record.StatusFailed},
-		{note: "rejected under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeRejected, Claim: "cl_a"}, status: record.StatusRejected},
-		{note: "uncertain under the claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeUncertain, Claim: "cl_a"},
-			status: record.StatusUncertain, open: record.LeaseUncertain, claimed: true},
-		{note: "effect under another claim", from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_b"},
-			want: record.ErrLeaseClaimed, open: record.LeaseRunning, claimed: true},
-		{note: "release of a running lease", from: running, req: lease.CloseRequest{Outcome: record.OutcomeRejected},
-			want: record.ErrLeaseClaimed, open: record.LeaseRunning, claimed: true},
-		{note: "resolution of a running lease", from: running, req: lease.CloseRequest{Outcome: record.OutcomeNoEffect, Resolve: true},
-			want: record.ErrLeaseNotUncertain, open: record.LeaseRunning, claimed: true},
-		{note: "refused by allow", from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a",
-			Allow: func(*record.Lease) error { return errNo }}, want: errNo, open: record.LeaseRunning, claimed: true},
-		{note: "effect on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeEffect},
-			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
-		{note: "effect under a claim the lease lacks", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"},
-			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
-		{note: "failed on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeFailed},
-			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
-		{note: "uncertain on an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeUncertain},
-			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
-		{note: "release under a claim the lease lacks", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeRejected, Claim: "cl_a"},
-			want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
-		{note: "release of an unclaimed lease", from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeRejected}, status: record.StatusRejected},
-		{note: "effect on an uncertain lease under its claim", from: uncertainRunning, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"},
-			want: record.ErrLeaseUncertain, open: record.LeaseUncertain, claimed: true},
-		{note: "resolution of an uncertain lease", from: uncertainRunning, req: lease.CloseRequest{Outcome: record.OutcomeNoEffect, Resolve: true},
-			status: record.StatusRejected},
-	} {
-		t.Run(tc.note, func(t *testing.T) {
-			l := e.admit(t, 0)
-			switch tc.from {
-			case running:
-				e.mustClaim(t, l, "cl_a")
-			case uncertainRunning:
-				e.mustClaim(t, l, "cl_a")
-				if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: l.ID, Outcome: record.OutcomeUncertain, Claim: "cl_a"}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			before := e.status(t, l)
-			req := tc.req
-			req.Lease = l.ID
-			_, err := e.s.CloseLease(ctx, req)
-			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
-				t.Fatalf("close: %v, want %v", err, tc.want)
-			}
-			st, claim, oerr := e.state(t, l.ID)
-			switch {
-			case tc.open == "" && !errors.Is(oerr, record.ErrLeaseClosed):
-				t.Fatalf("the lease is not closed: %s %q %v", st, claim, oerr)
-			case tc.open != "" && (oerr != nil || st != tc.open):
-				t.Fatalf("the lease is %s (%v), want %s", st, oerr, tc.open)
-			}
-			if _, ok := lease.ClaimKeyForTest(t, e.s, l.ID); ok != tc.claimed {
-				t.Fatalf("claim key exists: %v, want %v", ok, tc.claimed)
-			}
-			want := tc.status
-			if tc.want != nil {
-				want = before
-			}
-			if got := e.status(t, l); got != want {
-				t.Fatalf("formation %s, want %s", got, want)
-			}
-			if tc.open == "" {
-				// Closed: its token can claim it no more, under any id.
-				for _, id := range []string{"cl_a", "cl_late"} {
-					if _, err := e.s.ClaimLease(ctx, e.req(l, id, 0), nil); !errors.Is(err, record.ErrLeaseClosed) {
-						t.Fatalf("claim %s after the close: %v", id, err)
-					}
-				}
-			}
-		})
 	}
 }
 

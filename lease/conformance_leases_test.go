@@ -254,7 +254,10 @@ func closeWhoMayClose(t *testing.T, x *fixture) {
 		status record.Status
 	}{
 		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"}, status: record.StatusCompleted},
+		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeFailed, Claim: "cl_a"}, status: record.StatusFailed},
+		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeRejected, Claim: "cl_a"}, status: record.StatusRejected},
 		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeUncertain, Claim: "cl_a"}, open: record.LeaseUncertain, status: record.StatusUncertain},
+		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeNoEffect, Resolve: true}, want: record.ErrLeaseNotUncertain, open: record.LeaseRunning},
 		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_b"}, want: record.ErrLeaseClaimed, open: record.LeaseRunning},
 		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeRejected}, want: record.ErrLeaseClaimed, open: record.LeaseRunning},
 		{from: running, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a", Allow: func(*record.Lease) error { return errNo }},
@@ -262,6 +265,9 @@ func closeWhoMayClose(t *testing.T, x *fixture) {
 		{from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeRejected}, status: record.StatusRejected},
 		{from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeRejected, Claim: "cl_a"}, want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
 		{from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeEffect}, want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"}, want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeFailed}, want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
+		{from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeUncertain}, want: record.ErrLeaseNotClaimed, open: record.LeaseAdmitted},
 		{from: admitted, req: lease.CloseRequest{Outcome: record.OutcomeNoEffect, Resolve: true}, want: record.ErrLeaseNotUncertain, open: record.LeaseAdmitted},
 		{from: unsure, req: lease.CloseRequest{Outcome: record.OutcomeEffect, Claim: "cl_a"}, want: record.ErrLeaseUncertain, open: record.LeaseUncertain},
 		{from: unsure, req: lease.CloseRequest{Outcome: record.OutcomeRejected}, want: record.ErrLeaseUncertain, open: record.LeaseUncertain},
@@ -302,9 +308,19 @@ func closeWhoMayClose(t *testing.T, x *fixture) {
 		if got := e.status(t, l); got != want {
 			t.Fatalf("%s: formation %s, want %s", name, got, want)
 		}
+		// The claim stays with the lease while it is open under one.
+		if _, ok := lease.ClaimKeyForTest(t, x.s, l.ID); ok != (tc.from != admitted && tc.open != "") {
+			t.Fatalf("%s: claim key exists %v", name, ok)
+		}
 		if tc.open == "" {
 			_, err := x.s.CloseLease(ctx, lease.CloseRequest{Lease: l.ID, Outcome: tc.req.Outcome, Claim: tc.req.Claim, Resolve: tc.req.Resolve})
 			check(t, name+", again", err, is(record.ErrLeaseClosed))
+			// Closed: its token can claim it no more, under any id.
+			for _, id := range []string{"cl_a", "cl_late"} {
+				if _, err := x.s.ClaimLease(ctx, e.req(l, id, 0), nil); !errors.Is(err, record.ErrLeaseClosed) {
+					t.Fatalf("%s: claim %s after the close: %v", name, id, err)
+				}
+			}
 		}
 	}
 	l := x.admit(t, call{ep: ep})
@@ -328,10 +344,10 @@ func closeWhoMayClose(t *testing.T, x *fixture) {
 	if shown, err := x.s.GetEpoch(ctx, ep.ID); err != nil {
 		t.Fatal(err)
 	} else {
-		// Open after the table: the refused closes (3 running, 3
+		// Open after the table: the refused closes (4 running, 6
 		// admitted, 2 uncertain) and the one reported uncertain.
-		if shown.ActiveLeases != 6 || shown.UncertainLeases != 3 {
-			t.Fatalf("epoch counts %d/%d, want 6/3", shown.ActiveLeases, shown.UncertainLeases)
+		if shown.ActiveLeases != 10 || shown.UncertainLeases != 3 {
+			t.Fatalf("epoch counts %d/%d, want 10/3", shown.ActiveLeases, shown.UncertainLeases)
 		}
 	}
 }

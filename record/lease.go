@@ -36,6 +36,14 @@ type Lease struct {
 	Cluster  string `json:"-"`
 }
 
+// ClaimID is the id of the lease's claim, "" when no backend claimed it.
+func (l *Lease) ClaimID() string {
+	if l.Claim == nil {
+		return ""
+	}
+	return l.Claim.ID
+}
+
 // LeaseRunning is the state of a lease a backend claimed before its effect.
 // Like an admitted lease it holds its epoch back; unlike one it is never
 // claimed again, and re-admission issues no token for it.

@@ -72,7 +72,11 @@ type verifierFlags struct {
 	generation                                 int64
 }
 
-func (f *verifierFlags) register(fs *flag.FlagSet) {
+// newFlagSet returns the flag set of command name, writing to stderr,
+// with the verifier's flags registered into f.
+func (f *verifierFlags) newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.StringVar(&f.pool, "pool", "", "this backend's pool: the only token audience accepted (required)")
 	fs.StringVar(&f.artifact, "artifact", "", "the artifact this backend runs, as its manifest names it (required)")
 	fs.StringVar(&f.config, "config", "", "this backend's configuration digest (required)")
@@ -80,6 +84,7 @@ func (f *verifierFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.issuer, "issuer", "", "the only token issuer (iss) accepted; empty accepts any issuer the keys vouch for")
 	fs.StringVar(&f.jwks, "jwks", "", "authzd's JWKS URL, e.g. http://authzd:8080/.well-known/jwks.json")
 	fs.StringVar(&f.keys, "keys", "", "a JWKS file of trusted public keys, instead of --jwks")
+	return fs
 }
 
 // verifier builds the Verifier the flags describe, with its claimer (nil:

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,10 +21,8 @@ import (
 // proxy runs the sidecar until ctx ends (SIGINT or SIGTERM), then shuts
 // down gracefully: in-flight calls finish, queued outcomes are sent.
 func proxy(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("fencecheck proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var vf verifierFlags
-	vf.register(fs)
+	fs := vf.newFlagSet("fencecheck proxy", stderr)
 	listen := fs.String("listen", "127.0.0.1:8090", "listen address")
 	upstream := fs.String("upstream", "", "the MCP server's base URL, e.g. http://127.0.0.1:3000 (required)")
 	server := fs.String("server", "", "the MCP server's name in fcd: params.name N is verified as the tool SERVER/N")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,10 +17,8 @@ import (
 // verify prints the verdict on one token for one call: "accept" and the
 // claims, or "reject", the reason and its detail.
 func verify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("fencecheck verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var vf verifierFlags
-	vf.register(fs)
+	fs := vf.newFlagSet("fencecheck verify", stderr)
 	token := fs.String("token", "", "the dispatch token")
 	tokenFile := fs.String("token-file", "", "a file holding the dispatch token (- for stdin)")
 	tool := fs.String("tool", "", "the tool called, as server/tool (required)")

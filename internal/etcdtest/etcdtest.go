@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -218,4 +219,17 @@ func (m *Member) client(t testing.TB) *clientv3.Client {
 		t.Fatalf("etcdtest: client: %v", err)
 	}
 	return cli
+}
+
+// LeaseState reads an open lease's state and claim id from s, or the
+// error of reading it (record.ErrLeaseClosed once it closed).
+func LeaseState(t testing.TB, s *lease.Store, id string) (record.LeaseState, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := s.OpenLease(ctx, id)
+	if err != nil {
+		return "", "", err
+	}
+	return l.State, l.ClaimID(), nil
 }
