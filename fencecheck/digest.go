@@ -7,9 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 
 	"github.com/gowebpki/jcs"
@@ -79,52 +79,47 @@ func ArgumentDigest(tool string, arguments json.RawMessage) (string, error) {
 // them, while a backend decoding case-insensitively (Go's encoding/json
 // into a struct) may run the other.
 func checkFoldedNames(doc []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	type frame struct {
-		object bool
-		key    bool // the next string token is a member name
-		names  map[string]bool
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrArguments, err)
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				if top != nil && top.object {
-					top.key = true // this value ends; a name comes next
+	// doc is valid JSON (json.Valid): a string after '{' or after ',' in
+	// an object is a member name; nothing else needs parsing.
+	var stack [][]string // per open container: the folded names (nil for an array)
+	var inObject []bool
+	name := false
+	for i := 0; i < len(doc); i++ {
+		switch doc[i] {
+		case '{':
+			stack, inObject, name = append(stack, nil), append(inObject, true), true
+		case '[':
+			stack, inObject, name = append(stack, nil), append(inObject, false), false
+		case '}', ']':
+			stack, inObject, name = stack[:len(stack)-1], inObject[:len(inObject)-1], false
+		case ',':
+			name = inObject[len(inObject)-1]
+		case '"':
+			start, escaped := i+1, false
+			for i++; doc[i] != '"'; i++ {
+				if doc[i] == '\\' {
+					escaped = true
+					i++
 				}
-				stack = append(stack, &frame{object: t == '{', key: t == '{', names: map[string]bool{}})
-			default:
-				stack = stack[:len(stack)-1]
 			}
-			continue
-		case string:
-			if top != nil && top.object && top.key {
-				folded := FoldName(t)
-				if top.names[folded] {
-					return fmt.Errorf("%w: member names that fold alike (%q)", ErrArguments, t)
-				}
-				top.names[folded] = true
-				top.key = false
+			if !name {
 				continue
 			}
-		}
-		if top != nil && top.object {
-			top.key = true
+			name = false
+			n := string(doc[start:i])
+			if escaped {
+				if err := json.Unmarshal(doc[start-1:i+1], &n); err != nil {
+					return fmt.Errorf("%w: %v", ErrArguments, err)
+				}
+			}
+			folded, top := FoldName(n), len(stack)-1
+			if slices.Contains(stack[top], folded) {
+				return fmt.Errorf("%w: member names that fold alike (%q)", ErrArguments, n)
+			}
+			stack[top] = append(stack[top], folded)
 		}
 	}
+	return nil
 }
 
 // checkNumbers refuses a number in doc (valid JSON) whose value differs

@@ -381,6 +381,12 @@ func hex4(h []byte) rune {
 // Kelvin sign and k) — which is also when Go's encoding/json matches a
 // member to a struct field. It is fcd's one fold rule for member names.
 func FoldName(s string) string {
+	if isASCII(s) {
+		// The orbit of an ASCII letter is its two cases plus, for k and s,
+		// a non-ASCII rune (the Kelvin sign, ſ) above both: the least is
+		// the upper case.
+		return strings.ToUpper(s)
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for _, r := range s {
@@ -395,6 +401,15 @@ func FoldName(s string) string {
 		b.WriteRune(least)
 	}
 	return b.String()
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // String formats a Message for logs.

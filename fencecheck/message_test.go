@@ -2,7 +2,9 @@ package fencecheck_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/fcd-authz/fcd/fencecheck"
 )
@@ -136,4 +138,24 @@ func TestFoldName(t *testing.T) {
 			t.Errorf("FoldName(%q) == FoldName(%q): %v, want %v", tc.a, tc.b, got, tc.same)
 		}
 	}
+}
+
+// FuzzFoldName: two strings fold alike exactly when strings.EqualFold
+// holds for them (the rule encoding/json matches struct fields by), on
+// the ASCII fast path and the Unicode one alike.
+func FuzzFoldName(f *testing.F) {
+	for _, s := range [][2]string{
+		{"arguments", "ARGUMENTS"}, {"argumentſ", "ARGUMENTS"}, {"k", "\u212a"}, {"K", "\u212a"},
+		{"ß", "ss"}, {"name_1", "NAME_1"}, {"\xff", "\xfe"}, {"Σ", "ς"}, {"a", "b"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if !utf8.ValidString(a) || !utf8.ValidString(b) {
+			t.Skip("names are valid UTF-8 by the time they are folded")
+		}
+		if got, want := fencecheck.FoldName(a) == fencecheck.FoldName(b), strings.EqualFold(a, b); got != want {
+			t.Fatalf("FoldName(%q) == FoldName(%q) is %v, strings.EqualFold %v", a, b, got, want)
+		}
+	})
 }
