@@ -61,7 +61,6 @@ import (
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -770,8 +769,8 @@ func runPhase(ctx context.Context, c, from, to int, op opFunc) *phase {
 	next.Store(int64(from))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	before := kvRPCs()
-	cpu0 := processCPU()
+	before := loadgen.KVRPCs()
+	cpu0 := loadgen.ProcessCPU()
 	start := time.Now()
 	for range c {
 		wg.Go(func() {
@@ -805,8 +804,8 @@ func runPhase(ctx context.Context, c, from, to int, op opFunc) *phase {
 	}
 	wg.Wait()
 	p.wall = time.Since(start)
-	p.cpu = processCPU() - cpu0
-	for k, v := range kvRPCs() {
+	p.cpu = loadgen.ProcessCPU() - cpu0
+	for k, v := range loadgen.KVRPCs() {
 		p.rpc[k] = v - before[k]
 	}
 	return p
@@ -945,36 +944,6 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "NOT met"
-}
-
-// kvRPCs returns etcd's count of handled KV gRPC calls by method (Range,
-// Txn, Put, ...), from the member's Prometheus counters in this process.
-func kvRPCs() map[string]float64 {
-	out := map[string]float64{}
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		return out
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "grpc_server_handled_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var service, method string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "grpc_service":
-					service = l.GetValue()
-				case "grpc_method":
-					method = l.GetValue()
-				}
-			}
-			if service == "etcdserverpb.KV" {
-				out[method] += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return out
 }
 
 // fsyncProbe returns the mean time of a 4 KiB append followed by fsync in

@@ -170,6 +170,11 @@ type phase struct {
 	elapsed time.Duration
 	drain   time.Duration // A: waiting for outcome reports after the last call
 	fails   []string
+	// cpu is the CPU time of this process (load generator, authzd, etcd,
+	// fencecheck, the fixture) and of the design's nginx during the
+	// phase; rpc counts etcd's KV calls by method.
+	cpu time.Duration
+	rpc map[string]float64
 }
 
 func run(ctx context.Context, opts options, out io.Writer) error {
@@ -268,6 +273,20 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 			slices.Sort(p.lat)
 			fmt.Fprintf(out, "| %d | %s | %d | %.0f | %.2f | %.2f | %.2f |\n", r.c, designTitle[d], len(p.lat), p.rate(),
 				loadgen.MS(loadgen.Percentile(p.lat, .50)), loadgen.MS(loadgen.Percentile(p.lat, .95)), loadgen.MS(loadgen.Percentile(p.lat, .99)))
+		}
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| c | design | CPU ms/op (this process + the design's nginx) | etcd KV RPCs/op |")
+	fmt.Fprintln(out, "|---:|---|---:|---|")
+	for _, r := range results {
+		for _, d := range designs {
+			p := r.phases[d]
+			n := float64(len(p.lat))
+			rpc := fmt.Sprintf("%.2f Txn + %.2f Range", p.rpc["Txn"]/n, p.rpc["Range"]/n)
+			if p.rpc["Put"] > 0 || p.rpc["DeleteRange"] > 0 {
+				rpc += fmt.Sprintf(" + %.2f Put + %.2f DeleteRange", p.rpc["Put"]/n, p.rpc["DeleteRange"]/n)
+			}
+			fmt.Fprintf(out, "| %d | %s | %.2f | %s |\n", r.c, d, loadgen.MS(p.cpu)/n, rpc)
 		}
 	}
 	fmt.Fprintln(out)
@@ -376,6 +395,13 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 			t.elapsed += p.elapsed
 			t.drain += p.drain
 			t.fails = append(t.fails, p.fails...)
+			t.cpu += p.cpu
+			if t.rpc == nil {
+				t.rpc = map[string]float64{}
+			}
+			for k, v := range p.rpc {
+				t.rpc[k] += v
+			}
 		}
 	}
 	return res, ctx.Err()
@@ -394,6 +420,8 @@ func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next 
 	fails := make([][]string, len(ss))
 	var cursor atomic.Int64
 	var wg sync.WaitGroup
+	gw := b.gw[d].cmd.Process.Pid // nginx runs in a process group of its own
+	rpc0, cpu0 := loadgen.KVRPCs(), loadgen.ProcessCPU()+loadgen.GroupCPU(gw)
 	start := time.Now()
 	for w, s := range ss {
 		wg.Go(func() {
@@ -429,6 +457,11 @@ func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next 
 		p.drain = time.Since(last)
 	}
 	p.elapsed = time.Since(start)
+	p.cpu = loadgen.ProcessCPU() + loadgen.GroupCPU(gw) - cpu0
+	p.rpc = map[string]float64{}
+	for k, v := range loadgen.KVRPCs() {
+		p.rpc[k] = v - rpc0[k]
+	}
 	for w := range ss {
 		p.lat = append(p.lat, lats[w]...)
 		p.fails = append(p.fails, fails[w]...)

@@ -35,6 +35,8 @@ func TestSmoke(t *testing.T) {
 		"| 4 | A0 nginx + fcd, fence offline (no claim, no report) | 12 |",
 		"| 4 | B nginx, no fcd (auth_basic kept) | 12 |",
 		"| 4 | B0 nginx, no fcd, no client authentication | 12 |",
+		"| c | design | CPU ms/op (this process + the design's nginx) | etcd KV RPCs/op |",
+		"| 4 | A0 | ",
 		"| c | comparison | throughput ratio | ratio, A's report drain excluded | added p50 ms | added p95 ms |",
 		"| 1 | A/B: what fcd adds to a gateway that authenticates its clients | ",
 		"| 4 | A/B0: what fcd and the examples' client authentication add | ",

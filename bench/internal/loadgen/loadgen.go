@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Percentile returns the nearest-rank q-quantile of sorted durations; 0 if
@@ -155,4 +157,34 @@ func (p *Plan) Check(nFlags string) error {
 		return fmt.Errorf("%s and -rounds must be positive, -warmup not negative", nFlags)
 	}
 	return nil
+}
+
+// KVRPCs returns etcd's count of handled KV gRPC calls by method (Range,
+// Txn, Put, ...), from the member's Prometheus counters in this process.
+func KVRPCs() map[string]float64 {
+	out := map[string]float64{}
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_handled_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var service, method string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "grpc_service":
+					service = l.GetValue()
+				case "grpc_method":
+					method = l.GetValue()
+				}
+			}
+			if service == "etcdserverpb.KV" {
+				out[method] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
 }

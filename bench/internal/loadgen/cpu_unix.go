@@ -1,15 +1,15 @@
 //go:build unix
 
-package main
+package loadgen
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time (user + system) this process has used:
+// ProcessCPU returns the CPU time (user + system) this process has used:
 // the load generator, the HTTP server, authzd and etcd together.
-func processCPU() time.Duration {
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
