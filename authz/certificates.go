@@ -55,7 +55,7 @@ func (cs *Certificates) Register(ctx context.Context, jws []byte) (*record.Certi
 	}
 	var server string
 	for _, id := range []string{c.Source, c.Target} {
-		ep, err := cs.store.GetEpoch(ctx, id)
+		ep, err := cs.store.EpochNow(ctx, id)
 		if errors.Is(err, record.ErrEpochNotFound) {
 			return nil, false, fmt.Errorf("%w: epoch %s is not registered", ErrCertificateMismatch, id)
 		}
