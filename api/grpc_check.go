@@ -32,7 +32,7 @@ const grpcHeaderAllowance = 256 << 10
 // NewCheckServer returns a gRPC server that answers Envoy's (and Istio's)
 // external authorization, envoy.service.auth.v3.Authorization/Check, with
 // the same decision as /v1/forward_auth and /v1/ext_authz/*. It needs
-// cfg.Formations and cfg.Auth; cfg.BodyLimit bounds the forwarded body
+// cfg.UseCases and cfg.Auth; cfg.BodyLimit bounds the forwarded body
 // (larger CheckRequests are refused by gRPC itself) and cfg.Logger logs.
 // The caller serves it on its own listener and stops it (GracefulStop).
 //

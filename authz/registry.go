@@ -32,7 +32,8 @@ type Registry struct {
 	now          func() time.Time
 }
 
-// RegistryConfig configures a [Registry]. Store is required; zero values of the other fields mean their defaults.
+// RegistryConfig configures a [Registry]. Store is required; zero values
+// of the other fields mean their defaults.
 type RegistryConfig struct {
 	// Store is the ordered store. Required.
 	Store *lease.Store

@@ -263,7 +263,7 @@ type successors struct {
 }
 
 // verifiedCache remembers certificates verified against this replica's
-// issuer keys. The keys are fixed for the life of a Formations (a new
+// issuer keys. The keys are fixed for the life of the use cases (a new
 // trust set means a restart, hence an empty cache), so a JWS that
 // verified once verifies again; what can change — revocation, expiry,
 // the target's state — is checked on every use, never cached. Entries
