@@ -81,15 +81,15 @@ func ArgumentDigest(tool string, arguments json.RawMessage) (string, error) {
 func checkFoldedNames(doc []byte) error {
 	// doc is valid JSON (json.Valid): a string after '{' or after ',' in
 	// an object is a member name; nothing else needs parsing.
-	var stack [][]string // per open container: the folded names (nil for an array)
+	var stack []foldedNames // per open container (an array's stays empty)
 	var inObject []bool
 	name := false
 	for i := 0; i < len(doc); i++ {
 		switch doc[i] {
 		case '{':
-			stack, inObject, name = append(stack, nil), append(inObject, true), true
+			stack, inObject, name = append(stack, foldedNames{}), append(inObject, true), true
 		case '[':
-			stack, inObject, name = append(stack, nil), append(inObject, false), false
+			stack, inObject, name = append(stack, foldedNames{}), append(inObject, false), false
 		case '}', ']':
 			stack, inObject, name = stack[:len(stack)-1], inObject[:len(inObject)-1], false
 		case ',':
@@ -108,18 +108,45 @@ func checkFoldedNames(doc []byte) error {
 			name = false
 			n := string(doc[start:i])
 			if escaped {
-				if err := json.Unmarshal(doc[start-1:i+1], &n); err != nil {
-					return fmt.Errorf("%w: %v", ErrArguments, err)
-				}
+				_ = json.Unmarshal(doc[start-1:i+1], &n) // a valid JSON string
 			}
-			folded, top := FoldName(n), len(stack)-1
-			if slices.Contains(stack[top], folded) {
+			if !stack[len(stack)-1].add(FoldName(n)) {
 				return fmt.Errorf("%w: member names that fold alike (%q)", ErrArguments, n)
 			}
-			stack[top] = append(stack[top], folded)
 		}
 	}
 	return nil
+}
+
+// foldedNames is the set of one object's folded member names: a short
+// list while the object is small, a map once it is not, so that an object
+// of n members costs O(n), not O(n²) — the check runs before any token is
+// read, on bodies an attacker chooses.
+type foldedNames struct {
+	list []string
+	set  map[string]struct{}
+}
+
+// add records folded and reports whether it was new.
+func (f *foldedNames) add(folded string) bool {
+	if f.set != nil {
+		if _, dup := f.set[folded]; dup {
+			return false
+		}
+		f.set[folded] = struct{}{}
+		return true
+	}
+	if slices.Contains(f.list, folded) {
+		return false
+	}
+	if f.list = append(f.list, folded); len(f.list) > 16 {
+		f.set = make(map[string]struct{}, 2*len(f.list))
+		for _, n := range f.list {
+			f.set[n] = struct{}{}
+		}
+		f.list = nil
+	}
+	return true
 }
 
 // checkNumbers refuses a number in doc (valid JSON) whose value differs

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/fcd-authz/fcd/fencecheck"
@@ -107,5 +108,56 @@ func TestArgumentDigestAllowsCaseVariantsInDifferentObjects(t *testing.T) {
 		if _, err := fencecheck.ArgumentDigest("t/t", json.RawMessage(args)); err != nil {
 			t.Errorf("%s: %v", args, err)
 		}
+	}
+}
+
+// TestArgumentDigestWideObjects: names that fold alike are found among
+// many members too (past the short list, in the set), in any position.
+func TestArgumentDigestWideObjects(t *testing.T) {
+	wide := func(n int, extra string) string {
+		var b strings.Builder
+		b.WriteString(`{`)
+		for i := range n {
+			fmt.Fprintf(&b, `"member%d":%d,`, i, i)
+		}
+		b.WriteString(extra)
+		b.WriteString(`}`)
+		return b.String()
+	}
+	for _, tc := range []struct {
+		note, args string
+		refused    bool
+	}{
+		{"10,000 distinct members", wide(10000, `"last":0`), false},
+		{"a fold of the first member last", wide(10000, `"MEMBER0":0`), true},
+		{"a fold of a middle member last", wide(10000, `"Member5000":0`), true},
+		{"a fold just past the short list", wide(17, `"MEMBER16":0`), true},
+		{"a fold inside the short list", wide(3, `"MEMBER2":0`), true},
+	} {
+		_, err := fencecheck.ArgumentDigest("github/create_repository", json.RawMessage(tc.args))
+		if got := errors.Is(err, fencecheck.ErrArguments); got != tc.refused {
+			t.Errorf("%s: refused %v (%v), want %v", tc.note, got, err, tc.refused)
+		}
+	}
+}
+
+// BenchmarkArgumentDigestWide: a wide object costs time proportional to
+// its size (it ran in O(n²) once: 30 s for 100,000 members).
+func BenchmarkArgumentDigestWide(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		var sb strings.Builder
+		sb.WriteString(`{`)
+		for i := range n {
+			fmt.Fprintf(&sb, `"member%d":%d,`, i, i)
+		}
+		sb.WriteString(`"last":0}`)
+		args := json.RawMessage(sb.String())
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := fencecheck.ArgumentDigest("github/create_repository", args); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
