@@ -1,9 +1,11 @@
 package fencecheck
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -127,6 +129,13 @@ func (lc *LeaseClient) Claim(ctx context.Context, c *Claims, claimID string) err
 		case err != nil:
 			return err // the claim may have landed: the same claim id finds it
 		case a.status == http.StatusOK:
+			// Only authzd's confirmation of this very claim counts: any
+			// other 200 (a misrouted URL, something that answers every
+			// POST) would let the call run unclaimed.
+			var got struct{ Lease, Claim string }
+			if json.Unmarshal(a.msg, &got) != nil || got.Lease != c.ID || got.Claim != claimID {
+				return errGiveUp{fmt.Errorf("authzd's 200 does not confirm claim %q of lease %s: %s", claimID, c.ID, bytes.TrimSpace(a.msg))}
+			}
 			return nil
 		case a.slug == "lease-claimed":
 			return errGiveUp{ErrAlreadyClaimed}

@@ -1,6 +1,7 @@
 package fencecheck_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,9 +61,11 @@ func newClaimServer(t *testing.T, answer func(n int, w http.ResponseWriter, r *h
 	s := &claimServer{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := claimRequest{path: r.URL.EscapedPath(), auth: r.Header.Get("Authorization"), contentType: r.Header.Get("Content-Type")}
-		dec := json.NewDecoder(r.Body)
+		raw, _ := io.ReadAll(r.Body)
+		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		req.err = dec.Decode(&req.body)
+		r.Body = io.NopCloser(bytes.NewReader(raw)) // for the answer
 		s.mu.Lock()
 		s.reqs = append(s.reqs, req)
 		n := len(s.reqs)
@@ -78,9 +82,13 @@ func (s *claimServer) requests() []claimRequest {
 	return append([]claimRequest(nil), s.reqs...)
 }
 
+// claimOK confirms the claim it was sent, as authzd does.
 func claimOK(w http.ResponseWriter, r *http.Request) {
+	var body struct{ Claim string }
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	lease, _ := url.PathUnescape(strings.TrimSuffix(strings.TrimPrefix(r.URL.EscapedPath(), "/v1/leases/"), "/claim"))
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = io.WriteString(w, `{"lease":"x","claim":"y","claimedAt":"2027-01-15T08:00:00Z"}`)
+	_ = json.NewEncoder(w).Encode(map[string]string{"lease": lease, "claim": body.Claim, "claimedAt": "2027-01-15T08:00:00Z"})
 }
 
 // TestLeaseClientContract: what the client sends to authzd's claim
@@ -98,6 +106,12 @@ func TestLeaseClientContract(t *testing.T) {
 		requests int   // how many the server must receive
 	}{
 		{note: "claimed", answer: func(_ int, w http.ResponseWriter, r *http.Request) { claimOK(w, r) }, requests: 1},
+		{note: "a 200 that confirms another claim", answer: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, `{"lease":"x","claim":"someone-else","claimedAt":"2027-01-15T08:00:00Z"}`)
+		}, fails: true, requests: 1},
+		{note: "a 200 that is not authzd's answer", answer: func(_ int, w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, `<html>welcome</html>`)
+		}, fails: true, requests: 1},
 		{note: "claimed by another call", answer: answer(409, "lease-claimed"), want: fencecheck.ErrAlreadyClaimed, requests: 1},
 		{note: "lease closed", answer: answer(409, "lease-closed"), want: fencecheck.ErrLeaseGone, requests: 1},
 		{note: "lease uncertain", answer: answer(409, "lease-uncertain"), want: fencecheck.ErrLeaseGone, requests: 1},
