@@ -107,6 +107,10 @@ type ReporterStats struct {
 	// Failed reports were given up after a final status or the last
 	// attempt, or abandoned by Close.
 	Failed uint64
+	// NotReleased releases (rejected, no claim) were refused by authzd
+	// because the lease was claimed by another call, closed or
+	// uncertain: there was nothing to release, which is as intended.
+	NotReleased uint64
 }
 
 // Reporter sends call outcomes to authzd asynchronously: [Reporter.Report]
@@ -125,7 +129,7 @@ type Reporter struct {
 	mu     sync.RWMutex
 	closed bool
 
-	sent, dropped, failed atomic.Uint64
+	sent, dropped, failed, notReleased atomic.Uint64
 }
 
 // NewReporter starts a reporter's workers.
@@ -191,7 +195,7 @@ func (r *Reporter) Report(rep OutcomeReport) bool {
 
 // Stats returns the counters so far.
 func (r *Reporter) Stats() ReporterStats {
-	return ReporterStats{Sent: r.sent.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load()}
+	return ReporterStats{Sent: r.sent.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load(), NotReleased: r.notReleased.Load()}
 }
 
 // Close stops accepting reports and waits until the queue is drained. If
@@ -224,6 +228,10 @@ func (r *Reporter) work() {
 	}
 }
 
+// errNotReleased: authzd refused a release, as there was nothing to
+// release.
+var errNotReleased = errors.New("the lease was not released")
+
 // deliver posts one report, retrying transient failures.
 func (r *Reporter) deliver(rep OutcomeReport) {
 	body := struct {
@@ -249,12 +257,16 @@ func (r *Reporter) deliver(rep OutcomeReport) {
 			// A release of a lease another call claimed (it runs there) or
 			// that is closed already: nothing to release, as intended.
 			r.log.Debug("fencecheck: lease not released", "jti", rep.Lease, "authzd", a.slug)
-			return nil
+			return errGiveUp{errNotReleased}
 		}
 		return errGiveUp{fmt.Errorf("authzd answered %s", a)}
 	})
-	if err == nil {
+	switch {
+	case err == nil:
 		r.sent.Add(1)
+		return
+	case errors.Is(err, errNotReleased):
+		r.notReleased.Add(1)
 		return
 	}
 	r.failed.Add(1)

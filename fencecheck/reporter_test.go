@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,6 +166,28 @@ func TestReporterBody(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("report %d: authzd received %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestReporterRefusedRelease: a release (rejected, no claim) that authzd
+// refuses because another call claimed the lease, or it closed, is
+// counted apart — not sent, not failed — and not retried; the same 409
+// for an outcome under a claim is a failure.
+func TestReporterRefusedRelease(t *testing.T) {
+	for _, slug := range []string{"lease-claimed", "lease-closed", "lease-uncertain"} {
+		var posts atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			posts.Add(1)
+			problem(w, http.StatusConflict, slug)
+		}))
+		r := newTestReporter(t, srv.URL, fencecheck.ReporterConfig{Workers: 1})
+		r.Report(fencecheck.OutcomeReport{Lease: "lease-1", Outcome: fencecheck.OutcomeRejected, Detail: "refused by the fence"})
+		r.Report(fencecheck.OutcomeReport{Lease: "lease-2", Claim: "cl_1", Outcome: fencecheck.OutcomeEffect})
+		closeReporter(t, r)
+		srv.Close()
+		if s := r.Stats(); s.NotReleased != 1 || s.Failed != 1 || s.Sent != 0 || posts.Load() != 2 {
+			t.Errorf("%s: stats %+v after %d posts, want one not released, one failed, two posts", slug, s, posts.Load())
 		}
 	}
 }
