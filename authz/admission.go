@@ -223,7 +223,7 @@ func (ad *Admissions) admitOnce(ctx context.Context, id string, cached bool, che
 
 // admitTo runs the admission transaction of rec to target: its source, or
 // (with the certificate it relies on) its successor once the source is
-// STALE. A *lease.StateError is returned as is for the caller to map.
+// STALE. A *record.StateError is returned as is for the caller to map.
 func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev int64, target record.Target, cert *record.Certificate, now time.Time) (*Admission, error) {
 	gen, err := ad.generation(ctx, target.Pool)
 	if err != nil {

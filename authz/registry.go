@@ -29,7 +29,6 @@ type Registry struct {
 	store        *lease.Store
 	verifier     *manifest.Verifier
 	log          *slog.Logger
-	now          func() time.Time
 }
 
 // RegistryConfig configures a [Registry]. Store is required; zero values
@@ -63,7 +62,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	}
 	return &Registry{
 		Certificates: &Certificates{store: cfg.Store, issuers: cfg.Certificates, now: cfg.Now, log: cfg.Logger},
-		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger, now: cfg.Now,
+		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger,
 	}, nil
 }
 

@@ -32,7 +32,7 @@ type candidate struct {
 	target *record.Epoch
 }
 
-// successorCandidate returns the certificate that gives a call of tool
+// candidate returns the certificate that gives a call of tool
 // (its name within the server) formed on source with args its successor,
 // or nil. A certificate is eligible when it is registered for (source,
 // tool), not revoked, issued at or before now and not yet expired, still
@@ -208,7 +208,7 @@ func (f *Formations) decide(ctx context.Context, rec *record.Formation, in *poli
 	return nil
 }
 
-// successorAdmission checks, at admission, what a formation's successor
+// admission checks, at admission, what a formation's successor
 // still needs besides what the transaction compares: its certificate is
 // registered, unrevoked, unexpired and still verifies. It returns the
 // certificate record as read, whose revision the transaction compares.
@@ -234,7 +234,7 @@ func (su *successors) admission(ctx context.Context, rec *record.Formation, now 
 	return cert, nil
 }
 
-// successorPolicyInput rebuilds the policy input's successor member of an
+// policyInput rebuilds the policy input's successor member of an
 // admitted-phase re-check from the record and the store.
 func (su *successors) policyInput(ctx context.Context, s *record.Successor) (*policy.SuccessorInput, error) {
 	target, err := su.store.EpochNow(ctx, s.Epoch)

@@ -402,6 +402,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
 		cancel()
 		if err != nil {
+			s.retention.forgetOn(err)
 			return nil, s.wrap(ctx, "close lease", err)
 		}
 		if resp.Succeeded {

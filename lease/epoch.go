@@ -419,7 +419,11 @@ func (s *Store) waitForChange(ctx context.Context, prefix string, rev int64, d t
 // counts as active: it still blocks retirement, which is the safe side.
 func tallyMarkers(kvs []*mvccpb.KeyValue) (active, uncertain int) {
 	for _, kv := range kvs {
-		var l record.Lease
+		// Only the state is read: this runs over every marker of an
+		// epoch (or of the cluster, for a listing).
+		var l struct {
+			State record.LeaseState `json:"state"`
+		}
 		if json.Unmarshal(kv.Value, &l) == nil && l.State == record.LeaseUncertain {
 			uncertain++
 		} else {

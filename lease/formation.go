@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/singleflight"
 )
@@ -51,6 +53,7 @@ func (s *Store) CreateFormation(ctx context.Context, f *record.Formation, keep t
 		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lid))).
 		Commit()
 	if err != nil {
+		s.retention.forgetOn(err)
 		return 0, s.wrap(ctx, "create formation", err)
 	}
 	if !resp.Succeeded {
@@ -212,7 +215,7 @@ func (r *retention) lease(ctx context.Context, s *Store, keep time.Duration) (cl
 		defer cancel()
 		resp, err := s.cli.Grant(octx, int64(end.Sub(now).Seconds())+1)
 		if err != nil {
-			return clientv3.LeaseID(0), s.wrap(ctx, "grant retention lease", err)
+			return clientv3.LeaseID(0), s.wrap(context.WithoutCancel(ctx), "grant retention lease", err)
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -231,6 +234,19 @@ func (r *retention) lease(ctx context.Context, s *Store, keep time.Duration) (cl
 		return 0, err
 	}
 	return v.(clientv3.LeaseID), nil
+}
+
+// forgetOn forgets every cached lease when err says etcd does not know a
+// lease it was given (revoked, or the cluster restored from a backup): the
+// next record is given a lease granted anew instead of failing until its
+// bucket ends.
+func (r *retention) forgetOn(err error) {
+	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.leases)
 }
 
 // cached returns the lease of bucket if one was granted.

@@ -94,3 +94,37 @@ func TestRetentionLeasesShareBuckets(t *testing.T) {
 		t.Fatalf("a minute later: %d leases in all, want %d", got, 2*len(keeps))
 	}
 }
+
+// TestRetentionLeaseLostInEtcd: when etcd no longer knows the cached
+// retention lease (revoked, a restored cluster), one write fails and the
+// next is given a lease granted anew, not refused until the bucket ends.
+func TestRetentionLeaseLostInEtcd(t *testing.T) {
+	m := etcdtest.Start(t)
+	cli := rawClient(t, m)
+	s := m.Store(t, "/lost/")
+	ctx := context.Background()
+	form := func(id string) error {
+		_, err := s.CreateFormation(ctx, &record.Formation{Call: record.Call{ID: id}}, time.Hour)
+		return err
+	}
+	if err := form("fm_1"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Leases(ctx)
+	if err != nil || len(resp.Leases) != 1 {
+		t.Fatalf("leases %v, %v", resp, err)
+	}
+	if _, err := cli.Revoke(ctx, resp.Leases[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := form("fm_2"); err == nil {
+		t.Fatal("a write on a lease etcd does not know succeeded")
+	}
+	if err := form("fm_3"); err != nil {
+		t.Fatalf("the next write after the lost lease: %v", err)
+	}
+	got, err := cli.Get(ctx, "/lost/formations/fm_3")
+	if err != nil || len(got.Kvs) != 1 || got.Kvs[0].Lease == int64(resp.Leases[0].ID) {
+		t.Fatalf("fm_3 stored %v (%v), want it on a new lease", got.Kvs, err)
+	}
+}

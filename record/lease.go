@@ -6,9 +6,12 @@ import "time"
 type LeaseState string
 
 // Lease states. Admitted, running and uncertain leases keep their epoch
-// from retiring.
+// from retiring. A running lease is an admitted one a backend claimed
+// before its effect: it is never claimed again, and re-admission issues no
+// token for it.
 const (
 	LeaseAdmitted  LeaseState = "admitted"
+	LeaseRunning   LeaseState = "running"
 	LeaseUncertain LeaseState = "uncertain"
 )
 
@@ -43,11 +46,6 @@ func (l *Lease) ClaimID() string {
 	}
 	return l.Claim.ID
 }
-
-// LeaseRunning is the state of a lease a backend claimed before its effect.
-// Like an admitted lease it holds its epoch back; unlike one it is never
-// claimed again, and re-admission issues no token for it.
-const LeaseRunning LeaseState = "running"
 
 // Claim is a backend's claim on a lease, taken in one etcd transaction
 // immediately before the effect: of all the calls presenting a lease's

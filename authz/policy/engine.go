@@ -8,7 +8,7 @@ import (
 	"github.com/fcd-authz/fcd/record"
 )
 
-// Engine names, as recorded in [lease.EngineDecision.Engine]. A [Set]
+// Engine names, as recorded in [record.EngineDecision.Engine]. A [Set]
 // always lists its engines in this order.
 const (
 	EngineRego  = "rego"
@@ -17,7 +17,7 @@ const (
 
 // Engine is one policy language's compiled policies. Decide never fails:
 // any evaluation error, undefined result or malformed policy output is a
-// deny with [lease.EngineDecision.Error] set, so a caller cannot forget to
+// deny with [record.EngineDecision.Error] set, so a caller cannot forget to
 // fail closed. An Engine is immutable once built and safe for concurrent
 // use by any number of goroutines; it is swapped, never mutated, on
 // reload.

@@ -145,9 +145,6 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 		}
 		v.Keys = set
 	}
-	if err := v.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
-	}
 	opts := fencecheck.MiddlewareConfig{Server: rel.Server, MaxBodyBytes: f.maxBody, Timeout: f.timeout, Logger: log}
 	closeFn := func() {}
 	switch {
@@ -182,6 +179,12 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 				log.Error("outcome reports abandoned at shutdown", "err", err, "stats", rep.Stats())
 			}
 		}
+	}
+	// Validated once complete (its Claimer included): a Verifier is not
+	// changed after that.
+	if err := v.Validate(); err != nil {
+		closeFn()
+		return nil, nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	log.Info("guarding /mcp with fencecheck", "pool", v.Pool, "artifact", v.Artifact, "config", v.Config,
 		"generation", v.Generation, "keys", f.jwks+f.keys)
