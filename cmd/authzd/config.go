@@ -217,11 +217,8 @@ func bindServeFlags(cfg *Config) *serveFlags {
 // parse parses args into the bound Config; flags not given keep what the
 // Config holds.
 func (fl *serveFlags) parse(args []string) error {
-	if err := fl.fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	if fl.fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", cli.ErrUsage, fl.fs.Arg(0))
+	if err := cli.Parse(fl.fs, args); err != nil {
+		return err
 	}
 	fl.fs.Visit(func(f *flag.Flag) {
 		if f.Name == "etcd-endpoints" {

@@ -288,3 +288,23 @@ func TestManifestCommands(t *testing.T) {
 		t.Fatalf("approver with pools: exit %d %s", code, stderr)
 	}
 }
+
+// TestCredentialNewCommandLine: `credential new` prints a credential for a
+// valid role and refuses an unknown role or a stray argument as a usage
+// error (exit 2).
+func TestCredentialNewCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"credential", "new", "--role", "backend", "--pool", "github-v1-4"}, 0},
+		{[]string{"credential", "new", "--role", "nobody"}, 2},
+		{[]string{"credential", "new", "--role", "backend", "stray"}, 2},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), tc.args, nil, &out, &errb)
+		if code != tc.code || (code == 0) != strings.Contains(out.String(), `"role": "backend"`) {
+			t.Errorf("%q: exit %d, want %d\nstdout %s\nstderr %s", tc.args, code, tc.code, out.String(), errb.String())
+		}
+	}
+}

@@ -159,8 +159,8 @@ func credentialNew(args []string, stdout io.Writer) error {
 	id := fs.String("id", "", "id of the credential, safe to log (default: the role)")
 	var pools stringList
 	fs.Var(&pools, "pool", "backend or gateway only: the pool whose lease outcomes it may report (repeat for several; default: any)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if !api.Role(*role).Valid() {
 		return fmt.Errorf("%w: --role must be one of %v", cli.ErrUsage, api.Roles())
