@@ -81,7 +81,9 @@ type ToolInput struct {
 	ProducesInputFor []string `json:"producesInputFor"`
 	ExclusiveWith    []string `json:"exclusiveWith"`
 
-	// value is this input converted, when an [InputCache] made it.
+	// value is this input converted, when an [InputCache] made it; the
+	// document takes it as is, so an input from the cache must not be
+	// modified (build one with NewToolInput/NewEpochInput to edit it).
 	value ast.Value
 }
 
@@ -107,7 +109,9 @@ type EpochInput struct {
 	Policy    *manifest.PolicyRef `json:"policy,omitempty"`
 	SignerKid string              `json:"signerKid"`
 
-	// value is this input converted, when an [InputCache] made it.
+	// value is this input converted, when an [InputCache] made it; the
+	// document takes it as is, so an input from the cache must not be
+	// modified (build one with NewToolInput/NewEpochInput to edit it).
 	value ast.Value
 }
 
