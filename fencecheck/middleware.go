@@ -179,7 +179,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case 0:
 		rerr = reject(ReasonMissing, "no %s header", Header)
 	case 1:
-		claims, rerr = m.v.verify(r.Context(), tokens[0], tool, msg.Arguments)
+		claims, rerr = m.v.verify(r.Context(), tokens[0], tool, msg.Arguments, true)
 	default:
 		rerr = reject(ReasonMalformed, "%d %s headers", len(tokens), Header)
 	}

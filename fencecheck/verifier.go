@@ -225,19 +225,22 @@ var b64 = base64.RawURLEncoding.Strict()
 // its lease. In online mode the returned claims carry the ClaimID to
 // report the outcome under.
 func (v *Verifier) Verify(ctx context.Context, token string, tool string, arguments json.RawMessage) (*Claims, error) {
-	c, rerr := v.verify(ctx, token, tool, arguments)
+	c, rerr := v.verify(ctx, token, tool, arguments, false)
 	if rerr != nil {
 		return nil, rerr
 	}
 	return c, nil
 }
 
-func (v *Verifier) verify(ctx context.Context, token string, tool string, arguments json.RawMessage) (*Claims, *RejectError) {
+// verify is Verify; read says the arguments come from ReadMessage, which
+// proved them valid JSON without names that fold alike, so the digest
+// does not check that again.
+func (v *Verifier) verify(ctx context.Context, token string, tool string, arguments json.RawMessage, read bool) (*Claims, *RejectError) {
 	c, rerr := v.verifyToken(ctx, token)
 	if rerr != nil {
 		return nil, rerr
 	}
-	return v.verifyCall(ctx, c, tool, arguments)
+	return v.verifyCall(ctx, c, tool, arguments, read)
 }
 
 // verifyToken checks a token up to and including the generation: it is
@@ -343,13 +346,13 @@ func (v *Verifier) verifyToken(ctx context.Context, token string) (*Claims, *Rej
 
 // verifyCall checks that a genuine token is for this call, and not used
 // before (locally, then by its claim in authzd).
-func (v *Verifier) verifyCall(ctx context.Context, c *Claims, tool string, arguments json.RawMessage) (*Claims, *RejectError) {
+func (v *Verifier) verifyCall(ctx context.Context, c *Claims, tool string, arguments json.RawMessage, read bool) (*Claims, *RejectError) {
 	skew := v.skew()
 	exp := time.Unix(c.Expiry, 0)
 	if tool != c.Tool {
 		return nil, reject(ReasonTool, "call of %q, token for %q", tool, c.Tool)
 	}
-	digest, err := ArgumentDigest(tool, arguments)
+	digest, err := argumentDigest(tool, arguments, read)
 	if err != nil {
 		return nil, reject(ReasonArguments, "%v", err)
 	}
