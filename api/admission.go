@@ -11,7 +11,7 @@ import (
 // admitFormation performs the etcd-ordered admission and answers the
 // dispatch token.
 func (s *server) admitFormation(w http.ResponseWriter, r *http.Request) {
-	a, err := s.admissions.Admit(r.Context(), chi.URLParam(r, "formation"))
+	a, err := s.uc.Admissions.Admit(r.Context(), chi.URLParam(r, "formation"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -35,7 +35,7 @@ func (s *server) claimLease(w http.ResponseWriter, r *http.Request) {
 	}
 	caller, _ := CallerFrom(r.Context())
 	id := chi.URLParam(r, "lease")
-	c, err := s.leases.Claim(r.Context(), authz.ClaimRequest{
+	c, err := s.uc.Leases.Claim(r.Context(), authz.ClaimRequest{
 		Lease: id, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim, Pools: caller.Pools,
 	})
 	if err != nil {
@@ -59,7 +59,7 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	l, err := s.leases.Complete(r.Context(), authz.CompleteRequest{
+	l, err := s.uc.Leases.Complete(r.Context(), authz.CompleteRequest{
 		Lease: chi.URLParam(r, "lease"), Outcome: req.Outcome, Detail: req.Detail, Claim: req.Claim, Pools: caller.Pools,
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	l, err := s.leases.Resolve(r.Context(), chi.URLParam(r, "lease"), req.Outcome, req.Reason)
+	l, err := s.uc.Leases.Resolve(r.Context(), chi.URLParam(r, "lease"), req.Outcome, req.Reason)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -99,7 +99,7 @@ func (s *server) setGeneration(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pool := chi.URLParam(r, "pool")
-	released, err := s.leases.SetGeneration(r.Context(), pool, req.Generation)
+	released, err := s.uc.Leases.SetGeneration(r.Context(), pool, req.Generation)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -112,7 +112,7 @@ func (s *server) setGeneration(w http.ResponseWriter, r *http.Request) {
 
 // jwks serves the public keys of every replica's dispatch-token signer.
 func (s *server) jwks(w http.ResponseWriter, r *http.Request) {
-	body, err := s.admissions.JWKS(r.Context())
+	body, err := s.uc.Admissions.JWKS(r.Context())
 	if err != nil {
 		s.problem(w, r, err)
 		return

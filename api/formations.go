@@ -34,7 +34,7 @@ func (s *server) createFormation(w http.ResponseWriter, r *http.Request) {
 	if req.Principal != nil {
 		fr.PrincipalID, fr.Attributes = req.Principal.ID, req.Principal.Attributes
 	}
-	f, err := s.formations.Form(r.Context(), fr)
+	f, err := s.uc.Formations.Form(r.Context(), fr)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -48,7 +48,7 @@ func (s *server) createFormation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
-	f, err := s.formations.Get(r.Context(), chi.URLParam(r, "formation"))
+	f, err := s.uc.Formations.Get(r.Context(), chi.URLParam(r, "formation"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -57,7 +57,7 @@ func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
-	fs, err := s.formations.List(r.Context(), record.Status(r.URL.Query().Get("status")))
+	fs, err := s.uc.Formations.List(r.Context(), record.Status(r.URL.Query().Get("status")))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -81,7 +81,7 @@ func (s *server) approveFormation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	f, err := s.formations.Approve(r.Context(), chi.URLParam(r, "formation"), authz.ApprovalRequest{
+	f, err := s.uc.Formations.Approve(r.Context(), chi.URLParam(r, "formation"), authz.ApprovalRequest{
 		Approver: caller.ID, Decision: req.Decision, Digest: req.Digest, Reason: req.Reason,
 	})
 	if err != nil {

@@ -50,8 +50,7 @@ func NewCheckServer(cfg Config, opts ...grpc.ServerOption) (*grpc.Server, error)
 	if cfg.UseCases == nil || cfg.Auth == nil {
 		return nil, errors.New("api: UseCases and Auth are required")
 	}
-	s := &server{auth: cfg.Auth, limit: cfg.BodyLimit, log: cfg.Logger}
-	s.setUseCases(cfg.UseCases)
+	s := &server{uc: cfg.UseCases, auth: cfg.Auth, limit: cfg.BodyLimit, log: cfg.Logger}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}

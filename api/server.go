@@ -46,10 +46,7 @@ type Config struct {
 
 type server struct {
 	reg          *authz.Registry
-	formations   *authz.Formations
-	admissions   *authz.Admissions
-	leases       *authz.Leases
-	gatekeeper   *authz.Gate
+	uc           *authz.UseCases
 	policyStatus func() policy.Status
 	auth         *Authenticator
 	limit        int64
@@ -69,8 +66,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry == nil || cfg.UseCases == nil || cfg.Auth == nil {
 		return nil, errors.New("api: Registry, UseCases and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics(cfg.UseCases.Collectors()...)}
-	s.setUseCases(cfg.UseCases)
+	s := &server{reg: cfg.Registry, uc: cfg.UseCases, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics(cfg.UseCases.Collectors()...)}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}
@@ -235,9 +231,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// setUseCases gives the server the use cases its routes call.
-func (s *server) setUseCases(uc *authz.UseCases) {
-	s.formations, s.admissions, s.leases, s.gatekeeper = uc.Formations, uc.Admissions, uc.Leases, uc.Gate
 }
