@@ -288,9 +288,15 @@ func (s *Store) readEpochs(ctx context.Context, counts bool) ([]*record.Epoch, i
 	}
 	var out []*record.Epoch
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		rec, err := decodeRecord(kv)
-		if err != nil {
-			return nil, 0, err
+		// An epoch record never changes: decode each once per replica
+		// (the manifest is most of the work) and share it with records.
+		id := string(kv.Key[len(s.k.epochs()):])
+		rec := s.cache.record(id)
+		if rec == nil {
+			if rec, err = decodeRecord(kv); err != nil {
+				return nil, 0, err
+			}
+			rec = s.cache.putRecord(id, rec)
 		}
 		ep, err := rec.epoch(kv.CreateRevision, states[rec.ID], false)
 		if err != nil {
