@@ -38,11 +38,12 @@ func Start(t testing.TB) *Member {
 	t.Helper()
 	dir := t.TempDir()
 	return startFresh(t, func(attempt int) *Member {
+		addrs := FreeAddrs(t, 2)
 		return &Member{t: t, cfg: lease.EmbedConfig{
 			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
 			LogFile:   filepath.Join(dir, "etcd.log"),
-			ClientURL: "http://" + FreeAddr(t),
-			PeerURL:   "http://" + FreeAddr(t),
+			ClientURL: "http://" + addrs[0],
+			PeerURL:   "http://" + addrs[1],
 		}}
 	})
 }
@@ -84,13 +85,14 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for attempt := 0; attempt < 4; attempt++ {
 		c := &Cluster{}
 		var initial []string
+		addrs := FreeAddrs(t, 2*n)
 		for i := range n {
 			m := &Member{t: t, cfg: lease.EmbedConfig{
 				Name:      fmt.Sprintf("m%d", i),
 				Dir:       filepath.Join(dir, fmt.Sprintf("try%d-m%d", attempt, i)),
 				LogFile:   filepath.Join(dir, fmt.Sprintf("etcd-m%d.log", i)),
-				ClientURL: "http://" + FreeAddr(t),
-				PeerURL:   "http://" + FreeAddr(t),
+				ClientURL: "http://" + addrs[2*i],
+				PeerURL:   "http://" + addrs[2*i+1],
 			}}
 			initial = append(initial, m.cfg.Name+"="+m.cfg.PeerURL)
 			c.Members = append(c.Members, m)
@@ -182,12 +184,24 @@ func (m *Member) Store(t testing.TB, prefix string) *lease.Store {
 // FreeAddr returns a loopback host:port that was free a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: free port: %v", err)
+	return FreeAddrs(t, 1)[0]
+}
+
+// FreeAddrs returns n distinct free loopback addresses: all n listeners
+// stay open until every port is chosen, so the kernel cannot hand out one
+// port twice (two members of a cluster on one URL).
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("etcdtest: free port: %v", err)
+		}
+		defer l.Close()
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return fmt.Sprintf("127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
+	return addrs
 }
 
 // PutRaw writes key=value straight into etcd, bypassing fcd: for tests

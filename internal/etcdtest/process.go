@@ -61,7 +61,8 @@ func StartProcess(t testing.TB) *Process {
 	var err error
 	for attempt := 0; attempt < 8; attempt++ {
 		var p *Process
-		p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprint("try", attempt)), FreeAddr(t), FreeAddr(t))
+		addrs := FreeAddrs(t, 2)
+		p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprint("try", attempt)), addrs[0], addrs[1])
 		if err == nil {
 			return p
 		}

@@ -46,11 +46,12 @@ func StartTLS(t testing.TB) (*Member, TLSFiles) {
 	files := WriteCerts(t, dir)
 	clientTLS := files.ClientConfig(t)
 	m := startFresh(t, func(attempt int) *Member {
+		addrs := FreeAddrs(t, 2)
 		return &Member{t: t, tls: clientTLS, cfg: lease.EmbedConfig{
 			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
 			LogFile:   filepath.Join(dir, "etcd.log"),
-			ClientURL: "https://" + FreeAddr(t),
-			PeerURL:   "http://" + FreeAddr(t),
+			ClientURL: "https://" + addrs[0],
+			PeerURL:   "http://" + addrs[1],
 			ClientTLS: &transport.TLSInfo{CertFile: files.ServerCert, KeyFile: files.ServerKey, TrustedCAFile: files.CA, ClientCertAuth: true},
 		}}
 	})
