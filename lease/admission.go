@@ -134,16 +134,14 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 	if err != nil {
 		return fmt.Errorf("lease: encode formation: %w", err)
 	}
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).If(cmps...).Then(
+	resp, err := s.txn(ctx, txn{cmps: cmps, then: []clientv3.Op{
 		clientv3.OpPut(s.k.marker(l.Target.Epoch, l.ID), string(lval)),
 		clientv3.OpPut(s.k.lease(l.ID), l.Target.Epoch),
 		clientv3.OpPut(s.k.admitted(l.Session, l.Tool, l.ID), l.Tool),
 		// No lease option: the admitted record is detached from its
 		// retention lease and lives until the lease closes.
 		clientv3.OpPut(fkey, string(fval)),
-	).Commit()
+	}})
 	if err != nil {
 		return s.wrap(ctx, "admit", err)
 	}
@@ -398,9 +396,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 			ops = append(ops, clientv3.OpPut(fkey, string(fval), clientv3.WithLease(lid)),
 				clientv3.OpPut(s.k.lease(id), l.Target.Epoch, clientv3.WithLease(lid)))
 		}
-		octx, cancel := s.op(ctx)
-		resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
-		cancel()
+		resp, err := s.txn(ctx, txn{cmps: cmps, then: ops})
 		if err != nil {
 			s.retention.forgetOn(err)
 			return nil, s.wrap(ctx, "close lease", err)

@@ -67,18 +67,18 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 		return nil, fmt.Errorf("lease: encode claim: %w", err)
 	}
 	mkey, ckey := s.k.marker(req.Epoch, req.Lease), s.k.claim(req.Lease)
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).If(
-		clientv3.Compare(clientv3.ModRevision(mkey), "=", req.Revision),
-		clientv3.Compare(clientv3.CreateRevision(ckey), "=", 0),
-	).Then(
-		clientv3.OpPut(ckey, string(val)),
-	).Else(
-		clientv3.OpGet(ckey),
-		clientv3.OpGet(mkey),
-		clientv3.OpGet(s.k.lease(req.Lease), clientv3.WithKeysOnly()),
-	).Commit()
+	resp, err := s.txn(ctx, txn{
+		cmps: []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(mkey), "=", req.Revision),
+			clientv3.Compare(clientv3.CreateRevision(ckey), "=", 0),
+		},
+		then: []clientv3.Op{clientv3.OpPut(ckey, string(val))},
+		els: []clientv3.Op{
+			clientv3.OpGet(ckey),
+			clientv3.OpGet(mkey),
+			clientv3.OpGet(s.k.lease(req.Lease), clientv3.WithKeysOnly()),
+		},
+	})
 	if err != nil {
 		return nil, s.wrap(ctx, "claim lease", err)
 	}

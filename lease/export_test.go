@@ -43,3 +43,48 @@ func ClaimKeyForTest(t testing.TB, s *Store, lease string) (string, bool) {
 	}
 	return string(resp.Kvs[0].Value), true
 }
+
+// HoldCommitsForTest takes every commit slot of s, so that writes queue
+// instead of going to etcd. queued tells how many wait; release frees the
+// slots, and the queued writes go as batches.
+func HoldCommitsForTest(s *Store) (queued func() int, release func()) {
+	c := s.commits
+	c.mu.Lock()
+	held := c.maxSlots
+	c.running += held
+	c.mu.Unlock()
+	queued = func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue)
+	}
+	release = func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.running -= held
+		for c.running < c.maxSlots {
+			c.running++
+			go c.flush(false)
+		}
+	}
+	return queued, release
+}
+
+// RevokeRetentionForTest revokes every etcd lease of the store's cluster
+// behind the store's back, as a restore from a backup would lose them.
+func RevokeRetentionForTest(t testing.TB, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	resp, err := s.cli.Leases(ctx)
+	if err != nil {
+		t.Fatalf("list leases: %v", err)
+	}
+	if len(resp.Leases) == 0 {
+		t.Fatal("no retention lease to revoke")
+	}
+	for _, l := range resp.Leases {
+		if _, err := s.cli.Revoke(ctx, l.ID); err != nil {
+			t.Fatalf("revoke lease: %v", err)
+		}
+	}
+}

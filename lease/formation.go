@@ -46,12 +46,10 @@ func (s *Store) CreateFormation(ctx context.Context, f *record.Formation, keep t
 		return 0, err
 	}
 	key := s.k.formation(f.ID)
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lid))).
-		Commit()
+	resp, err := s.txn(ctx, txn{
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		then: []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lid))},
+	})
 	if err != nil {
 		s.retention.forgetOn(err)
 		return 0, s.wrap(ctx, "create formation", err)
@@ -106,12 +104,10 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *r
 		if err != nil {
 			return nil, 0, fmt.Errorf("lease: encode formation: %w", err)
 		}
-		octx, cancel := s.op(ctx)
-		resp, err := s.cli.Txn(octx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithIgnoreLease())).
-			Commit()
-		cancel()
+		resp, err := s.txn(ctx, txn{
+			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)},
+			then: []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithIgnoreLease())},
+		})
 		if err != nil {
 			return nil, 0, s.wrap(ctx, "update formation", err)
 		}

@@ -39,6 +39,14 @@ type Config struct {
 	// update and expiry times, retirement deadlines) is read from it. Nil
 	// means time.Now.
 	Now func() time.Time
+	// MaxBatch bounds the writes group-committed in one etcd transaction
+	// (see commit.go); zero means [DefaultMaxBatch], 1 sends every write
+	// alone.
+	MaxBatch int
+	// MaxInFlight bounds the write transactions under way at once; zero
+	// means [DefaultMaxInFlight]. Writes that find every slot busy queue
+	// and go in the next batch.
+	MaxInFlight int
 }
 
 // Validate reports a configuration [Open] refuses: no endpoints, an empty
@@ -59,6 +67,12 @@ func (c *Config) Validate() error {
 	if c.OpTimeout < 0 {
 		errs = append(errs, fmt.Errorf("lease: negative operation timeout %s", c.OpTimeout))
 	}
+	if c.MaxBatch < 0 || c.MaxBatch > maxTxnOps/2 {
+		errs = append(errs, fmt.Errorf("lease: batch size %d is not within 0-%d", c.MaxBatch, maxTxnOps/2))
+	}
+	if c.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("lease: negative in-flight bound %d", c.MaxInFlight))
+	}
 	return errors.Join(errs...)
 }
 
@@ -72,6 +86,7 @@ type Store struct {
 	now       func() time.Time
 	retention retention
 	cache     immutableCache
+	commits   *committer
 }
 
 // Open connects to etcd. It does not wait for etcd to be reachable: a
@@ -114,7 +129,27 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: etcd client: %w", err)
 	}
-	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, log: log, now: now}, nil
+	commits := &committer{
+		cli: cli, timeout: op,
+		maxBatch: orDefaultInt(cfg.MaxBatch, DefaultMaxBatch),
+		maxSlots: orDefaultInt(cfg.MaxInFlight, DefaultMaxInFlight),
+	}
+	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, log: log, now: now, commits: commits}, nil
+}
+
+func orDefaultInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// CommitStats reports the group committer's work (see commit.go).
+func (s *Store) CommitStats() CommitStats { return s.commits.stats() }
+
+// txn commits one conditional write through the group committer.
+func (s *Store) txn(ctx context.Context, t txn) (*clientv3.TxnResponse, error) {
+	return s.commits.commit(ctx, t)
 }
 
 // Close releases the connection to etcd.

@@ -1,0 +1,331 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Group commit.
+//
+// Every write of a call's life (its formation, admission, claim and
+// outcome) is one conditional etcd transaction, and under load most of
+// their cost is the round trip and the member's per-request work, not the
+// bytes. The committer sends concurrent transactions to etcd as one
+// transaction of nested per-item transactions, each with its own compares
+// and branches, so an item whose compares fail takes its own else branch
+// and fails alone with the answer it would have had on its own.
+//
+// There is no batching window. A transaction that finds a commit slot free
+// is sent at once, alone and unnested, by its own caller; the items that
+// arrive while MaxInFlight commits are under way queue, and the next free
+// slot sends the queue's head as one batch. A lone call is never delayed;
+// batches grow only when etcd is the bottleneck, as in a database's group
+// commit.
+//
+// etcd evaluates every compare of a transaction, nested ones included,
+// against the state before any of its writes, and refuses two writes of
+// one key in one transaction. So a batch never holds two items where one
+// writes a key the other reads (compares, ranges) or writes: such an item
+// waits for the next batch. Within a batch no item sees another's writes,
+// which makes the batch equal to running its items one after another in
+// any order — the answers are those of some serial order of concurrent
+// requests, as etcd's own order would give.
+
+// Defaults of the committer.
+const (
+	// DefaultMaxBatch bounds the items of one batch.
+	DefaultMaxBatch = 64
+	// DefaultMaxInFlight bounds the transactions under way at once.
+	DefaultMaxInFlight = 2
+	// maxTxnOps is etcd's default --max-txn-ops: a bound on the compares
+	// and on each branch's operations of one transaction, nested ones
+	// counted against what their parent left.
+	maxTxnOps = 128
+	// maxBatchBytes keeps a batch well under etcd's default request size
+	// limit (1.5 MiB): an item larger than that is sent alone.
+	maxBatchBytes = 1 << 20
+)
+
+// txn is one conditional write: compares, and the operations to run when
+// they all hold (then) or not (els).
+type txn struct {
+	cmps      []clientv3.Cmp
+	then, els []clientv3.Op
+}
+
+// CommitStats count the committer's work since the store opened.
+type CommitStats struct {
+	// Transactions is the number of transactions sent to etcd: one per
+	// batch, and one per item sent alone.
+	Transactions int64
+	// Items is the number of conditional writes committed.
+	Items int64
+	// Batched is the number of items that shared a transaction with
+	// another.
+	Batched int64
+	// Split is the number of batches etcd refused as a whole (size, a
+	// lease it did not know) whose items were then sent one by one.
+	Split int64
+}
+
+// committer groups concurrent transactions; see above.
+type committer struct {
+	cli      *clientv3.Client
+	timeout  time.Duration
+	maxBatch int
+	maxSlots int
+
+	mu      sync.Mutex
+	queue   []*pending
+	running int // slots in use
+
+	transactions, items, batched, split atomic.Int64
+}
+
+// pending is one queued item.
+type pending struct {
+	ctx   context.Context
+	t     txn
+	reads []span
+	wrote []span
+	size  int
+	ops   int // max(compares, then, else): what etcd counts
+	done  chan struct{}
+	resp  *clientv3.TxnResponse
+	err   error
+}
+
+func (c *committer) stats() CommitStats {
+	return CommitStats{
+		Transactions: c.transactions.Load(), Items: c.items.Load(),
+		Batched: c.batched.Load(), Split: c.split.Load(),
+	}
+}
+
+// commit runs t, alone or in a batch, and returns its own response: its
+// compares' verdict (Succeeded), its branch's responses, and the header of
+// the transaction that carried it. An error means etcd did not answer (or
+// refused the request); whether t was applied is then unknown, as for any
+// etcd request.
+func (c *committer) commit(ctx context.Context, t txn) (*clientv3.TxnResponse, error) {
+	p := newPending(ctx, t)
+	c.mu.Lock()
+	c.queue = append(c.queue, p)
+	lead := c.running < c.maxSlots
+	if lead {
+		c.running++
+	}
+	c.mu.Unlock()
+	if lead {
+		c.flush(true)
+	}
+	select {
+	case <-p.done:
+		return p.resp, p.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// flush sends the queue's head while the queue holds items, then frees
+// its slot. A caller flushes once (its own item is usually the head) and
+// hands what queued meanwhile to a goroutine, so that it answers without
+// waiting for others' batches.
+func (c *committer) flush(caller bool) {
+	for {
+		c.mu.Lock()
+		batch := c.takeLocked()
+		if batch == nil {
+			c.running--
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.send(batch)
+		if caller {
+			c.mu.Lock()
+			if len(c.queue) == 0 {
+				c.running--
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
+			go c.flush(false)
+			return
+		}
+	}
+}
+
+// takeLocked removes the next batch from the queue: items in arrival
+// order that fit the limits and do not conflict with an item already
+// taken. Items whose caller gave up are dropped.
+func (c *committer) takeLocked() []*pending {
+	var batch []*pending
+	rest := c.queue[:0]
+	size, widest := 0, 0
+	for _, p := range c.queue {
+		if p.ctx.Err() != nil {
+			p.finish(nil, p.ctx.Err())
+			continue
+		}
+		n := len(batch) + 1
+		fits := len(batch) == 0 || (n <= c.maxBatch &&
+			size+p.size <= maxBatchBytes &&
+			max(widest, p.ops) <= maxTxnOps-n &&
+			!conflicts(batch, p))
+		if !fits {
+			rest = append(rest, p)
+			continue
+		}
+		batch = append(batch, p)
+		size += p.size
+		widest = max(widest, p.ops)
+	}
+	clear(c.queue[len(rest):])
+	c.queue = rest
+	return batch
+}
+
+// send commits a batch and hands each item its answer.
+func (c *committer) send(batch []*pending) {
+	if len(batch) == 1 {
+		c.sendAlone(batch[0])
+		return
+	}
+	ops := make([]clientv3.Op, len(batch))
+	for i, p := range batch {
+		ops[i] = clientv3.OpTxn(p.t.cmps, p.t.then, p.t.els)
+	}
+	ctx, cancel := c.context()
+	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+	cancel()
+	c.transactions.Add(1)
+	if err != nil && refusedWhole(err) {
+		// etcd refused the request as a whole (too large, a retention
+		// lease it does not know): each item gets its own answer.
+		c.split.Add(1)
+		for _, p := range batch {
+			c.sendAlone(p)
+		}
+		return
+	}
+	c.items.Add(int64(len(batch)))
+	c.batched.Add(int64(len(batch)))
+	for i, p := range batch {
+		if err != nil {
+			p.finish(nil, err)
+			continue
+		}
+		inner := resp.Responses[i].GetResponseTxn()
+		p.finish(&clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.GetSucceeded(), Responses: inner.GetResponses()}, nil)
+	}
+}
+
+func (c *committer) sendAlone(p *pending) {
+	ctx, cancel := c.context()
+	defer cancel()
+	resp, err := c.cli.Txn(ctx).If(p.t.cmps...).Then(p.t.then...).Else(p.t.els...).Commit()
+	c.transactions.Add(1)
+	c.items.Add(1)
+	p.finish(resp, err)
+}
+
+// context bounds one transaction. It does not end with any one caller:
+// a batch carries others' items too; a caller that gives up stops waiting
+// (its outcome is then unknown, as it would be for its own request).
+func (c *committer) context() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(clientv3.WithRequireLeader(context.Background()), c.timeout)
+}
+
+// refusedWhole reports an error etcd gives a request before applying any
+// of it, for something one of its items alone may cause.
+func refusedWhole(err error) bool {
+	for _, e := range []error{
+		rpctypes.ErrGRPCRequestTooLarge, rpctypes.ErrRequestTooLarge,
+		rpctypes.ErrGRPCTooManyOps, rpctypes.ErrTooManyOps,
+		rpctypes.ErrGRPCDuplicateKey, rpctypes.ErrDuplicateKey,
+		rpctypes.ErrGRPCLeaseNotFound, rpctypes.ErrLeaseNotFound,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func newPending(ctx context.Context, t txn) *pending {
+	p := &pending{ctx: ctx, t: t, done: make(chan struct{})}
+	p.ops = max(len(t.cmps), len(t.then), len(t.els))
+	for _, cmp := range t.cmps {
+		pc := cmp.GetCompare()
+		p.reads = append(p.reads, spanOf(pc.Key, pc.RangeEnd))
+		p.size += len(pc.Key) + len(pc.RangeEnd) + len(cmp.ValueBytes())
+	}
+	for _, branch := range [][]clientv3.Op{t.then, t.els} {
+		for _, op := range branch {
+			s := spanOf(op.KeyBytes(), op.RangeBytes())
+			p.size += len(op.KeyBytes()) + len(op.RangeBytes()) + len(op.ValueBytes())
+			switch {
+			case op.IsPut(), op.IsDelete():
+				p.wrote = append(p.wrote, s)
+			default:
+				p.reads = append(p.reads, s)
+			}
+		}
+	}
+	return p
+}
+
+func (p *pending) finish(resp *clientv3.TxnResponse, err error) {
+	p.resp, p.err = resp, err
+	close(p.done)
+}
+
+// conflicts reports whether p writes what an item of batch reads or
+// writes, or reads what one writes.
+func conflicts(batch []*pending, p *pending) bool {
+	for _, q := range batch {
+		if anyOverlap(p.wrote, q.wrote) || anyOverlap(p.wrote, q.reads) || anyOverlap(p.reads, q.wrote) {
+			return true
+		}
+	}
+	return false
+}
+
+func anyOverlap(a, b []span) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x.overlaps(y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// span is the key range [lo, hi) an operation touches; a nil hi is
+// unbounded.
+type span struct{ lo, hi []byte }
+
+// spanOf is the span of etcd's (key, range end) pair: no end is the key
+// alone, "\x00" every key from key on.
+func spanOf(key, end []byte) span {
+	switch {
+	case len(end) == 0:
+		return span{lo: key, hi: append(key[:len(key):len(key)], 0)}
+	case len(end) == 1 && end[0] == 0:
+		return span{lo: key}
+	}
+	return span{lo: key, hi: end}
+}
+
+func (s span) overlaps(t span) bool {
+	return (t.hi == nil || bytes.Compare(s.lo, t.hi) < 0) && (s.hi == nil || bytes.Compare(t.lo, s.hi) < 0)
+}
