@@ -168,6 +168,7 @@ func (c *committer) flush(caller bool) {
 // taken. Items whose caller gave up are dropped.
 func (c *committer) takeLocked() []*pending {
 	var batch []*pending
+	var taken footprint
 	rest := c.queue[:0]
 	size, widest := 0, 0
 	for _, p := range c.queue {
@@ -179,12 +180,13 @@ func (c *committer) takeLocked() []*pending {
 		fits := len(batch) == 0 || (n <= c.maxBatch &&
 			size+p.size <= maxBatchBytes &&
 			max(widest, p.ops) <= maxTxnOps-n &&
-			!conflicts(batch, p))
+			!taken.conflicts(p))
 		if !fits {
 			rest = append(rest, p)
 			continue
 		}
 		batch = append(batch, p)
+		taken.add(p)
 		size += p.size
 		widest = max(widest, p.ops)
 	}
@@ -288,42 +290,91 @@ func (p *pending) finish(resp *clientv3.TxnResponse, err error) {
 	close(p.done)
 }
 
-// conflicts reports whether p writes what an item of batch reads or
-// writes, or reads what one writes.
-func conflicts(batch []*pending, p *pending) bool {
-	for _, q := range batch {
-		if anyOverlap(p.wrote, q.wrote) || anyOverlap(p.wrote, q.reads) || anyOverlap(p.reads, q.wrote) {
+// footprint is what the items of a batch read and write: single keys in
+// sets, ranges (prefix compares) in lists, which are short.
+type footprint struct {
+	wrote, read             map[string]struct{}
+	wroteRanges, readRanges []span
+}
+
+func (f *footprint) add(p *pending) {
+	if f.wrote == nil {
+		f.wrote, f.read = map[string]struct{}{}, map[string]struct{}{}
+	}
+	for _, s := range p.wrote {
+		if s.point {
+			f.wrote[string(s.lo)] = struct{}{}
+		} else {
+			f.wroteRanges = append(f.wroteRanges, s)
+		}
+	}
+	for _, s := range p.reads {
+		if s.point {
+			f.read[string(s.lo)] = struct{}{}
+		} else {
+			f.readRanges = append(f.readRanges, s)
+		}
+	}
+}
+
+// conflicts reports whether p writes what the batch reads or writes, or
+// reads what it writes.
+func (f *footprint) conflicts(p *pending) bool {
+	for _, s := range p.wrote {
+		if f.touches(s, f.wrote, f.wroteRanges) || f.touches(s, f.read, f.readRanges) {
+			return true
+		}
+	}
+	for _, s := range p.reads {
+		if f.touches(s, f.wrote, f.wroteRanges) {
 			return true
 		}
 	}
 	return false
 }
 
-func anyOverlap(a, b []span) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x.overlaps(y) {
+// touches reports whether s overlaps one of keys or ranges.
+func (f *footprint) touches(s span, keys map[string]struct{}, ranges []span) bool {
+	if s.point {
+		if _, ok := keys[string(s.lo)]; ok {
+			return true
+		}
+	} else {
+		for k := range keys {
+			if s.overlaps(pointSpan([]byte(k))) {
 				return true
 			}
+		}
+	}
+	for _, r := range ranges {
+		if s.overlaps(r) {
+			return true
 		}
 	}
 	return false
 }
 
 // span is the key range [lo, hi) an operation touches; a nil hi is
-// unbounded.
-type span struct{ lo, hi []byte }
+// unbounded. point: the range holds the key lo alone.
+type span struct {
+	lo, hi []byte
+	point  bool
+}
 
 // spanOf is the span of etcd's (key, range end) pair: no end is the key
 // alone, "\x00" every key from key on.
 func spanOf(key, end []byte) span {
 	switch {
 	case len(end) == 0:
-		return span{lo: key, hi: append(key[:len(key):len(key)], 0)}
+		return pointSpan(key)
 	case len(end) == 1 && end[0] == 0:
 		return span{lo: key}
 	}
 	return span{lo: key, hi: end}
+}
+
+func pointSpan(key []byte) span {
+	return span{lo: key, hi: append(key[:len(key):len(key)], 0), point: true}
 }
 
 func (s span) overlaps(t span) bool {
