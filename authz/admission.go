@@ -474,6 +474,11 @@ type CompleteRequest struct {
 	// Claim is the id the lease was claimed under; empty for a release of
 	// an unclaimed lease (outcome rejected).
 	Claim string
+	// Admission, when set, are the facts of the lease's admission from the
+	// reporter's dispatch token: with them a common report is one etcd
+	// transaction and no read. The store proves them; wrong facts only
+	// cost the read they would have saved.
+	Admission *record.Admission
 	// Pools, when not empty, limits the reporter to leases of these pools:
 	// a lease of another pool is refused with ErrLeaseOutOfScope and left
 	// as it is, so a backend of one pool cannot release (or hold) the
@@ -498,17 +503,18 @@ func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (*record.Le
 	if len(req.Claim) > lease.MaxClaimIDLength {
 		return nil, fmt.Errorf("%w: claim longer than %d bytes", ErrBadRequest, lease.MaxClaimIDLength)
 	}
-	var allow func(*record.Lease) error
+	var allow func(string) error
 	if len(req.Pools) > 0 {
-		allow = func(l *record.Lease) error {
-			if !slices.Contains(req.Pools, l.Target.Pool) {
-				return fmt.Errorf("%w: lease %s is of pool %s", ErrLeaseOutOfScope, l.ID, l.Target.Pool)
+		allow = func(pool string) error {
+			if !slices.Contains(req.Pools, pool) {
+				return fmt.Errorf("%w: lease %s is of pool %s", ErrLeaseOutOfScope, req.Lease, pool)
 			}
 			return nil
 		}
 	}
 	l, err := ls.store.CloseLease(ctx, lease.CloseRequest{
-		Lease: req.Lease, Outcome: req.Outcome, Claim: req.Claim, Keep: ls.retention, Allow: allow,
+		Lease: req.Lease, Outcome: req.Outcome, Claim: req.Claim, Keep: ls.retention, AllowPool: allow,
+		Admission: req.Admission,
 	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseOutOfScope) {

@@ -77,8 +77,10 @@ type Formations struct {
 	ready      *readyCache
 	metrics    *metrics
 	ttl        time.Duration
-	retention  time.Duration
-	now        func() time.Time
+	// keep is how long a formation's record is stored from its creation:
+	// see formationKeep.
+	keep time.Duration
+	now  func() time.Time
 	log        *slog.Logger
 }
 
@@ -217,7 +219,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 		rec.Status = record.StatusReady
 	}
 	rec.UpdatedAt = now
-	rev, err := f.store.CreateFormation(ctx, rec, f.ttl+f.retention)
+	rev, err := f.store.CreateFormation(ctx, rec, f.keep)
 	if err != nil {
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
@@ -285,7 +287,13 @@ func (f *Formations) List(ctx context.Context, status record.Status) ([]*record.
 	if status != "" && !status.Valid() {
 		return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, status)
 	}
-	all, err := f.store.ListFormations(ctx, nil)
+	var all []*record.Formation
+	var err error
+	if status == record.StatusPendingApproval {
+		all, err = f.store.PendingApproval(ctx) // an index, not a scan
+	} else {
+		all, err = f.store.ListFormations(ctx, nil)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func New(cfg Config) (*UseCases, error) {
 	u := &UseCases{metrics: m}
 	u.Formations = &Formations{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, inputs: inputs, ready: ready, metrics: m,
-		ttl: cfg.TTL, retention: cfg.Retention, now: cfg.Now, log: cfg.Logger,
+		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger,
 	}
 	u.Admissions = &Admissions{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, inputs: inputs, ready: ready, generations: generations,
@@ -105,4 +105,25 @@ func New(cfg Config) (*UseCases, error) {
 	}
 	u.Gate = &Gate{formations: u.Formations, admissions: u.Admissions, caller: cfg.GatewayCaller}
 	return u, nil
+}
+
+// sweepSlack covers the sweeper's period (authzd sweeps every minute)
+// and clock skew between replicas.
+const sweepSlack = 2 * time.Minute
+
+// formationKeep is how long a formation's record and state are stored
+// from its creation. The common outcome report does not rewrite them (it
+// writes the outcome alone, kept the retention from the report), so they
+// must outlast the longest a lease can stay open without turning
+// uncertain: admitted within the TTL, claimed before the sweep would mark
+// it (2×ReportGrace + the token lifetime after admission), reported
+// before the sweep marks the claim (as long again). Marking a lease
+// uncertain detaches its record, and closing it then keeps it the
+// retention from the close. After that, retention.
+func formationKeep(cfg Config) time.Duration {
+	window := 2 * cfg.ReportGrace
+	if cfg.Issuer != nil {
+		window += cfg.Issuer.Lifetime()
+	}
+	return cfg.TTL + 2*(window+sweepSlack) + cfg.Retention
 }

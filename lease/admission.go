@@ -97,11 +97,12 @@ type AdmitRequest struct {
 func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 	f, l := req.Formation, req.Lease
 	l.State = record.LeaseAdmitted
-	fkey, skey := s.k.formation(f.ID), s.k.state(l.Target.Epoch)
+	skey, ekey := s.k.formationState(f.ID), s.k.state(l.Target.Epoch)
 	gkey := s.k.generation(l.Target.Pool)
 	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.ModRevision(fkey), "=", req.FormationRev),
-		clientv3.Compare(clientv3.Value(skey), "=", string(record.StateActive)),
+		clientv3.Compare(clientv3.ModRevision(skey), "=", req.FormationRev),
+		clientv3.Compare(clientv3.CreateRevision(s.k.formationOutcome(f.ID)), "=", 0),
+		clientv3.Compare(clientv3.Value(ekey), "=", string(record.StateActive)),
 	}
 	if l.Generation == 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0))
@@ -130,17 +131,19 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 		return fmt.Errorf("lease: encode lease: %w", err)
 	}
 	f.Status, f.Lease, f.UpdatedAt = record.StatusAdmitted, l.ID, l.AdmittedAt
-	fval, err := json.Marshal(f)
+	state, err := encodeState(f)
 	if err != nil {
-		return fmt.Errorf("lease: encode formation: %w", err)
+		return err
 	}
 	resp, err := s.txn(ctx, txn{cmps: cmps, then: []clientv3.Op{
 		clientv3.OpPut(s.k.marker(l.Target.Epoch, l.ID), string(lval)),
-		clientv3.OpPut(s.k.lease(l.ID), l.Target.Epoch),
+		// No lease option: the marker, the lease index and the ledger
+		// entry live until the lease closes.
+		clientv3.OpPut(s.k.lease(l.ID), indexValue(l.Target.Epoch, f.ID)),
 		clientv3.OpPut(s.k.admitted(l.Session, l.Tool, l.ID), l.Tool),
-		// No lease option: the admitted record is detached from its
-		// retention lease and lives until the lease closes.
-		clientv3.OpPut(fkey, string(fval)),
+		// Only the small state changes; the call record stays as formed.
+		clientv3.OpPut(skey, string(state), clientv3.WithIgnoreLease()),
+		clientv3.OpDelete(s.k.pendingApproval(f.ID)),
 	}})
 	if err != nil {
 		return s.wrap(ctx, "admit", err)
@@ -156,7 +159,7 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 	l := req.Lease
 	ops := []clientv3.Op{
-		clientv3.OpGet(s.k.formation(req.Formation.ID), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.k.formationState(req.Formation.ID), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.k.state(l.Target.Epoch)),
 		clientv3.OpGet(s.k.generation(l.Target.Pool)),
 	}
@@ -230,7 +233,19 @@ func (s *Store) OpenLease(ctx context.Context, id string) (*record.Lease, error)
 
 // openRevs are the revisions a lease was read at, for a compare-and-swap:
 // its marker's and its claim's (0: no claim).
-type openRevs struct{ marker, claim int64 }
+type openRevs struct {
+	marker, claim int64
+	claimKey      string
+}
+
+// claimCmp holds when the lease's claim is still as read: the same claim
+// key unchanged, or still none.
+func (s *Store) claimCmp(id string, revs openRevs) clientv3.Cmp {
+	if revs.claimKey == "" {
+		return clientv3.Compare(clientv3.CreateRevision(s.k.claims(id)), "=", 0).WithPrefix()
+	}
+	return clientv3.Compare(clientv3.ModRevision(revs.claimKey), "=", revs.claim)
+}
 
 func (s *Store) openLease(ctx context.Context, id string) (*record.Lease, openRevs, error) {
 	octx, cancel := s.op(ctx)
@@ -242,9 +257,10 @@ func (s *Store) openLease(ctx context.Context, id string) (*record.Lease, openRe
 	if len(idx.Kvs) == 0 {
 		return nil, openRevs{}, fmt.Errorf("%w: %s", record.ErrLeaseNotFound, id)
 	}
+	epoch, _ := parseIndex(idx.Kvs[0].Value)
 	resp, err := s.cli.Txn(octx).Then(
-		clientv3.OpGet(s.k.marker(string(idx.Kvs[0].Value), id)),
-		clientv3.OpGet(s.k.claim(id)),
+		clientv3.OpGet(s.k.marker(epoch, id)),
+		clientv3.OpGet(s.k.claims(id), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, openRevs{}, s.wrap(ctx, "get lease", err)
@@ -264,7 +280,7 @@ func (s *Store) openLease(ctx context.Context, id string) (*record.Lease, openRe
 		if err := json.Unmarshal(c[0].Value, l.Claim); err != nil {
 			return nil, openRevs{}, fmt.Errorf("%w: claim of lease %s", record.ErrCorrupt, id)
 		}
-		revs.claim = c[0].ModRevision
+		revs.claim, revs.claimKey = c[0].ModRevision, string(c[0].Key)
 		if l.State == record.LeaseAdmitted {
 			l.State = record.LeaseRunning
 		}
@@ -281,15 +297,22 @@ type CloseRequest struct {
 	// outcomes only under its claim; an unclaimed one only rejected, with
 	// no claim (a release: nothing ran, and no claim can succeed after).
 	Claim string
+	// Admission, when set, are the facts of the lease's admission as its
+	// dispatch token states them. They let the common report (effect,
+	// failed or rejected, not a resolution) be one transaction with no
+	// read before it; its compares prove each fact against the stored
+	// admission, and a report whose facts do not hold is handled as one
+	// without them. Never trusted beyond what the compares prove.
+	Admission *record.Admission
 	// Resolve marks an operator's resolution: the only way to close an
 	// uncertain lease (besides a newer generation), and only such a lease.
 	Resolve bool
 	// Keep is how long the closed formation record is kept.
 	Keep time.Duration
-	// Allow, when not nil, is asked first with the open lease and may
-	// refuse (a reporter limited to some pools, say); its error is
-	// returned as is and nothing changes.
-	Allow func(*record.Lease) error
+	// AllowPool, when not nil, is asked first with the pool of the lease's
+	// epoch and may refuse (a reporter limited to some pools, say); its
+	// error is returned as is and nothing changes.
+	AllowPool func(pool string) error
 }
 
 // CloseLease applies an outcome to an open lease: effect, failed and
@@ -303,11 +326,16 @@ type CloseRequest struct {
 // unclaimed lease only as rejected and without a claim (ErrLeaseNotClaimed
 // otherwise) — no effect can have run under it, and the claim that would
 // let one run is refused once the marker is gone.
+//
+// The lease returned has at least its id and formation set.
 func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease, error) {
+	if l, ok, err := s.closeFast(ctx, req); ok || err != nil {
+		return l, err
+	}
 	id := req.Lease
 	return s.closeLease(ctx, id, req.Outcome, req.Keep, func(l *record.Lease) error {
-		if req.Allow != nil {
-			if err := req.Allow(l); err != nil {
+		if req.AllowPool != nil {
+			if err := req.AllowPool(l.Target.Pool); err != nil {
 				return err
 			}
 		}
@@ -329,7 +357,95 @@ func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease
 	})
 }
 
-// closeLease closes an open lease if check accepts it.
+// closeFast applies a common report in one transaction, without reading:
+// its compares prove that the lease is open and neither uncertain nor
+// claimed by another (its marker unchanged since the admission at the
+// token's revision; the claim under the reporter's id, or none for a
+// release), and that the token's formation, session and tool are the
+// lease's (the lease index and the ledger entry its admission wrote). ok
+// is false when the request is not such a report or a compare failed:
+// the caller then reads and closes as usual, and gets the precise answer.
+func (s *Store) closeFast(ctx context.Context, req CloseRequest) (_ *record.Lease, ok bool, _ error) {
+	a := req.Admission
+	if a == nil || req.Resolve || a.Epoch == "" || a.Revision <= 0 || a.Formation == "" || a.Session == "" || a.Tool == "" {
+		return nil, false, nil
+	}
+	var status record.Status
+	switch req.Outcome {
+	case record.OutcomeEffect:
+		status = record.StatusCompleted
+	case record.OutcomeFailed:
+		status = record.StatusFailed
+	case record.OutcomeRejected:
+		status = record.StatusRejected
+	default:
+		return nil, false, nil
+	}
+	if req.Claim == "" && req.Outcome != record.OutcomeRejected {
+		return nil, false, nil
+	}
+	recs, err := s.records(ctx, []string{a.Epoch})
+	if err != nil {
+		return nil, false, err
+	}
+	rec := recs[a.Epoch]
+	if rec == nil {
+		return nil, false, nil
+	}
+	if req.AllowPool != nil {
+		if err := req.AllowPool(rec.Manifest.Pool); err != nil {
+			return nil, false, err
+		}
+	}
+	id := req.Lease
+	mkey, ikey := s.k.marker(a.Epoch, id), s.k.lease(id)
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(mkey), "=", a.Revision),
+		clientv3.Compare(clientv3.Value(ikey), "=", indexValue(a.Epoch, a.Formation)),
+		clientv3.Compare(clientv3.CreateRevision(s.k.admitted(a.Session, a.Tool, id)), "=", a.Revision),
+		clientv3.Compare(clientv3.CreateRevision(s.k.formationOutcome(a.Formation)), "=", 0),
+	}
+	if req.Claim == "" {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.claims(id)), "=", 0).WithPrefix())
+	} else {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.claim(id, req.Claim)), ">", 0))
+	}
+	oval, err := json.Marshal(&formationOutcome{Status: status, UpdatedAt: s.now().UTC()})
+	if err != nil {
+		return nil, false, fmt.Errorf("lease: encode outcome: %w", err)
+	}
+	lid, err := s.retention.lease(ctx, s, req.Keep)
+	if err != nil {
+		return nil, false, err
+	}
+	ops := []clientv3.Op{
+		clientv3.OpDelete(mkey), clientv3.OpDelete(s.k.claims(id), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.k.admitted(a.Session, a.Tool, id)),
+		clientv3.OpPut(s.k.formationOutcome(a.Formation), string(oval), clientv3.WithLease(lid)),
+		clientv3.OpPut(ikey, indexValue(a.Epoch, a.Formation), clientv3.WithLease(lid)),
+	}
+	switch req.Outcome {
+	case record.OutcomeEffect:
+		ops = append(ops, clientv3.OpPut(s.k.completed(a.Session, a.Tool), a.Tool))
+	case record.OutcomeFailed:
+		ops = append(ops, clientv3.OpPut(s.k.failed(a.Session, a.Tool), a.Tool))
+	}
+	resp, err := s.txn(ctx, txn{cmps: cmps, then: ops})
+	if err != nil {
+		s.retention.forgetOn(err)
+		return nil, false, s.wrap(ctx, "close lease", err)
+	}
+	if !resp.Succeeded {
+		return nil, false, nil
+	}
+	s.log.Info("lease closed", "lease", id, "outcome", req.Outcome, "formation", a.Formation)
+	return &record.Lease{
+		ID: id, Formation: a.Formation, Session: a.Session, Tool: a.Tool, Revision: a.Revision,
+		Target: record.Target{Epoch: a.Epoch, Pool: rec.Manifest.Pool},
+	}, true, nil
+}
+
+// closeLease closes an open lease if check accepts it, reading it first.
 func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, keep time.Duration, check func(*record.Lease) error) (*record.Lease, error) {
 	for range 16 {
 		l, revs, err := s.openLease(ctx, id)
@@ -339,21 +455,31 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		if err := check(l); err != nil {
 			return l, err
 		}
-		f, frev, err := s.getFormation(ctx, l.Formation)
-		if err != nil {
+		// The formation may be gone (collected after its keep, which
+		// authz sizes to outlast the lease): the lease closes all the same.
+		sf, err := s.readFormation(ctx, l.Formation)
+		gone := errors.Is(err, record.ErrFormationNotFound)
+		if err != nil && !gone {
 			return nil, err
 		}
-		mkey, fkey, ckey := s.k.marker(l.Target.Epoch, id), s.k.formation(f.ID), s.k.claim(id)
+		if !gone {
+			if _, err := sf.decode(); err != nil {
+				return nil, err // rewritten as read below: refuse what does not decode
+			}
+		}
+		mkey, fid := s.k.marker(l.Target.Epoch, id), l.Formation
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(mkey), "=", revs.marker),
-			clientv3.Compare(clientv3.ModRevision(fkey), "=", frev),
-			clientv3.Compare(clientv3.ModRevision(ckey), "=", revs.claim),
+			s.claimCmp(id, revs),
 		}
-		f.UpdatedAt = s.now().UTC()
+		if !gone {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k.formationOutcome(fid)), "=", sf.outcomeRev()))
+		}
+		var status record.Status
 		var ops []clientv3.Op
 		switch outcome {
 		case record.OutcomeUncertain:
-			l.State, f.Status = record.LeaseUncertain, record.StatusUncertain
+			l.State, status = record.LeaseUncertain, record.StatusUncertain
 			marker := *l
 			marker.Claim = nil // the claim has its own key
 			lval, _ := json.Marshal(&marker)
@@ -361,15 +487,15 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		case record.OutcomeEffect, record.OutcomeFailed, record.OutcomeRejected, record.OutcomeNoEffect, record.OutcomeReleased:
 			switch outcome {
 			case record.OutcomeEffect:
-				f.Status = record.StatusCompleted
+				status = record.StatusCompleted
 			case record.OutcomeFailed:
-				f.Status = record.StatusFailed
+				status = record.StatusFailed
 			case record.OutcomeReleased:
-				f.Status = record.StatusUncertain
+				status = record.StatusUncertain
 			default:
-				f.Status = record.StatusRejected
+				status = record.StatusRejected
 			}
-			ops = append(ops, clientv3.OpDelete(mkey), clientv3.OpDelete(ckey),
+			ops = append(ops, clientv3.OpDelete(mkey), clientv3.OpDelete(s.k.claims(id), clientv3.WithPrefix()),
 				clientv3.OpDelete(s.k.admitted(l.Session, l.Tool, id)))
 			switch outcome {
 			case record.OutcomeEffect:
@@ -380,21 +506,32 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		default:
 			return nil, fmt.Errorf("lease: unknown outcome %q", outcome)
 		}
-		fval, err := json.Marshal(f)
+		oval, err := json.Marshal(&formationOutcome{Status: status, UpdatedAt: s.now().UTC()})
 		if err != nil {
-			return nil, fmt.Errorf("lease: encode formation: %w", err)
+			return nil, fmt.Errorf("lease: encode outcome: %w", err)
 		}
-		if outcome == record.OutcomeUncertain {
-			ops = append(ops, clientv3.OpPut(fkey, string(fval)))
-		} else {
-			// A closed record and its lease index go back to being
-			// collected after keep.
+		// The record's keys as read, rewritten to live as long as the
+		// outcome: detached while the lease stays uncertain (it may stay
+		// longer than any retention), else kept keep from now.
+		var opt []clientv3.OpOption
+		if outcome != record.OutcomeUncertain {
 			lid, err := s.retention.lease(ctx, s, keep)
 			if err != nil {
 				return nil, err
 			}
-			ops = append(ops, clientv3.OpPut(fkey, string(fval), clientv3.WithLease(lid)),
-				clientv3.OpPut(s.k.lease(id), l.Target.Epoch, clientv3.WithLease(lid)))
+			opt = append(opt, clientv3.WithLease(lid))
+			ops = append(ops, clientv3.OpPut(s.k.lease(id), indexValue(l.Target.Epoch, fid), opt...))
+		}
+		if !gone {
+			ops = append(ops,
+				clientv3.OpPut(s.k.formationOutcome(fid), string(oval), opt...),
+				clientv3.OpPut(string(sf.call.Key), string(sf.call.Value), opt...),
+				clientv3.OpPut(string(sf.state.Key), string(sf.state.Value), opt...))
+			cmps = append(cmps,
+				clientv3.Compare(clientv3.ModRevision(string(sf.call.Key)), "=", sf.call.ModRevision),
+				clientv3.Compare(clientv3.ModRevision(string(sf.state.Key)), "=", sf.state.ModRevision))
+		} else {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.formation(fid)), "=", 0))
 		}
 		resp, err := s.txn(ctx, txn{cmps: cmps, then: ops})
 		if err != nil {
@@ -402,11 +539,34 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 			return nil, s.wrap(ctx, "close lease", err)
 		}
 		if resp.Succeeded {
-			s.log.Info("lease closed", "lease", id, "outcome", outcome, "formation", f.ID)
+			s.log.Info("lease closed", "lease", id, "outcome", outcome, "formation", fid)
 			return l, nil
 		}
 	}
 	return nil, fmt.Errorf("%w: lease %s", record.ErrConflict, id)
+}
+
+// indexValue is the value of a lease's index key: its epoch and formation,
+// in one fixed encoding, so that a compare of the value proves both.
+func indexValue(epoch, formation string) string {
+	b, _ := json.Marshal(struct {
+		Epoch     string `json:"epoch"`
+		Formation string `json:"formation"`
+	}{epoch, formation})
+	return string(b)
+}
+
+// parseIndex reads a lease index value: indexValue's encoding, or the
+// bare epoch id older versions wrote.
+func parseIndex(v []byte) (epoch, formation string) {
+	var ix struct {
+		Epoch     string `json:"epoch"`
+		Formation string `json:"formation"`
+	}
+	if len(v) > 0 && v[0] == '{' && json.Unmarshal(v, &ix) == nil {
+		return ix.Epoch, ix.Formation
+	}
+	return string(v), ""
 }
 
 // SetGeneration records a newer backend generation of a pool and releases

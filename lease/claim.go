@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
@@ -66,15 +67,15 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 	if err != nil {
 		return nil, fmt.Errorf("lease: encode claim: %w", err)
 	}
-	mkey, ckey := s.k.marker(req.Epoch, req.Lease), s.k.claim(req.Lease)
+	mkey, ckey := s.k.marker(req.Epoch, req.Lease), s.k.claim(req.Lease, req.Claim)
 	resp, err := s.txn(ctx, txn{
 		cmps: []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(mkey), "=", req.Revision),
-			clientv3.Compare(clientv3.CreateRevision(ckey), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(s.k.claims(req.Lease)), "=", 0).WithPrefix(),
 		},
 		then: []clientv3.Op{clientv3.OpPut(ckey, string(val))},
 		els: []clientv3.Op{
-			clientv3.OpGet(ckey),
+			clientv3.OpGet(s.k.claims(req.Lease), clientv3.WithPrefix()),
 			clientv3.OpGet(mkey),
 			clientv3.OpGet(s.k.lease(req.Lease), clientv3.WithKeysOnly()),
 		},
@@ -116,6 +117,13 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 	return nil, fmt.Errorf("%w: lease %s", record.ErrConflict, req.Lease)
 }
 
-// claim is the key of a lease's claim, written once by ClaimLease and
-// deleted when the lease closes.
-func (k keys) claim(lease string) string { return k.p + "claims/" + lease }
+// claim is the key of a lease's claim under a claim id, written once by
+// ClaimLease and deleted when the lease closes; claims is the prefix of a
+// lease's claims, of which there is at most one. The id is in the key so
+// that a report's compare proves the claim is the reporter's without
+// reading it.
+func (k keys) allClaims() string          { return k.p + "claims/" }
+func (k keys) claims(lease string) string { return k.allClaims() + lease + "/" }
+func (k keys) claim(lease, claim string) string {
+	return k.claims(lease) + url.PathEscape(claim)
+}

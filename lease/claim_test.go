@@ -17,6 +17,7 @@ import (
 // claimEnv is a store with one registered epoch, in which formations are
 // admitted the way authz admits them (CreateFormation, then Admit).
 type claimEnv struct {
+	m  *etcdtest.Member
 	s  *lease.Store
 	ep *record.Epoch
 	t0 time.Time
@@ -27,7 +28,7 @@ func newClaimEnv(t *testing.T) *claimEnv {
 	t.Helper()
 	m := etcdtest.Start(t)
 	s := m.Store(t, "/claims/")
-	return &claimEnv{s: s, ep: register(t, s, testManifest(t, "github", "v1.4.0", "private")),
+	return &claimEnv{m: m, s: s, ep: register(t, s, testManifest(t, "github", "v1.4.0", "private")),
 		t0: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 }
 

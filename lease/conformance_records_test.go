@@ -323,43 +323,80 @@ func formationCreateGetUpdate(t *testing.T, x *fixture) {
 	}
 }
 
-// formationRetention: a formation record is bound to an etcd lease that
-// outlives keep (expiry is etcd collecting it); admission detaches it, so
-// an open lease's formation never expires; closing binds it, with the
-// lease index, again. Once the retention ends, both are gone.
+// formationRetention: a formation's record and state are bound to an
+// etcd lease that outlives keep from its creation (expiry is etcd
+// collecting them), and stay bound while admitted; the common report
+// binds the outcome and the lease index alone; a lease that turns
+// uncertain detaches the record, so it never expires while the lease
+// stays open; a close that reads the record binds all of it again. Once
+// the retention ends, everything is gone.
 func formationRetention(t *testing.T, x *fixture) {
 	ctx := testCtx(t)
 	const keep = time.Hour
 	ep := register(t, x.s, testManifest(t, "github", "v1.4.0", "private"))
-	retention := func(id string) int64 {
+	e := x.env(ep)
+	retention := func(key string) int64 {
 		t.Helper()
-		return x.rawKey(t, id).Lease
+		return x.rawKey(t, key).Lease
 	}
-	within := func(id string) {
+	within := func(key string) {
 		t.Helper()
-		lid := retention(id)
+		lid := retention(key)
 		if lid == 0 {
-			t.Fatalf("record %s is kept forever, want at least %s", id, keep)
+			t.Fatalf("record %s is kept forever, want at least %s", key, keep)
 		}
 		if ttl := x.grantedTTL(t, lid); ttl < keep || ttl > keep+2*time.Minute {
-			t.Fatalf("record %s is kept for %s, want %s (and at most 2m more)", id, ttl, keep)
+			t.Fatalf("record %s is kept for %s, want %s (and at most 2m more)", key, ttl, keep)
 		}
 	}
+	formation := func(id string) []string {
+		return []string{"formations/" + id, "formation-states/" + id}
+	}
 	idle, _ := x.form(t, "s-idle", "github/get_repository")
-	within(idle.ID)
+	for _, k := range formation(idle.ID) {
+		within(k)
+	}
 
 	l := x.admit(t, call{ep: ep})
-	if lid := retention(l.Formation); lid != 0 {
-		t.Fatalf("an admitted formation is still bound to retention lease %x", lid)
+	for _, k := range formation(l.Formation) {
+		within(k) // still the creation's
 	}
-	x.release(t, l)
-	within(l.Formation)
-	within(l.ID) // the lease index: marker and ledger entry are gone
+	x.release(t, l) // reads the lease: binds everything anew
+	for _, k := range append(formation(l.Formation), "formation-outcomes/"+l.Formation, "leases/"+l.ID) {
+		within(k)
+	}
+
+	fast := x.admit(t, call{ep: ep})
+	e.mustClaim(t, fast, "cl_a")
+	if _, err := x.s.CloseLease(ctx, lease.CloseRequest{Lease: fast.ID, Claim: "cl_a", Outcome: record.OutcomeEffect,
+		Keep: keep, Admission: admissionOf(fast)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range append(formation(fast.Formation), "formation-outcomes/"+fast.Formation, "leases/"+fast.ID) {
+		within(k)
+	}
+
+	unsure := x.admit(t, call{ep: ep})
+	e.mustClaim(t, unsure, "cl_a")
+	if _, err := x.s.CloseLease(ctx, lease.CloseRequest{Lease: unsure.ID, Claim: "cl_a", Outcome: record.OutcomeUncertain}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range append(formation(unsure.Formation), "formation-outcomes/"+unsure.Formation, "leases/"+unsure.ID) {
+		if lid := retention(k); lid != 0 {
+			t.Fatalf("%s of an uncertain lease is bound to retention lease %x", k, lid)
+		}
+	}
+	if _, err := x.s.CloseLease(ctx, lease.CloseRequest{Lease: unsure.ID, Outcome: record.OutcomeNoEffect, Resolve: true, Keep: keep}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range append(formation(unsure.Formation), "formation-outcomes/"+unsure.Formation, "leases/"+unsure.ID) {
+		within(k)
+	}
 
 	// Records kept alike may share a retention lease: end them all.
 	ends := map[int64]bool{}
-	for _, id := range []string{idle.ID, l.Formation, l.ID} {
-		ends[retention(id)] = true
+	for _, k := range append(formation(idle.ID), append(formation(l.Formation), "leases/"+l.ID)...) {
+		ends[retention(k)] = true
 	}
 	for lid := range ends {
 		x.revoke(t, lid)
@@ -403,7 +440,7 @@ func corruptRecords(t *testing.T, x *fixture) {
 		}
 	}
 
-	overwrite(x.rawKey(t, byFormation.Formation), "not json")
+	overwrite(x.rawKey(t, "formations/"+byFormation.Formation), "not json")
 	_, err = x.s.GetFormation(ctx, byFormation.Formation)
 	check(t, "a corrupt formation", err, is(record.ErrCorrupt))
 	_, err = x.s.ListFormations(ctx, nil)
@@ -445,7 +482,7 @@ func corruptRecords(t *testing.T, x *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	overwrite(x.rawKey(t, snap.ID), string(val))
+	overwrite(x.rawKey(t, "snapshots/"+snap.ID), string(val))
 	_, err = fresh.GetSnapshot(ctx, snap.ID)
 	check(t, "a snapshot stored under another id", err, is(record.ErrCorrupt))
 	rec := x.rawKeys(t, func(kv *mvccpb.KeyValue) bool {
@@ -461,4 +498,63 @@ func corruptRecords(t *testing.T, x *fixture) {
 	check(t, "listing a corrupt epoch record", err, is(record.ErrCorrupt))
 	_, err = fresh.EpochNow(ctx, ep.ID)
 	check(t, "deciding on a corrupt epoch record", err, is(record.ErrCorrupt))
+}
+
+// formationPendingIndex: the formations waiting for approval are listed
+// from their index, which follows the status through every write: created
+// waiting, approved (ready), denied, moved back to waiting, expired.
+func formationPendingIndex(t *testing.T, x *fixture) {
+	ctx := testCtx(t)
+	create := func(st record.Status) *record.Formation {
+		t.Helper()
+		fid, err := lease.NewFormationID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &record.Formation{Call: record.Call{ID: fid, Session: "pending", Tool: "github/create_repository",
+			CreatedAt: x.t0.Add(time.Duration(x.n) * time.Second), ExpiresAt: x.t0.Add(time.Hour)}, Status: st}
+		x.n++
+		if _, err := x.s.CreateFormation(ctx, f, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	set := func(f *record.Formation, st record.Status) {
+		t.Helper()
+		if _, _, err := x.s.UpdateFormation(ctx, f.ID, func(f *record.Formation) error { f.Status = st; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(fs ...*record.Formation) {
+		t.Helper()
+		got, err := x.s.PendingApproval(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids, wantIDs []string
+		for _, f := range got {
+			ids = append(ids, f.ID)
+			if f.Status != record.StatusPendingApproval {
+				t.Errorf("listed %s in status %s", f.ID, f.Status)
+			}
+		}
+		for _, f := range fs {
+			wantIDs = append(wantIDs, f.ID)
+		}
+		if !slices.Equal(ids, wantIDs) {
+			t.Fatalf("pending approval: %v, want %v (oldest first)", ids, wantIDs)
+		}
+	}
+	waits, approved, denied, back := create(record.StatusPendingApproval), create(record.StatusPendingApproval),
+		create(record.StatusPendingApproval), create(record.StatusReady)
+	create(record.StatusReady)
+	want(waits, approved, denied)
+	set(approved, record.StatusReady)
+	set(denied, record.StatusDenied)
+	set(back, record.StatusPendingApproval)
+	want(waits, back)
+	// The index lives as long as the record: revoking its retention
+	// lease collects both.
+	x.revoke(t, x.rawKey(t, "formation-states/"+back.ID).Lease)
+	want()
 }

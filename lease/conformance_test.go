@@ -57,6 +57,7 @@ var conformance = []behaviour{
 	{"snapshot/content-addressed", snapshotContentAddressed},
 	{"formation/create-get-update", formationCreateGetUpdate},
 	{"formation/retention-and-expiry", formationRetention},
+	{"formation/pending-approval-index", formationPendingIndex},
 	{"admit/marker-and-compares", admitMarkerAndCompares},
 	{"claim/first-wins", claimFirstWins},
 	{"close/who-may-close", closeWhoMayClose},
@@ -215,11 +216,11 @@ func (x *fixture) rawKeys(t *testing.T, match func(kv *mvccpb.KeyValue) bool) []
 
 // rawKey returns the one key under the prefix whose name ends in "/"+id
 // (ids are random: formation, lease and key ids name one key each).
-func (x *fixture) rawKey(t *testing.T, id string) *mvccpb.KeyValue {
+func (x *fixture) rawKey(t *testing.T, suffix string) *mvccpb.KeyValue {
 	t.Helper()
-	kvs := x.rawKeys(t, func(kv *mvccpb.KeyValue) bool { return strings.HasSuffix(string(kv.Key), "/"+id) })
+	kvs := x.rawKeys(t, func(kv *mvccpb.KeyValue) bool { return strings.HasSuffix(string(kv.Key), "/"+suffix) })
 	if len(kvs) != 1 {
-		t.Fatalf("%d keys end in %s, want 1", len(kvs), id)
+		t.Fatalf("%d keys end in %s, want 1", len(kvs), suffix)
 	}
 	return kvs[0]
 }

@@ -167,7 +167,7 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*record.Lease, er
 		clientv3.OpGet(s.k.state(id), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.k.markers(id), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 		// Claims exist only for calls running now: few.
-		clientv3.OpGet(s.k.claim(""), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.allClaims(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, s.wrap(ctx, "epoch leases", err)
@@ -176,7 +176,8 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*record.Lease, er
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		var c record.Claim
 		if json.Unmarshal(kv.Value, &c) == nil {
-			claims[strings.TrimPrefix(string(kv.Key), s.k.claim(""))] = &c
+			lease, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.k.allClaims()), "/")
+			claims[lease] = &c
 		}
 	}
 	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fcd-authz/fcd/record"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // PutMarkerForTest writes a bare lease marker (a lease record with only
@@ -34,7 +35,7 @@ func DeleteMarkerForTest(t testing.TB, s *Store, epoch, lease string) {
 // and whether the key exists.
 func ClaimKeyForTest(t testing.TB, s *Store, lease string) (string, bool) {
 	t.Helper()
-	resp, err := s.cli.Get(context.Background(), s.k.claim(lease))
+	resp, err := s.cli.Get(context.Background(), s.k.claims(lease), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatalf("get claim: %v", err)
 	}

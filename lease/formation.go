@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/singleflight"
@@ -33,22 +34,118 @@ func randomID(prefix string) (string, error) {
 	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
 }
 
+// A formation is stored under up to four keys, so that each write carries
+// the bytes of what changed, not the whole record:
+//
+//   - formations/<id>: the immutable call (arguments, snapshot, decision,
+//     digest, captured successor), written once at formation;
+//   - formation-states/<id>: its small mutable state (status, approvals,
+//     lease), written at formation, approval and admission;
+//   - formation-outcomes/<id>: the status its lease's outcome gave it,
+//     written when the lease closes (or turns uncertain) — without reading
+//     or rewriting the other two;
+//   - pending-approval/<id>: present while the formation waits for
+//     approval, so that listing those is not a scan of every record.
+//
+// The record and its state share the retention lease of the formation:
+// they live the formation's keep from its creation (authz sizes keep to
+// cover the longest a lease can stay open without turning uncertain). A
+// lease that turns uncertain detaches them from it; every close that
+// reads them (everything but the common report) re-attaches them to a
+// lease that keeps them the retention from the close.
+
+// formationState is a formation's mutable part.
+type formationState struct {
+	Status    record.Status     `json:"status"`
+	Approvals []record.Approval `json:"approvals"`
+	Lease     string            `json:"lease,omitempty"`
+	UpdatedAt time.Time         `json:"updatedAt"`
+}
+
+// formationOutcome is the status a lease's outcome gave its formation.
+type formationOutcome struct {
+	Status    record.Status `json:"status"`
+	UpdatedAt time.Time     `json:"updatedAt"`
+}
+
+// splitFormation encodes f's immutable part and its state.
+func splitFormation(f *record.Formation) (call, state []byte, err error) {
+	c := *f
+	c.Status, c.Approvals, c.Lease, c.UpdatedAt = "", nil, "", time.Time{}
+	if call, err = json.Marshal(&c); err != nil {
+		return nil, nil, fmt.Errorf("lease: encode formation: %w", err)
+	}
+	if state, err = encodeState(f); err != nil {
+		return nil, nil, err
+	}
+	return call, state, nil
+}
+
+func encodeState(f *record.Formation) ([]byte, error) {
+	b, err := json.Marshal(&formationState{Status: f.Status, Approvals: f.Approvals, Lease: f.Lease, UpdatedAt: f.UpdatedAt})
+	if err != nil {
+		return nil, fmt.Errorf("lease: encode formation state: %w", err)
+	}
+	return b, nil
+}
+
+// storedFormation is a formation as read: its keys' values and revisions.
+type storedFormation struct {
+	call, state, outcome *mvccpb.KeyValue // outcome may be nil
+}
+
+// decode joins the parts into one record.
+func (sf storedFormation) decode() (*record.Formation, error) {
+	var f record.Formation
+	if err := json.Unmarshal(sf.call.Value, &f); err != nil {
+		return nil, fmt.Errorf("%w: formation %s", record.ErrCorrupt, sf.call.Key)
+	}
+	var st formationState
+	if err := json.Unmarshal(sf.state.Value, &st); err != nil {
+		return nil, fmt.Errorf("%w: formation state %s", record.ErrCorrupt, sf.state.Key)
+	}
+	f.Status, f.Approvals, f.Lease, f.UpdatedAt = st.Status, st.Approvals, st.Lease, st.UpdatedAt
+	if sf.outcome != nil {
+		var o formationOutcome
+		if err := json.Unmarshal(sf.outcome.Value, &o); err != nil {
+			return nil, fmt.Errorf("%w: formation outcome %s", record.ErrCorrupt, sf.outcome.Key)
+		}
+		f.Status, f.UpdatedAt = o.Status, o.UpdatedAt
+	}
+	return &f, nil
+}
+
+// outcomeRev is the revision of the outcome key (0: none yet).
+func (sf storedFormation) outcomeRev() int64 {
+	if sf.outcome == nil {
+		return 0
+	}
+	return sf.outcome.ModRevision
+}
+
 // CreateFormation stores a new formation record and returns the etcd
 // revision it was written at. The record is kept at least for keep (then
 // etcd collects it); ids are random, so creation never overwrites.
 func (s *Store) CreateFormation(ctx context.Context, f *record.Formation, keep time.Duration) (int64, error) {
-	val, err := json.Marshal(f)
+	call, state, err := splitFormation(f)
 	if err != nil {
-		return 0, fmt.Errorf("lease: encode formation: %w", err)
+		return 0, err
 	}
 	lid, err := s.retention.lease(ctx, s, keep)
 	if err != nil {
 		return 0, err
 	}
 	key := s.k.formation(f.ID)
+	ops := []clientv3.Op{
+		clientv3.OpPut(key, string(call), clientv3.WithLease(lid)),
+		clientv3.OpPut(s.k.formationState(f.ID), string(state), clientv3.WithLease(lid)),
+	}
+	if f.Status == record.StatusPendingApproval {
+		ops = append(ops, clientv3.OpPut(s.k.pendingApproval(f.ID), "", clientv3.WithLease(lid)))
+	}
 	resp, err := s.txn(ctx, txn{
 		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		then: []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lid))},
+		then: ops,
 	})
 	if err != nil {
 		s.retention.forgetOn(err)
@@ -66,47 +163,86 @@ func (s *Store) GetFormation(ctx context.Context, id string) (*record.Formation,
 	return f, err
 }
 
+// getFormation returns a formation and the revision of its state, which a
+// compare-and-swap of the state checks.
 func (s *Store) getFormation(ctx context.Context, id string) (*record.Formation, int64, error) {
+	sf, err := s.readFormation(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err := sf.decode()
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, sf.state.ModRevision, nil
+}
+
+func (s *Store) readFormation(ctx context.Context, id string) (storedFormation, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.formation(id))
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.k.formation(id)),
+		clientv3.OpGet(s.k.formationState(id)),
+		clientv3.OpGet(s.k.formationOutcome(id)),
+	).Commit()
 	if err != nil {
-		return nil, 0, s.wrap(ctx, "get formation", err)
+		return storedFormation{}, s.wrap(ctx, "get formation", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, 0, fmt.Errorf("%w: %s", record.ErrFormationNotFound, id)
+	kv := func(i int) *mvccpb.KeyValue {
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			return kvs[0]
+		}
+		return nil
 	}
-	var f record.Formation
-	if err := json.Unmarshal(resp.Kvs[0].Value, &f); err != nil {
-		return nil, 0, fmt.Errorf("%w: formation %s", record.ErrCorrupt, id)
+	sf := storedFormation{call: kv(0), state: kv(1), outcome: kv(2)}
+	if sf.call == nil || sf.state == nil {
+		return storedFormation{}, fmt.Errorf("%w: %s", record.ErrFormationNotFound, id)
 	}
-	return &f, resp.Kvs[0].ModRevision, nil
+	return sf, nil
 }
 
 // UpdateFormation applies change to the stored record with compare-and-
-// swap on its revision, retrying from a fresh read when a concurrent
-// writer got there first; etcd orders concurrent updates and none is lost.
+// swap on the revision of its state, retrying from a fresh read when a
+// concurrent writer got there first; etcd orders concurrent updates and
+// none is lost. change may modify the mutable part only (status,
+// approvals, lease); the immutable call is written once, at formation.
 // If change returns an error the record is left as it was and that error
 // is returned (wrapped in nothing). change may run more than once. The
-// revision the record was written at is returned with it.
+// revision the state was written at is returned with the record.
 func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *record.Formation) error) (*record.Formation, int64, error) {
 	const attempts = 32
-	key := s.k.formation(id)
+	skey := s.k.formationState(id)
 	for range attempts {
-		f, rev, err := s.getFormation(ctx, id)
+		sf, err := s.readFormation(ctx, id)
 		if err != nil {
 			return nil, 0, err
 		}
+		f, err := sf.decode()
+		if err != nil {
+			return nil, 0, err
+		}
+		was := f.Status
 		if err := change(f); err != nil {
 			return f, 0, err
 		}
-		val, err := json.Marshal(f)
+		state, err := encodeState(f)
 		if err != nil {
-			return nil, 0, fmt.Errorf("lease: encode formation: %w", err)
+			return nil, 0, err
+		}
+		ops := []clientv3.Op{clientv3.OpPut(skey, string(state), clientv3.WithIgnoreLease())}
+		switch pending := f.Status == record.StatusPendingApproval; {
+		case was == record.StatusPendingApproval && !pending:
+			ops = append(ops, clientv3.OpDelete(s.k.pendingApproval(id)))
+		case was != record.StatusPendingApproval && pending:
+			// Indexed as long as the state is kept.
+			ops = append(ops, clientv3.OpPut(s.k.pendingApproval(id), "", clientv3.WithLease(clientv3.LeaseID(sf.state.Lease))))
 		}
 		resp, err := s.txn(ctx, txn{
-			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)},
-			then: []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithIgnoreLease())},
+			cmps: []clientv3.Cmp{
+				clientv3.Compare(clientv3.ModRevision(skey), "=", sf.state.ModRevision),
+				clientv3.Compare(clientv3.ModRevision(s.k.formationOutcome(id)), "=", sf.outcomeRev()),
+			},
+			then: ops,
 		})
 		if err != nil {
 			return nil, 0, s.wrap(ctx, "update formation", err)
@@ -125,18 +261,82 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *r
 func (s *Store) ListFormations(ctx context.Context, keep func(*record.Formation) bool) ([]*record.Formation, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.formations(), clientv3.WithPrefix())
+	resp, err := s.cli.Txn(octx).Then(
+		clientv3.OpGet(s.k.formations(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.formationStates(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.formationOutcomes(), clientv3.WithPrefix()),
+	).Commit()
 	if err != nil {
 		return nil, s.wrap(ctx, "list formations", err)
 	}
-	var out []*record.Formation
-	for _, kv := range resp.Kvs {
-		var f record.Formation
-		if err := json.Unmarshal(kv.Value, &f); err != nil {
-			return nil, fmt.Errorf("%w: formation %s", record.ErrCorrupt, kv.Key)
+	byID := func(i int, prefix string) map[string]*mvccpb.KeyValue {
+		m := map[string]*mvccpb.KeyValue{}
+		for _, kv := range resp.Responses[i].GetResponseRange().Kvs {
+			m[strings.TrimPrefix(string(kv.Key), prefix)] = kv
 		}
-		if keep == nil || keep(&f) {
-			out = append(out, &f)
+		return m
+	}
+	states, outcomes := byID(1, s.k.formationStates()), byID(2, s.k.formationOutcomes())
+	var out []*record.Formation
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		id := strings.TrimPrefix(string(kv.Key), s.k.formations())
+		st := states[id]
+		if st == nil {
+			continue // collected between the two ranges
+		}
+		f, err := storedFormation{call: kv, state: st, outcome: outcomes[id]}.decode()
+		if err != nil {
+			return nil, err
+		}
+		if keep == nil || keep(f) {
+			out = append(out, f)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// PendingApproval returns the formations that wait for approval, oldest
+// first, found by their index: no other record is read.
+func (s *Store) PendingApproval(ctx context.Context) ([]*record.Formation, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.pendingApprovals(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, s.wrap(ctx, "list pending approvals", err)
+	}
+	out := make([]*record.Formation, 0, len(resp.Kvs))
+	// Three reads a formation, in transactions within etcd's 128
+	// operations.
+	const chunk = 40
+	for i := 0; i < len(resp.Kvs); i += chunk {
+		var ops []clientv3.Op
+		ids := resp.Kvs[i:min(i+chunk, len(resp.Kvs))]
+		for _, kv := range ids {
+			id := strings.TrimPrefix(string(kv.Key), s.k.pendingApprovals())
+			ops = append(ops, clientv3.OpGet(s.k.formation(id)), clientv3.OpGet(s.k.formationState(id)),
+				clientv3.OpGet(s.k.formationOutcome(id)))
+		}
+		got, err := s.cli.Txn(octx).Then(ops...).Commit()
+		if err != nil {
+			return nil, s.wrap(ctx, "list pending approvals", err)
+		}
+		first := func(j int) *mvccpb.KeyValue {
+			if kvs := got.Responses[j].GetResponseRange().Kvs; len(kvs) > 0 {
+				return kvs[0]
+			}
+			return nil
+		}
+		for j := range ids {
+			sf := storedFormation{call: first(3 * j), state: first(3*j + 1), outcome: first(3*j + 2)}
+			if sf.call == nil || sf.state == nil {
+				continue // collected meanwhile
+			}
+			f, err := sf.decode()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
@@ -260,6 +460,12 @@ func bucketEnd(bucket int64) time.Time {
 
 func (k keys) formations() string                { return k.p + "formations/" }
 func (k keys) formation(id string) string        { return k.formations() + id }
+func (k keys) formationStates() string           { return k.p + "formation-states/" }
+func (k keys) formationState(id string) string   { return k.formationStates() + id }
+func (k keys) formationOutcomes() string         { return k.p + "formation-outcomes/" }
+func (k keys) formationOutcome(id string) string { return k.formationOutcomes() + id }
+func (k keys) pendingApprovals() string          { return k.p + "pending-approval/" }
+func (k keys) pendingApproval(id string) string  { return k.pendingApprovals() + id }
 func (k keys) session(id string) string          { return k.p + "sessions/" + url.PathEscape(id) + "/" }
 func (k keys) sessionCompleted(id string) string { return k.session(id) + "completed/" }
 func (k keys) sessionAdmitted(id string) string  { return k.session(id) + "admitted/" }

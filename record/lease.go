@@ -89,3 +89,16 @@ const (
 	// uncertain) but the marker no longer holds anything back.
 	OutcomeReleased Outcome = "released"
 )
+
+// Admission are the facts of an admission its dispatch token states
+// (fcd_epoch, fcd_revision, fcd_formation, sub, fcd_tool). A backend's
+// outcome report may carry them so that the store applies it without
+// reading the lease first; the store proves each against what the
+// admission wrote and trusts none of them otherwise.
+type Admission struct {
+	Epoch     string `json:"epoch"`
+	Revision  int64  `json:"revision"`
+	Formation string `json:"formation"`
+	Session   string `json:"session"`
+	Tool      string `json:"tool"`
+}
