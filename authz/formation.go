@@ -81,7 +81,7 @@ type Formations struct {
 	// see formationKeep.
 	keep time.Duration
 	now  func() time.Time
-	log        *slog.Logger
+	log  *slog.Logger
 }
 
 // FormRequest is a formed call as a host reports it.
