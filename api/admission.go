@@ -47,9 +47,10 @@ func (s *server) claimLease(w http.ResponseWriter, r *http.Request) {
 }
 
 type completeRequest struct {
-	Outcome record.Outcome `json:"outcome"`
-	Detail  string         `json:"detail"`
-	Claim   string         `json:"claim"`
+	Outcome   record.Outcome    `json:"outcome"`
+	Detail    string            `json:"detail"`
+	Claim     string            `json:"claim"`
+	Admission *record.Admission `json:"admission"`
 }
 
 func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
@@ -61,6 +62,7 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 	caller, _ := CallerFrom(r.Context())
 	l, err := s.uc.Leases.Complete(r.Context(), authz.CompleteRequest{
 		Lease: chi.URLParam(r, "lease"), Outcome: req.Outcome, Detail: req.Detail, Claim: req.Claim, Pools: caller.Pools,
+		Admission: req.Admission,
 	})
 	if err != nil {
 		s.problem(w, r, err)

@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -200,4 +202,67 @@ func TestMetrics(t *testing.T) {
 	if strings.Contains(body, "sha256:nope") {
 		t.Fatal("a raw path reached a metric label")
 	}
+}
+
+// TestCompleteWithAdmissionFacts: a report may repeat its token's
+// admission facts (fencecheck sends them); they are decoded strictly, do
+// not widen a credential's pools, and a report with forged facts closes
+// only the lease it names, as one without them would.
+func TestCompleteWithAdmissionFacts(t *testing.T) {
+	f, snap := newReadyFixture(t)
+	admitted := func(session string) (leaseID string, facts map[string]any) {
+		t.Helper()
+		r := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, session, "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
+		f.expect(r, http.StatusCreated, "")
+		a := f.do("POST", "/v1/formations/"+r.Body["id"].(string)+"/admit", api.RoleGateway, nil)
+		f.expect(a, http.StatusOK, "")
+		payload, err := base64.RawURLEncoding.DecodeString(strings.Split(a.Body["token"].(string), ".")[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c map[string]any
+		if err := json.Unmarshal(payload, &c); err != nil {
+			t.Fatal(err)
+		}
+		leaseID = c["jti"].(string)
+		body, _ := json.Marshal(map[string]any{"claim": "cl_" + session, "epoch": c["fcd_epoch"], "revision": c["fcd_revision"]})
+		f.expect(f.do("POST", "/v1/leases/"+leaseID+"/claim", api.RoleBackend, body), http.StatusOK, "")
+		return leaseID, map[string]any{"epoch": c["fcd_epoch"], "revision": c["fcd_revision"], "formation": c["fcd_formation"],
+			"session": c["sub"], "tool": c["fcd_tool"]}
+	}
+	report := func(leaseID, claim string, facts map[string]any) []byte {
+		b, _ := json.Marshal(map[string]any{"outcome": "effect", "claim": claim, "admission": facts})
+		return b
+	}
+	status := func(id any) any {
+		t.Helper()
+		r := f.do("GET", "/v1/formations/"+id.(string), api.RoleOperator, nil)
+		f.expect(r, http.StatusOK, "")
+		return r.Body["status"]
+	}
+
+	l1, facts1 := admitted("facts-1")
+	l2, facts2 := admitted("facts-2")
+	path1 := "/v1/leases/" + l1 + "/complete"
+	f.expect(f.do("POST", path1, api.RoleBackend, []byte(`{"outcome":"effect","claim":"cl_facts-1","admission":{"epoch":"e","extra":1}}`)),
+		http.StatusBadRequest, "malformed-json")
+	f.expect(f.doAs("POST", path1, f.byID["backend-v1-3"], report(l1, "cl_facts-1", facts1)), http.StatusForbidden, "lease-out-of-scope")
+
+	// Lease 1 reported with lease 2's formation and session: lease 1
+	// closes, lease 2 and its formation are untouched.
+	forged := maps.Clone(facts1)
+	forged["formation"], forged["session"] = facts2["formation"], facts2["session"]
+	r := f.do("POST", path1, api.RoleBackend, report(l1, "cl_facts-1", forged))
+	f.expect(r, http.StatusOK, "")
+	if r.Body["lease"] != l1 || r.Body["formation"] != facts1["formation"] {
+		t.Fatalf("forged report answered %s", r.Raw)
+	}
+	if st1, st2 := status(facts1["formation"]), status(facts2["formation"]); st1 != "completed" || st2 != "admitted" {
+		t.Fatalf("after a forged report: formation 1 %v, formation 2 %v; want completed, admitted", st1, st2)
+	}
+	f.expect(f.do("POST", "/v1/leases/"+l2+"/complete", api.RoleBackend, report(l2, "cl_facts-2", facts2)), http.StatusOK, "")
+	if st := status(facts2["formation"]); st != "completed" {
+		t.Fatalf("formation 2 after its report: %v", st)
+	}
+	f.expect(f.do("POST", "/v1/leases/"+l2+"/complete", api.RoleBackend, report(l2, "cl_facts-2", facts2)), http.StatusConflict, "lease-closed")
 }

@@ -226,7 +226,7 @@ func (m *middleware) release(r *http.Request, token string, rerr *RejectError) {
 	if terr != nil {
 		return
 	}
-	m.opts.Reporter.Report(OutcomeReport{Lease: c.ID, Outcome: OutcomeRejected,
+	m.opts.Reporter.Report(OutcomeReport{Lease: c.ID, Outcome: OutcomeRejected, Admission: c.Admission(),
 		Detail: "refused by the fence before the effect: " + string(rerr.Reason)})
 }
 
@@ -240,7 +240,8 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 		}
 		m.log.Info("fencecheck: call outcome", "jti", claims.ID, "tool", tool, "outcome", o, "detail", detail)
 		if m.opts.Reporter != nil {
-			m.opts.Reporter.Report(OutcomeReport{Lease: claims.ID, Claim: claims.ClaimID, Outcome: o, Detail: detail})
+			m.opts.Reporter.Report(OutcomeReport{Lease: claims.ID, Claim: claims.ClaimID, Outcome: o, Detail: detail,
+				Admission: claims.Admission()})
 		}
 	}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), claimsKey{}, claims))

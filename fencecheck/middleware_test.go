@@ -33,6 +33,8 @@ type completion struct {
 	Claim    string
 	HasClaim bool
 	Auth     string
+	// Admission is what the report repeated of the token's admission.
+	Admission *fencecheck.Admission
 }
 
 // claimBody is the body of POST /v1/leases/{lease}/claim (API.md).
@@ -93,9 +95,10 @@ func newAuthzdStub(t *testing.T) *authzdStub {
 			return
 		}
 		var body struct {
-			Outcome fencecheck.Outcome `json:"outcome"`
-			Detail  string             `json:"detail"`
-			Claim   *string            `json:"claim"`
+			Outcome   fencecheck.Outcome    `json:"outcome"`
+			Detail    string                `json:"detail"`
+			Claim     *string               `json:"claim"`
+			Admission *fencecheck.Admission `json:"admission"`
 		}
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
@@ -104,7 +107,7 @@ func newAuthzdStub(t *testing.T) *authzdStub {
 			return
 		}
 		c := completion{Lease: r.PathValue("lease"), Outcome: body.Outcome, Detail: body.Detail,
-			Auth: r.Header.Get("Authorization"), HasClaim: body.Claim != nil}
+			Auth: r.Header.Get("Authorization"), HasClaim: body.Claim != nil, Admission: body.Admission}
 		if body.Claim != nil {
 			c.Claim = *body.Claim
 		}
@@ -460,6 +463,13 @@ func TestMiddlewareToolsCall(t *testing.T) {
 		want := completion{Lease: claims.ID, Outcome: fencecheck.OutcomeEffect, Auth: "Bearer " + backendCredential}
 		if len(got) != 1 || got[0].Lease != want.Lease || got[0].Outcome != want.Outcome || got[0].Auth != want.Auth {
 			t.Fatalf("authzd received %+v, want one %+v", got, want)
+		}
+		// The report repeats the token's admission, for authzd's no-read
+		// path.
+		wantFacts := fencecheck.Admission{Epoch: claims.Epoch, Revision: claims.Revision, Formation: claims.Formation,
+			Session: claims.Subject, Tool: claims.Tool}
+		if got[0].Admission == nil || *got[0].Admission != wantFacts || wantFacts.Epoch == "" || wantFacts.Revision == 0 {
+			t.Fatalf("report's admission facts %+v, want %+v", got[0].Admission, wantFacts)
 		}
 	})
 

@@ -46,6 +46,26 @@ type OutcomeReport struct {
 	Claim   string
 	Outcome Outcome
 	Detail  string
+	// Admission, when set, repeats what the verified token states of the
+	// admission ([Claims.Admission]): authzd then applies the report
+	// without reading the lease first. It proves each fact, so wrong ones
+	// cost only that read.
+	Admission *Admission
+}
+
+// Admission is what a dispatch token states of its lease's admission.
+type Admission struct {
+	Epoch     string `json:"epoch"`
+	Revision  int64  `json:"revision"`
+	Formation string `json:"formation"`
+	Session   string `json:"session"`
+	Tool      string `json:"tool"`
+}
+
+// Admission returns what the token states of its lease's admission, for
+// an [OutcomeReport].
+func (c *Claims) Admission() *Admission {
+	return &Admission{Epoch: c.Epoch, Revision: c.Revision, Formation: c.Formation, Session: c.Subject, Tool: c.Tool}
 }
 
 // Defaults of [ReporterConfig].
@@ -235,10 +255,11 @@ var errNotReleased = errors.New("the lease was not released")
 // deliver posts one report, retrying transient failures.
 func (r *Reporter) deliver(rep OutcomeReport) {
 	body := struct {
-		Outcome Outcome `json:"outcome"`
-		Detail  string  `json:"detail"`
-		Claim   string  `json:"claim,omitempty"`
-	}{rep.Outcome, rep.Detail, rep.Claim}
+		Outcome   Outcome    `json:"outcome"`
+		Detail    string     `json:"detail"`
+		Claim     string     `json:"claim,omitempty"`
+		Admission *Admission `json:"admission,omitempty"`
+	}{rep.Outcome, rep.Detail, rep.Claim, rep.Admission}
 	release := rep.Claim == "" && rep.Outcome == OutcomeRejected
 	err := retry(r.stop, r.opts.MaxAttempts, r.opts.Backoff, r.opts.MaxBackoff, func() error {
 		if r.stop.Err() != nil {
