@@ -22,6 +22,12 @@
 //	           and the performance budget compare against: A/B0 is what fcd
 //	           and the client authentication of the examples add.
 //
+//	(AF) fcd, formed in the call: A, but each call is first formed over
+//	           authzd's REST API (POST /v1/formations: policy decision and
+//	           the formation's etcd write) by the same worker, inside the
+//	           timed operation — the host's whole cost of one protected
+//	           call, where A charges only the gateway's and the fence's.
+//
 // The timed operation is one MCP tools/call of github/get_repository by an
 // official MCP Go SDK client, one client session per worker. For A each
 // call (and each A0 call) carries a fresh formation id (params._meta["dev.fcd/formation"] and,
@@ -33,10 +39,11 @@
 //	go run ./bench/gateway [-n1 300] [-n32 2000] [-c 1,32] [-rounds 4] [-warmup N] [-dir DIR]
 //
 // Per concurrency level, after a warm-up of every design, the timed calls
-// run in rounds of rotating order (A A0 B B0, A0 B B0 A, ...), so drift
-// favours none. A's wall time for a round ends when its last call has returned
-// and fencecheck has reported every outcome to authzd, so the background
-// reporting is charged to A and never runs during B's rounds.
+// run in rounds of rotating order (A AF A0 B B0, AF A0 B B0 A, ...), so
+// drift favours none. The wall time of A and AF for a round ends when its
+// last call has returned and fencecheck has reported every outcome to
+// authzd, so the background reporting is charged to them and never runs
+// during another design's rounds.
 // The summary also gives each ratio with that drain excluded (calls only).
 //
 // Everything but nginx (etcd, authzd, the fixture, fencecheck and the load
@@ -120,29 +127,45 @@ func (o *options) command() string {
 // The designs, in the order of the first round.
 const (
 	designA  = "A"
+	designAF = "AF"
 	designA0 = "A0"
 	designB  = "B"
 	designB0 = "B0"
 )
 
-var designs = []string{designA, designA0, designB, designB0}
+var designs = []string{designA, designAF, designA0, designB, designB0}
 
 var designTitle = map[string]string{
 	designA:  "A nginx + fcd (forward-auth admission + fencecheck claiming the lease)",
+	designAF: "AF A, each call formed over REST inside the timed call",
 	designA0: "A0 nginx + fcd, fence offline (no claim, no report)",
 	designB:  "B nginx, no fcd (auth_basic kept)",
 	designB0: "B0 nginx, no fcd, no client authentication",
 }
 
-// formed says whether design d's calls carry a formation.
-func formed(d string) bool { return d == designA || d == designA0 }
+// formed says whether design d's calls carry a formation formed before
+// timing; formsInline, whether the timed call forms its own.
+func formed(d string) bool      { return d == designA || d == designA0 }
+func formsInline(d string) bool { return d == designAF }
 
-// comparisons are the ratios the summary gives, A against each other
-// design.
-var comparisons = []struct{ other, says string }{
-	{designB, "A/B: what fcd adds to a gateway that authenticates its clients"},
-	{designB0, "A/B0: what fcd and the examples' client authentication add"},
-	{designA0, "A/A0: the lease claim's cost (claim round trip + etcd txn, and the outcome report)"},
+// reports says whether design d's fence claims and reports every call.
+func reports(d string) bool { return d == designA || d == designAF }
+
+// gatewayOf is the nginx design d's calls go through: AF's are A's.
+func gatewayOf(d string) string {
+	if d == designAF {
+		return designA
+	}
+	return d
+}
+
+// comparisons are the ratios the summary gives.
+var comparisons = []struct{ a, other, says string }{
+	{designA, designB, "A/B: what fcd adds to a gateway that authenticates its clients"},
+	{designA, designB0, "A/B0: what fcd and the examples' client authentication add"},
+	{designA, designA0, "A/A0: the lease claim's cost (claim round trip + etcd txn, and the outcome report)"},
+	{designAF, designB, "AF/B: fcd with the host's formation, against the same gateway without fcd"},
+	{designAF, designA, "AF/A: the formation's cost (policy decision + etcd write) on top of A"},
 }
 
 // userName and userPassword are the client every nginx authenticates
@@ -159,9 +182,11 @@ type bench struct {
 	s      *stack
 	gw     map[string]*nginx
 	client *http.Transport
-	// aCalls counts A's calls that reached fencecheck and succeeded: each
-	// has one outcome report.
+	// aCalls counts A's and AF's calls that reached fencecheck and
+	// succeeded: each has one outcome report.
 	aCalls atomic.Uint64
+	// inline numbers the sessions of AF's formations.
+	inline atomic.Uint64
 }
 
 // phase is the outcome of some calls of one design.
@@ -195,6 +220,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		kernel(), nginxVersion(), nginxWorkers)
 	fmt.Fprintf(out, "# timed op: MCP tools/call github/%s %s through nginx, official MCP Go SDK client, one session per worker\n", benchTool, benchArgs)
 	fmt.Fprintf(out, "# A: examples/gateways/nginx.conf (auth_basic) → authzd /v1/forward_auth (caller check, admission, etcd txn, token) → fencecheck online (claim: authzd round trip + etcd txn; outcome report) → fixture; one fresh ready formation per call\n")
+	fmt.Fprintf(out, "# AF: A, and the worker forms each call (POST /v1/formations, ready) inside the timed call: the host's whole cost\n")
 	fmt.Fprintf(out, "# A0: the same, fencecheck offline (no claim, no outcome report) → the same fixture; A/A0 is the claim's cost\n")
 	fmt.Fprintf(out, "# B: the same nginx.conf without auth_request (auth_basic kept; plainNginx in bench/gateway/nginx.go) → the same fixture without fencecheck\n")
 	fmt.Fprintf(out, "# one process holds etcd (data in %s), authzd, fencecheck, the fixture and the load generator; nginx runs apart\n", dir)
@@ -284,20 +310,20 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		}
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| c | comparison | throughput ratio | ratio, A's report drain excluded | added p50 ms | added p95 ms |")
+	fmt.Fprintln(out, "| c | comparison | throughput ratio | ratio, report drain excluded | added p50 ms | added p95 ms |")
 	fmt.Fprintln(out, "|---:|---|---:|---:|---:|---:|")
 	for _, r := range results {
-		a := r.phases[designA]
-		calls := float64(len(a.lat)) / (a.elapsed - a.drain).Seconds()
 		for _, cmp := range comparisons {
-			o := r.phases[cmp.other]
+			a, o := r.phases[cmp.a], r.phases[cmp.other]
+			calls := float64(len(a.lat)) / (a.elapsed - a.drain).Seconds()
 			fmt.Fprintf(out, "| %d | %s | %.2f | %.2f | %+.2f | %+.2f |\n", r.c, cmp.says, a.rate()/o.rate(), calls/o.rate(),
 				loadgen.MS(loadgen.Percentile(a.lat, .50)-loadgen.Percentile(o.lat, .50)), loadgen.MS(loadgen.Percentile(a.lat, .95)-loadgen.Percentile(o.lat, .95)))
 		}
 	}
 	fmt.Fprintln(out)
 	for _, r := range results {
-		fmt.Fprintf(out, "# c=%d: A's report drain after its last call, counted in A's time: %.1f ms\n", r.c, loadgen.MS(r.phases[designA].drain))
+		fmt.Fprintf(out, "# c=%d: report drain after the last call, counted in the design's time: A %.1f ms, AF %.1f ms\n", r.c,
+			loadgen.MS(r.phases[designA].drain), loadgen.MS(r.phases[designAF].drain))
 	}
 
 	// What ran where: every A and A0 call ran under a lease (its token
@@ -313,15 +339,15 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	var wantA, wantA0, wantB int
 	for _, r := range results {
-		wantA += len(r.phases[designA].lat) + opts.WarmupOps(r.c)
+		wantA += len(r.phases[designA].lat) + len(r.phases[designAF].lat) + 2*opts.WarmupOps(r.c)
 		wantA0 += len(r.phases[designA0].lat) + opts.WarmupOps(r.c)
 		wantB += len(r.phases[designB].lat) + len(r.phases[designB0].lat) + 2*opts.WarmupOps(r.c)
 	}
 	sent, rerr := b.s.reported()
 	claims, cerr := b.s.claims(ctx)
-	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A and A0, want %d), %d without (B and B0, want %d); leases claimed in authzd: %d (A, want %d); outcome reports sent to authzd: %d\n",
+	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A, AF and A0, want %d), %d without (B and B0, want %d); leases claimed in authzd: %d (A and AF, want %d); outcome reports sent to authzd: %d\n",
 		leased, wantA+wantA0, bare, wantB, claims, wantA, sent)
-	for _, d := range designs {
+	for d := range b.gw {
 		if err := b.gw[d].alive(); err != nil {
 			failed = append(failed, fmt.Sprintf("design %s: %v", d, err))
 		}
@@ -334,7 +360,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	case leased != wantA+wantA0 || bare != wantB:
 		failed = append(failed, fmt.Sprintf("effects: %d leased, %d bare, want %d and %d", leased, bare, wantA+wantA0, wantB))
 	case claims != uint64(wantA) || sent != uint64(wantA):
-		failed = append(failed, fmt.Sprintf("%d leases claimed and %d outcomes reported, want %d each (A's calls)", claims, sent, wantA))
+		failed = append(failed, fmt.Sprintf("%d leases claimed and %d outcomes reported, want %d each (A's and AF's calls)", claims, sent, wantA))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("the figures above are not valid:\n  %s", strings.Join(failed, "\n  "))
@@ -402,9 +428,9 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 }
 
 // phase runs n calls of design d over the sessions (one worker each).
-// For A and A0, it takes n formation ids from next; for A, after the last
-// call, it waits until fencecheck reported every outcome (counted in
-// elapsed).
+// For A and A0, it takes n formation ids from next; AF forms its own. For
+// A and AF, after the last call, it waits until fencecheck reported every
+// outcome (counted in elapsed).
 func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next func(int) []string) *phase {
 	var ids []string
 	if formed(d) {
@@ -414,7 +440,7 @@ func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next 
 	fails := make([][]string, len(ss))
 	var cursor atomic.Int64
 	var wg sync.WaitGroup
-	gw := b.gw[d].cmd.Process.Pid // nginx runs in a process group of its own
+	gw := b.gw[gatewayOf(d)].cmd.Process.Pid // nginx runs in a process group of its own
 	rpc0, cpu0 := loadgen.KVRPCs(), loadgen.ProcessCPU()+loadgen.GroupCPU(gw)
 	start := time.Now()
 	for w, s := range ss {
@@ -429,13 +455,19 @@ func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next 
 					id = ids[i]
 				}
 				t := time.Now()
-				err := s.call(ctx, id)
+				var err error
+				if formsInline(d) {
+					id, err = b.s.form(ctx, fmt.Sprintf("bench-af-%d", b.inline.Add(1)))
+				}
+				if err == nil {
+					err = s.call(ctx, id)
+				}
 				if err != nil {
 					fails[w] = append(fails[w], err.Error())
 					continue
 				}
 				lats[w] = append(lats[w], time.Since(t))
-				if d == designA {
+				if reports(d) {
 					b.aCalls.Add(1)
 				}
 			}
@@ -443,7 +475,7 @@ func (b *bench) phase(ctx context.Context, d string, ss []*session, n int, next 
 	}
 	wg.Wait()
 	p := &phase{}
-	if d == designA {
+	if reports(d) {
 		last := time.Now()
 		if err := b.s.waitReported(ctx, b.aCalls.Load()); err != nil {
 			p.fails = append(p.fails, err.Error())
@@ -473,7 +505,7 @@ type session struct {
 
 func (b *bench) connect(ctx context.Context, d string) (*session, error) {
 	tr := &mcp.StreamableClientTransport{
-		Endpoint: b.gw[d].url + "/mcp",
+		Endpoint: b.gw[gatewayOf(d)].url + "/mcp",
 		// FormationTransport copies _meta's formation id into the
 		// Fcd-Formation header (what a host in front of forward-auth
 		// does); B's calls carry none, and pass through the same code.

@@ -35,13 +35,17 @@ func TestSmoke(t *testing.T) {
 		"| 4 | A0 nginx + fcd, fence offline (no claim, no report) | 12 |",
 		"| 4 | B nginx, no fcd (auth_basic kept) | 12 |",
 		"| 4 | B0 nginx, no fcd, no client authentication | 12 |",
+		"| 1 | AF A, each call formed over REST inside the timed call | 6 |",
+		"| 4 | AF A, each call formed over REST inside the timed call | 12 |",
+		"| 4 | AF/B: fcd with the host's formation, against the same gateway without fcd | ",
+		"| 4 | AF/A: the formation's cost (policy decision + etcd write) on top of A | ",
 		"| c | design | ops | ops/s | p50 ms | p95 ms | p99 ms | CPU ms/op | etcd KV RPCs/op |",
-		"| c | comparison | throughput ratio | ratio, A's report drain excluded | added p50 ms | added p95 ms |",
+		"| c | comparison | throughput ratio | ratio, report drain excluded | added p50 ms | added p95 ms |",
 		"| 1 | A/B: what fcd adds to a gateway that authenticates its clients | ",
 		"| 4 | A/B0: what fcd and the examples' client authentication add | ",
 		"| 4 | A/A0: the lease claim's cost (claim round trip + etcd txn, and the outcome report) | ",
-		"# c=4: A's report drain after its last call, counted in A's time: ",
-		"# fixture effects: 44 under a lease (A and A0, want 44), 44 without (B and B0, want 44); leases claimed in authzd: 22 (A, want 22); outcome reports sent to authzd: 22",
+		"# c=4: report drain after the last call, counted in the design's time: A ",
+		"# fixture effects: 66 under a lease (A, AF and A0, want 66), 44 without (B and B0, want 44); leases claimed in authzd: 44 (A and AF, want 44); outcome reports sent to authzd: 44",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
