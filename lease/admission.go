@@ -332,6 +332,11 @@ func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease
 	if l, ok, err := s.closeFast(ctx, req); ok || err != nil {
 		return l, err
 	}
+	return s.closeRead(ctx, req)
+}
+
+// closeRead is CloseLease by reading the lease first.
+func (s *Store) closeRead(ctx context.Context, req CloseRequest) (*record.Lease, error) {
 	id := req.Lease
 	return s.closeLease(ctx, id, req.Outcome, req.Keep, func(l *record.Lease) error {
 		if req.AllowPool != nil {
@@ -357,6 +362,43 @@ func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease
 	})
 }
 
+// CloseLeases applies many outcomes, each as CloseLease would, with its
+// own answer. The common reports among them (see closeFast) go to etcd
+// together, as one transaction of nested ones where they do not conflict;
+// the others, and those whose facts did not hold, close one by one.
+func (s *Store) CloseLeases(ctx context.Context, reqs []CloseRequest) ([]*record.Lease, []error) {
+	leases, errs := make([]*record.Lease, len(reqs)), make([]error, len(reqs))
+	fast := make([]*fastClose, len(reqs))
+	var ts []txn
+	var at []int
+	for i, req := range reqs {
+		f, err := s.prepareFast(ctx, req)
+		switch {
+		case err != nil:
+			errs[i] = err
+		case f != nil:
+			fast[i] = f
+			ts, at = append(ts, f.t), append(at, i)
+		}
+	}
+	resps, terrs := s.commits.commitAll(ctx, ts)
+	for j, i := range at {
+		leases[i], errs[i] = s.finishFast(ctx, reqs[i], fast[i], resps[j], terrs[j])
+	}
+	for i, req := range reqs {
+		if leases[i] == nil && errs[i] == nil {
+			leases[i], errs[i] = s.closeRead(ctx, req)
+		}
+	}
+	return leases, errs
+}
+
+// fastClose is a prepared common report.
+type fastClose struct {
+	t txn
+	l *record.Lease
+}
+
 // closeFast applies a common report in one transaction, without reading:
 // its compares prove that the lease is open and neither uncertain nor
 // claimed by another (its marker unchanged since the admission at the
@@ -366,9 +408,21 @@ func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease
 // is false when the request is not such a report or a compare failed:
 // the caller then reads and closes as usual, and gets the precise answer.
 func (s *Store) closeFast(ctx context.Context, req CloseRequest) (_ *record.Lease, ok bool, _ error) {
+	f, err := s.prepareFast(ctx, req)
+	if f == nil || err != nil {
+		return nil, false, err
+	}
+	resp, err := s.txn(ctx, f.t)
+	l, err := s.finishFast(ctx, req, f, resp, err)
+	return l, l != nil, err
+}
+
+// prepareFast builds the transaction of a common report; nil when req is
+// not one.
+func (s *Store) prepareFast(ctx context.Context, req CloseRequest) (*fastClose, error) {
 	a := req.Admission
 	if a == nil || req.Resolve || a.Epoch == "" || a.Revision <= 0 || a.Formation == "" || a.Session == "" || a.Tool == "" {
-		return nil, false, nil
+		return nil, nil
 	}
 	var status record.Status
 	switch req.Outcome {
@@ -379,22 +433,22 @@ func (s *Store) closeFast(ctx context.Context, req CloseRequest) (_ *record.Leas
 	case record.OutcomeRejected:
 		status = record.StatusRejected
 	default:
-		return nil, false, nil
+		return nil, nil
 	}
 	if req.Claim == "" && req.Outcome != record.OutcomeRejected {
-		return nil, false, nil
+		return nil, nil
 	}
 	recs, err := s.records(ctx, []string{a.Epoch})
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	rec := recs[a.Epoch]
 	if rec == nil {
-		return nil, false, nil
+		return nil, nil
 	}
 	if req.AllowPool != nil {
 		if err := req.AllowPool(rec.Manifest.Pool); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 	id := req.Lease
@@ -412,11 +466,11 @@ func (s *Store) closeFast(ctx context.Context, req CloseRequest) (_ *record.Leas
 	}
 	oval, err := json.Marshal(&formationOutcome{Status: status, UpdatedAt: s.now().UTC()})
 	if err != nil {
-		return nil, false, fmt.Errorf("lease: encode outcome: %w", err)
+		return nil, fmt.Errorf("lease: encode outcome: %w", err)
 	}
 	lid, err := s.retention.lease(ctx, s, req.Keep)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	ops := []clientv3.Op{
 		clientv3.OpDelete(mkey), clientv3.OpDelete(s.k.claims(id), clientv3.WithPrefix()),
@@ -430,19 +484,24 @@ func (s *Store) closeFast(ctx context.Context, req CloseRequest) (_ *record.Leas
 	case record.OutcomeFailed:
 		ops = append(ops, clientv3.OpPut(s.k.failed(a.Session, a.Tool), a.Tool))
 	}
-	resp, err := s.txn(ctx, txn{cmps: cmps, then: ops})
-	if err != nil {
-		s.retention.forgetOn(err)
-		return nil, false, s.wrap(ctx, "close lease", err)
-	}
-	if !resp.Succeeded {
-		return nil, false, nil
-	}
-	s.log.Info("lease closed", "lease", id, "outcome", req.Outcome, "formation", a.Formation)
-	return &record.Lease{
+	return &fastClose{t: txn{cmps: cmps, then: ops}, l: &record.Lease{
 		ID: id, Formation: a.Formation, Session: a.Session, Tool: a.Tool, Revision: a.Revision,
 		Target: record.Target{Epoch: a.Epoch, Pool: rec.Manifest.Pool},
-	}, true, nil
+	}}, nil
+}
+
+// finishFast reads the answer of a common report's transaction: the lease
+// when it applied, nil and no error when a compare failed.
+func (s *Store) finishFast(ctx context.Context, req CloseRequest, f *fastClose, resp *clientv3.TxnResponse, err error) (*record.Lease, error) {
+	if err != nil {
+		s.retention.forgetOn(err)
+		return nil, s.wrap(ctx, "close lease", err)
+	}
+	if !resp.Succeeded {
+		return nil, nil
+	}
+	s.log.Info("lease closed", "lease", req.Lease, "outcome", req.Outcome, "formation", f.l.Formation)
+	return f.l, nil
 }
 
 // closeLease closes an open lease if check accepts it, reading it first.

@@ -134,6 +134,35 @@ func (c *committer) commit(ctx context.Context, t txn) (*clientv3.TxnResponse, e
 	}
 }
 
+// commitAll runs ts as commit runs each, queued at once, so that those
+// that do not conflict share a transaction even with a slot free.
+func (c *committer) commitAll(ctx context.Context, ts []txn) ([]*clientv3.TxnResponse, []error) {
+	ps := make([]*pending, len(ts))
+	for i, t := range ts {
+		ps[i] = newPending(ctx, t)
+	}
+	c.mu.Lock()
+	c.queue = append(c.queue, ps...)
+	lead := c.running < c.maxSlots
+	if lead {
+		c.running++
+	}
+	c.mu.Unlock()
+	if lead {
+		c.flush(true)
+	}
+	resps, errs := make([]*clientv3.TxnResponse, len(ts)), make([]error, len(ts))
+	for i, p := range ps {
+		select {
+		case <-p.done:
+			resps[i], errs[i] = p.resp, p.err
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
+	}
+	return resps, errs
+}
+
 // flush sends the queue's head while the queue holds items, then frees
 // its slot. A caller flushes once (its own item is usually the head) and
 // hands what queued meanwhile to a goroutine, so that it answers without

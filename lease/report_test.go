@@ -100,3 +100,53 @@ func TestCommonReportReadsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseLeasesTogether: many reports at once each get the answer
+// CloseLease would give; the common ones share one etcd transaction, the
+// others (no facts, forged facts, a claim not the lease's) are answered
+// by reading, as alone.
+func TestCloseLeasesTogether(t *testing.T) {
+	e := newClaimEnv(t)
+	var ls []*record.Lease
+	for range 7 {
+		l := e.admit(t, 0)
+		e.mustClaim(t, l, "cl_"+l.ID)
+		ls = append(ls, l)
+	}
+	var reqs []lease.CloseRequest
+	for _, l := range ls[:4] {
+		reqs = append(reqs, lease.CloseRequest{Lease: l.ID, Claim: "cl_" + l.ID, Outcome: record.OutcomeEffect, Keep: time.Hour, Admission: admissionOf(l)})
+	}
+	forged := admissionOf(ls[4])
+	forged.Formation = ls[0].Formation
+	reqs = append(reqs,
+		lease.CloseRequest{Lease: ls[4].ID, Claim: "cl_" + ls[4].ID, Outcome: record.OutcomeFailed, Keep: time.Hour, Admission: forged},
+		lease.CloseRequest{Lease: ls[5].ID, Claim: "cl_nope", Outcome: record.OutcomeEffect, Keep: time.Hour, Admission: admissionOf(ls[5])},
+		lease.CloseRequest{Lease: ls[6].ID, Claim: "cl_" + ls[6].ID, Outcome: record.OutcomeRejected, Keep: time.Hour})
+	before := e.s.CommitStats()
+	closed, errs := e.s.CloseLeases(testCtx(t), reqs)
+	d := e.s.CommitStats()
+	want := []record.Status{record.StatusCompleted, record.StatusCompleted, record.StatusCompleted, record.StatusCompleted,
+		record.StatusFailed, record.StatusAdmitted, record.StatusRejected}
+	for i, l := range ls {
+		switch {
+		case i == 5:
+			if !errors.Is(errs[i], record.ErrLeaseClaimed) {
+				t.Errorf("report %d under another claim: %v, want ErrLeaseClaimed", i, errs[i])
+			}
+		case errs[i] != nil || closed[i] == nil || closed[i].ID != l.ID || closed[i].Formation != l.Formation:
+			t.Errorf("report %d: %+v, %v", i, closed[i], errs[i])
+		}
+		if st := e.status(t, l); st != want[i] {
+			t.Errorf("formation %d is %s, want %s", i, st, want[i])
+		}
+	}
+	// Five went together (four applied, the one under another claim
+	// refused by its compares, then on reading); the forged one names the
+	// first one's formation, whose outcome key they both write, so it went
+	// alone, failed its compares and was read and written; the release
+	// without facts was read and written.
+	if tx, batched := d.Transactions-before.Transactions, d.Batched-before.Batched; tx != 4 || batched != 5 {
+		t.Errorf("%d transactions with %d items batched, want 4 and 5", tx, batched)
+	}
+}
