@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/fcd-authz/fcd/authz"
@@ -69,6 +70,62 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"lease": l.ID, "outcome": req.Outcome, "formation": l.Formation})
+}
+
+// outcomesRequest is the body of POST /v1/leases/outcomes.
+type outcomesRequest struct {
+	Reports []struct {
+		Lease string `json:"lease"`
+		completeRequest
+	} `json:"reports"`
+}
+
+// outcomeResult is one report's answer in a batch: 200 with the lease's
+// formation, or the problem a single report would have been answered.
+type outcomeResult struct {
+	Lease     string         `json:"lease"`
+	Status    int            `json:"status"`
+	Outcome   record.Outcome `json:"outcome,omitempty"`
+	Formation string         `json:"formation,omitempty"`
+	Problem   *Problem       `json:"problem,omitempty"`
+}
+
+// completeLeases applies many outcome reports in one request: one round
+// trip for a fence's reporter, and one etcd transaction for the common
+// reports among them. Each report is answered as POST
+// /v1/leases/{lease}/complete would answer it alone.
+func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
+	var req outcomesRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	if n := len(req.Reports); n == 0 || n > authz.MaxCompleteBatch {
+		s.problem(w, r, fmt.Errorf("%w: %d reports; a batch holds 1-%d", authz.ErrBadRequest, n, authz.MaxCompleteBatch))
+		return
+	}
+	caller, _ := CallerFrom(r.Context())
+	reqs := make([]authz.CompleteRequest, len(req.Reports))
+	for i, rep := range req.Reports {
+		reqs[i] = authz.CompleteRequest{Lease: rep.Lease, Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim,
+			Pools: caller.Pools, Admission: rep.Admission}
+	}
+	leases, errs := s.uc.Leases.CompleteAll(r.Context(), reqs)
+	results := make([]outcomeResult, len(reqs))
+	for i, req := range reqs {
+		results[i] = outcomeResult{Lease: req.Lease, Status: http.StatusOK}
+		if err := errs[i]; err != nil {
+			p := toProblem(err)
+			p.Instance = "/v1/leases/" + req.Lease + "/complete"
+			if p.Status >= 500 {
+				s.log.Error("outcome report failed", "lease", req.Lease, "status", p.Status, "err", err)
+			}
+			results[i].Status, results[i].Problem = p.Status, &p
+			continue
+		}
+		results[i].Outcome, results[i].Formation = req.Outcome, leases[i].Formation
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }
 
 type resolveRequest struct {

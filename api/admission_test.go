@@ -210,26 +210,7 @@ func TestMetrics(t *testing.T) {
 // only the lease it names, as one without them would.
 func TestCompleteWithAdmissionFacts(t *testing.T) {
 	f, snap := newReadyFixture(t)
-	admitted := func(session string) (leaseID string, facts map[string]any) {
-		t.Helper()
-		r := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, session, "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
-		f.expect(r, http.StatusCreated, "")
-		a := f.do("POST", "/v1/formations/"+r.Body["id"].(string)+"/admit", api.RoleGateway, nil)
-		f.expect(a, http.StatusOK, "")
-		payload, err := base64.RawURLEncoding.DecodeString(strings.Split(a.Body["token"].(string), ".")[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c map[string]any
-		if err := json.Unmarshal(payload, &c); err != nil {
-			t.Fatal(err)
-		}
-		leaseID = c["jti"].(string)
-		body, _ := json.Marshal(map[string]any{"claim": "cl_" + session, "epoch": c["fcd_epoch"], "revision": c["fcd_revision"]})
-		f.expect(f.do("POST", "/v1/leases/"+leaseID+"/claim", api.RoleBackend, body), http.StatusOK, "")
-		return leaseID, map[string]any{"epoch": c["fcd_epoch"], "revision": c["fcd_revision"], "formation": c["fcd_formation"],
-			"session": c["sub"], "tool": c["fcd_tool"]}
-	}
+	admitted := func(session string) (string, map[string]any) { return f.admittedAndClaimed(snap, session) }
 	report := func(leaseID, claim string, facts map[string]any) []byte {
 		b, _ := json.Marshal(map[string]any{"outcome": "effect", "claim": claim, "admission": facts})
 		return b
@@ -265,4 +246,89 @@ func TestCompleteWithAdmissionFacts(t *testing.T) {
 		t.Fatalf("formation 2 after its report: %v", st)
 	}
 	f.expect(f.do("POST", "/v1/leases/"+l2+"/complete", api.RoleBackend, report(l2, "cl_facts-2", facts2)), http.StatusConflict, "lease-closed")
+}
+
+// admittedAndClaimed forms a read call in session, admits it and claims
+// its lease under "cl_"+session, and returns the lease id and the
+// admission facts its token states.
+func (f *fixture) admittedAndClaimed(snap, session string) (leaseID string, facts map[string]any) {
+	t := f.t
+	t.Helper()
+	r := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, session, "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
+	f.expect(r, http.StatusCreated, "")
+	a := f.do("POST", "/v1/formations/"+r.Body["id"].(string)+"/admit", api.RoleGateway, nil)
+	f.expect(a, http.StatusOK, "")
+	payload, err := base64.RawURLEncoding.DecodeString(strings.Split(a.Body["token"].(string), ".")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(payload, &c); err != nil {
+		t.Fatal(err)
+	}
+	leaseID = c["jti"].(string)
+	body, _ := json.Marshal(map[string]any{"claim": "cl_" + session, "epoch": c["fcd_epoch"], "revision": c["fcd_revision"]})
+	f.expect(f.do("POST", "/v1/leases/"+leaseID+"/claim", api.RoleBackend, body), http.StatusOK, "")
+	return leaseID, map[string]any{"epoch": c["fcd_epoch"], "revision": c["fcd_revision"], "formation": c["fcd_formation"],
+		"session": c["sub"], "tool": c["fcd_tool"]}
+}
+
+// TestCompleteLeasesInOneRequest: POST /v1/leases/outcomes answers each
+// report as the single route would — applied, or its own problem — and
+// one refused report changes nothing of another; a malformed, empty or
+// oversized batch, or a role that may not report, changes nothing.
+func TestCompleteLeasesInOneRequest(t *testing.T) {
+	f, snap := newReadyFixture(t)
+	l1, facts1 := f.admittedAndClaimed(snap, "batch-1")
+	l2, facts2 := f.admittedAndClaimed(snap, "batch-2")
+	l3, facts3 := f.admittedAndClaimed(snap, "batch-3")
+	batch := func(reports ...map[string]any) []byte {
+		b, _ := json.Marshal(map[string]any{"reports": reports})
+		return b
+	}
+	const path = "/v1/leases/outcomes"
+	f.expect(f.do("POST", path, api.RoleHost, batch(map[string]any{"lease": l1, "outcome": "effect"})), http.StatusForbidden, "forbidden-role")
+	f.expect(f.do("POST", path, api.RoleBackend, batch()), http.StatusBadRequest, "invalid-request")
+	f.expect(f.do("POST", path, api.RoleBackend, []byte(`{"reports":[{"lease":"`+l1+`","outcome":"effect","claim":"cl_batch-1","colour":1}]}`)),
+		http.StatusBadRequest, "malformed-json")
+	many := make([]map[string]any, 257)
+	for i := range many {
+		many[i] = map[string]any{"lease": l1, "outcome": "effect", "claim": "cl_batch-1"}
+	}
+	f.expect(f.do("POST", path, api.RoleBackend, batch(many...)), http.StatusBadRequest, "invalid-request")
+
+	r := f.do("POST", path, api.RoleBackend, batch(
+		map[string]any{"lease": l1, "outcome": "effect", "claim": "cl_batch-1", "admission": facts1},
+		map[string]any{"lease": l2, "outcome": "effect", "claim": "cl_other", "admission": facts2},
+		map[string]any{"lease": l3, "outcome": "failed", "claim": "cl_batch-3"},
+		map[string]any{"lease": "ls_nope", "outcome": "rejected"},
+		map[string]any{"lease": l2, "outcome": "done", "claim": "cl_batch-2"},
+	))
+	f.expect(r, http.StatusOK, "")
+	results, _ := r.Body["results"].([]any)
+	want := []struct {
+		status float64
+		slug   string
+	}{{200, ""}, {409, "lease-claimed"}, {200, ""}, {404, "lease-not-found"}, {400, "invalid-request"}}
+	if len(results) != len(want) {
+		t.Fatalf("results: %s", r.Raw)
+	}
+	for i, w := range want {
+		res := results[i].(map[string]any)
+		got, _ := res["status"].(float64)
+		slug := ""
+		if p, ok := res["problem"].(map[string]any); ok {
+			typ, _ := p["type"].(string)
+			slug = typ[strings.LastIndexByte(typ, '#')+1:]
+		}
+		if got != w.status || slug != w.slug {
+			t.Errorf("result %d: %v, want %v %q", i, res, w.status, w.slug)
+		}
+	}
+	for formation, want := range map[any]string{facts1["formation"]: "completed", facts2["formation"]: "admitted", facts3["formation"]: "failed"} {
+		g := f.do("GET", "/v1/formations/"+formation.(string), api.RoleOperator, nil)
+		if g.Body["status"] != want {
+			t.Errorf("formation %v is %v, want %s", formation, g.Body["status"], want)
+		}
+	}
 }

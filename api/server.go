@@ -118,6 +118,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleGateway, RoleHost)).Post("/formations/{formation}/admit", s.admitFormation)
 		r.With(s.require(RoleBackend)).Post("/leases/{lease}/claim", s.claimLease)
 		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/{lease}/complete", s.completeLease)
+		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/outcomes", s.completeLeases)
 		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)
 		r.With(s.require(RoleOperator)).Post("/pools/{pool}/generation", s.setGeneration)
 		r.With(s.require(RoleRegistrar)).Post("/certificates", s.registerCertificate)

@@ -495,13 +495,55 @@ type CompleteRequest struct {
 // claim (ErrLeaseClaimed); an unclaimed one only rejected, without a claim
 // (a release: ErrLeaseNotClaimed otherwise).
 func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (*record.Lease, error) {
+	cr, err := ls.closeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	l, err := ls.store.CloseLease(ctx, cr)
+	return ls.completed(req, l, err)
+}
+
+// MaxCompleteBatch bounds the reports of one CompleteAll.
+const MaxCompleteBatch = 256
+
+// CompleteAll applies many outcomes, each as Complete would, with its
+// own answer (the lease or the error, by index). The common reports
+// among them — with their token's admission facts — go to etcd as one
+// transaction.
+func (ls *Leases) CompleteAll(ctx context.Context, reqs []CompleteRequest) ([]*record.Lease, []error) {
+	leases, errs := make([]*record.Lease, len(reqs)), make([]error, len(reqs))
+	if len(reqs) > MaxCompleteBatch {
+		for i := range errs {
+			errs[i] = fmt.Errorf("%w: more than %d reports in one request", ErrBadRequest, MaxCompleteBatch)
+		}
+		return leases, errs
+	}
+	var crs []lease.CloseRequest
+	var at []int
+	for i, req := range reqs {
+		cr, err := ls.closeRequest(req)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		crs, at = append(crs, cr), append(at, i)
+	}
+	closed, cerrs := ls.store.CloseLeases(ctx, crs)
+	for j, i := range at {
+		leases[i], errs[i] = ls.completed(reqs[i], closed[j], cerrs[j])
+	}
+	return leases, errs
+}
+
+// closeRequest checks a report and makes it the store's request.
+func (ls *Leases) closeRequest(req CompleteRequest) (lease.CloseRequest, error) {
 	switch req.Outcome {
 	case record.OutcomeEffect, record.OutcomeFailed, record.OutcomeRejected, record.OutcomeUncertain:
 	default:
-		return nil, fmt.Errorf("%w: outcome must be effect, failed, rejected or uncertain", ErrBadRequest)
+		return lease.CloseRequest{}, fmt.Errorf("%w: outcome must be effect, failed, rejected or uncertain", ErrBadRequest)
 	}
 	if len(req.Claim) > lease.MaxClaimIDLength {
-		return nil, fmt.Errorf("%w: claim longer than %d bytes", ErrBadRequest, lease.MaxClaimIDLength)
+		return lease.CloseRequest{}, fmt.Errorf("%w: claim longer than %d bytes", ErrBadRequest, lease.MaxClaimIDLength)
 	}
 	var allow func(string) error
 	if len(req.Pools) > 0 {
@@ -512,10 +554,14 @@ func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (*record.Le
 			return nil
 		}
 	}
-	l, err := ls.store.CloseLease(ctx, lease.CloseRequest{
+	return lease.CloseRequest{
 		Lease: req.Lease, Outcome: req.Outcome, Claim: req.Claim, Keep: ls.retention, AllowPool: allow,
 		Admission: req.Admission,
-	})
+	}, nil
+}
+
+// completed is the answer to a report the store answered with l, err.
+func (ls *Leases) completed(req CompleteRequest, l *record.Lease, err error) (*record.Lease, error) {
 	if err != nil {
 		if errors.Is(err, ErrLeaseOutOfScope) {
 			l = nil // tell the caller nothing about another pool's lease
