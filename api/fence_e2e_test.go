@@ -112,3 +112,74 @@ func TestFenceEndToEnd(t *testing.T) {
 		t.Fatalf("lease still open: %v", ep["activeLeases"])
 	}
 }
+
+// heldTransport holds the first request until release closes, so that
+// what a reporter queues meanwhile goes in its next request.
+type heldTransport struct {
+	first   atomic.Bool
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (h *heldTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.first.CompareAndSwap(false, true) {
+		h.arrived <- struct{}{}
+		<-h.release
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestReporterBatchesToAuthzd: fencecheck's reporter sends what queued
+// while it was busy in one POST /v1/leases/outcomes to the real authzd,
+// which applies every report (effect under its claim, with the token's
+// admission facts) and answers each; a report authzd refuses (another
+// claim) is counted failed and changes nothing.
+func TestReporterBatchesToAuthzd(t *testing.T) {
+	f, snap := newReadyFixture(t)
+	type leased struct {
+		id    string
+		facts map[string]any
+	}
+	var ls []leased
+	for i := range 6 {
+		id, facts := f.admittedAndClaimed(snap, fmt.Sprint("rep-", i))
+		ls = append(ls, leased{id, facts})
+	}
+	held := &heldTransport{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"]),
+		Workers: 1, HTTPClient: &http.Client{Transport: held, Timeout: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func(i int, claim string) {
+		a := ls[i].facts
+		rep.Report(fencecheck.OutcomeReport{Lease: ls[i].id, Claim: claim, Outcome: fencecheck.OutcomeEffect, Admission: &fencecheck.Admission{
+			Epoch: a["epoch"].(string), Revision: int64(a["revision"].(float64)), Formation: a["formation"].(string),
+			Session: a["session"].(string), Tool: a["tool"].(string)}})
+	}
+	report(0, "cl_rep-0")
+	<-held.arrived
+	for i := 1; i < 5; i++ {
+		report(i, fmt.Sprint("cl_rep-", i))
+	}
+	report(5, "cl_not-its-claim")
+	close(held.release)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rep.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := rep.Stats(); s.Sent != 5 || s.Failed != 1 || s.Requests != 2 || s.Batched != 5 {
+		t.Errorf("reporter stats %+v, want 5 sent, 1 failed, in 2 requests (5 reports batched)", s)
+	}
+	for i, l := range ls {
+		want := "completed"
+		if i == 5 {
+			want = "admitted"
+		}
+		g := f.do("GET", "/v1/formations/"+l.facts["formation"].(string), api.RoleOperator, nil)
+		if g.Body["status"] != want {
+			t.Errorf("formation %d is %v, want %s", i, g.Body["status"], want)
+		}
+	}
+}

@@ -62,12 +62,17 @@ func (a reply) String() string {
 // transport error is returned as is (the caller decides whether to send
 // again); any HTTP reply is returned without error.
 func (c *authzdClient) leasePost(ctx context.Context, lease, action string, body any) (reply, error) {
+	return c.post(ctx, "/v1/leases/"+url.PathEscape(lease)+"/"+action, body, 4096)
+}
+
+// post posts body as JSON to path and reads at most limit bytes of the
+// reply.
+func (c *authzdClient) post(ctx context.Context, path string, body any, limit int64) (reply, error) {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return reply{}, err
 	}
-	target := c.base + "/v1/leases/" + url.PathEscape(lease) + "/" + action
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(raw))
 	if err != nil {
 		return reply{}, err
 	}
@@ -79,17 +84,20 @@ func (c *authzdClient) leasePost(ctx context.Context, lease, action string, body
 	}
 	defer resp.Body.Close()
 	a := reply{status: resp.StatusCode}
-	a.msg, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
+	a.msg, _ = io.ReadAll(io.LimitReader(resp.Body, limit))
 	if resp.StatusCode >= 400 {
 		var problem struct {
 			Type string `json:"type"`
 		}
 		if json.Unmarshal(a.msg, &problem) == nil {
-			a.slug = problem.Type[strings.LastIndexByte(problem.Type, '#')+1:]
+			a.slug = problemSlug(problem.Type)
 		}
 	}
 	return a, nil
 }
+
+// problemSlug is a problem type's fragment.
+func problemSlug(typ string) string { return typ[strings.LastIndexByte(typ, '#')+1:] }
 
 // errGiveUp ends a retry loop early with the error it wraps.
 type errGiveUp struct{ err error }

@@ -2,6 +2,7 @@ package fencecheck
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,6 +76,7 @@ const (
 	DefaultReportAttempts    = 8
 	DefaultReportBackoff     = 200 * time.Millisecond
 	DefaultReportMaxBackoff  = 10 * time.Second
+	DefaultReportBatch       = 64
 	defaultReportHTTPTimeout = 10 * time.Second
 )
 
@@ -95,6 +97,13 @@ type ReporterConfig struct {
 	// Workers is the number of goroutines sending; zero means
 	// [DefaultReportWorkers].
 	Workers int
+	// MaxBatch bounds the reports a worker sends in one request (POST
+	// /v1/leases/outcomes): a worker takes what is queued when it is free,
+	// up to MaxBatch, so reports wait for no batch to fill, and under load
+	// one request — and one etcd transaction in authzd — carries many.
+	// Zero means [DefaultReportBatch]; 1 sends each report alone. An
+	// authzd without the batch route is sent single reports.
+	MaxBatch int
 	// MaxAttempts bounds the tries of one report; zero means
 	// [DefaultReportAttempts]. Transport errors, 408, 429 and 5xx are
 	// retried; other statuses are final.
@@ -131,6 +140,10 @@ type ReporterStats struct {
 	// because the lease was claimed by another call, closed or
 	// uncertain: there was nothing to release, which is as intended.
 	NotReleased uint64
+	// Requests is the number of requests posted to authzd (each report's
+	// attempts, or one a batch); Batched the reports sent in a batch of
+	// more than one.
+	Requests, Batched uint64
 }
 
 // Reporter sends call outcomes to authzd asynchronously: [Reporter.Report]
@@ -149,7 +162,9 @@ type Reporter struct {
 	mu     sync.RWMutex
 	closed bool
 
-	sent, dropped, failed, notReleased atomic.Uint64
+	sent, dropped, failed, notReleased, requests, batched atomic.Uint64
+	// noBatch is set once authzd answered that it has no batch route.
+	noBatch atomic.Bool
 }
 
 // NewReporter starts a reporter's workers.
@@ -169,6 +184,9 @@ func NewReporter(opts ReporterConfig) (*Reporter, error) {
 	}
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = DefaultReportAttempts
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultReportBatch
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = DefaultReportBackoff
@@ -215,7 +233,8 @@ func (r *Reporter) Report(rep OutcomeReport) bool {
 
 // Stats returns the counters so far.
 func (r *Reporter) Stats() ReporterStats {
-	return ReporterStats{Sent: r.sent.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load(), NotReleased: r.notReleased.Load()}
+	return ReporterStats{Sent: r.sent.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load(), NotReleased: r.notReleased.Load(),
+		Requests: r.requests.Load(), Batched: r.batched.Load()}
 }
 
 // Close stops accepting reports and waits until the queue is drained. If
@@ -244,7 +263,24 @@ func (r *Reporter) Close(ctx context.Context) error {
 func (r *Reporter) work() {
 	defer r.wg.Done()
 	for rep := range r.queue {
-		r.deliver(rep)
+		batch := []OutcomeReport{rep}
+	more:
+		for len(batch) < r.opts.MaxBatch && !r.noBatch.Load() {
+			select {
+			case next, ok := <-r.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 1 {
+			r.deliver(rep)
+			continue
+		}
+		r.deliverBatch(batch)
 	}
 }
 
@@ -252,36 +288,109 @@ func (r *Reporter) work() {
 // release.
 var errNotReleased = errors.New("the lease was not released")
 
+// reportBody is one report as authzd reads it.
+type reportBody struct {
+	Lease     string     `json:"lease,omitempty"` // in a batch only
+	Outcome   Outcome    `json:"outcome"`
+	Detail    string     `json:"detail"`
+	Claim     string     `json:"claim,omitempty"`
+	Admission *Admission `json:"admission,omitempty"`
+}
+
 // deliver posts one report, retrying transient failures.
 func (r *Reporter) deliver(rep OutcomeReport) {
-	body := struct {
-		Outcome   Outcome    `json:"outcome"`
-		Detail    string     `json:"detail"`
-		Claim     string     `json:"claim,omitempty"`
-		Admission *Admission `json:"admission,omitempty"`
-	}{rep.Outcome, rep.Detail, rep.Claim, rep.Admission}
-	release := rep.Claim == "" && rep.Outcome == OutcomeRejected
+	body := reportBody{Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission}
 	err := retry(r.stop, r.opts.MaxAttempts, r.opts.Backoff, r.opts.MaxBackoff, func() error {
 		if r.stop.Err() != nil {
 			return errGiveUp{errors.New("abandoned at close")}
 		}
+		r.requests.Add(1)
 		a, err := r.authzd.leasePost(r.stop, rep.Lease, "complete", body)
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
-		case a.status >= 200 && a.status < 300:
-			return nil
-		case a.transient():
-			return fmt.Errorf("authzd answered %s", a)
-		case release && a.status == http.StatusConflict &&
-			(a.slug == "lease-claimed" || a.slug == "lease-closed" || a.slug == "lease-uncertain"):
-			// A release of a lease another call claimed (it runs there) or
-			// that is closed already: nothing to release, as intended.
-			r.log.Debug("fencecheck: lease not released", "jti", rep.Lease, "authzd", a.slug)
-			return errGiveUp{errNotReleased}
 		}
-		return errGiveUp{fmt.Errorf("authzd answered %s", a)}
+		return r.judge(rep, a)
 	})
+	r.settle(rep, err)
+}
+
+// deliverBatch posts reports in one request to POST /v1/leases/outcomes,
+// where authzd answers each as alone. A report answered with a transient
+// status, and every report of a batch that got no per-report answer
+// (transport error, authzd failing or without the route), go on alone
+// with their own retries.
+func (r *Reporter) deliverBatch(batch []OutcomeReport) {
+	body := struct {
+		Reports []reportBody `json:"reports"`
+	}{make([]reportBody, len(batch))}
+	for i, rep := range batch {
+		body.Reports[i] = reportBody{Lease: rep.Lease, Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission}
+	}
+	r.requests.Add(1)
+	a, err := r.authzd.post(r.stop, "/v1/leases/outcomes", body, 1<<20)
+	var answer struct {
+		Results []struct {
+			Status  int `json:"status"`
+			Problem *struct {
+				Type string `json:"type"`
+			} `json:"problem"`
+		} `json:"results"`
+	}
+	if err == nil && a.status == http.StatusOK && json.Unmarshal(a.msg, &answer) == nil && len(answer.Results) == len(batch) {
+		r.batched.Add(uint64(len(batch)))
+		for i, rep := range batch {
+			res := reply{status: answer.Results[i].Status}
+			if p := answer.Results[i].Problem; p != nil {
+				res.slug = problemSlug(p.Type)
+			}
+			if err := r.judge(rep, res); err != nil && !errors.As(err, new(errGiveUp)) {
+				r.deliver(rep) // transient: try alone
+			} else {
+				r.settle(rep, unwrapGiveUp(err))
+			}
+		}
+		return
+	}
+	if err == nil && (a.status == http.StatusNotFound || a.status == http.StatusMethodNotAllowed) {
+		r.log.Warn("fencecheck: authzd has no batch route (POST /v1/leases/outcomes); reporting one by one", "authzd", a)
+		r.noBatch.Store(true)
+	}
+	for _, rep := range batch {
+		r.deliver(rep)
+	}
+}
+
+// judge reads authzd's answer to one report: nil when it was recorded; a
+// plain error when it may be sent again (408, 429, 5xx); errGiveUp
+// otherwise, wrapping errNotReleased for a release there was nothing to
+// release.
+func (r *Reporter) judge(rep OutcomeReport, a reply) error {
+	release := rep.Claim == "" && rep.Outcome == OutcomeRejected
+	switch {
+	case a.status >= 200 && a.status < 300:
+		return nil
+	case a.transient():
+		return fmt.Errorf("authzd answered %s", a)
+	case release && a.status == http.StatusConflict &&
+		(a.slug == "lease-claimed" || a.slug == "lease-closed" || a.slug == "lease-uncertain"):
+		// A release of a lease another call claimed (it runs there) or
+		// that is closed already: nothing to release, as intended.
+		r.log.Debug("fencecheck: lease not released", "jti", rep.Lease, "authzd", a.slug)
+		return errGiveUp{errNotReleased}
+	}
+	return errGiveUp{fmt.Errorf("authzd answered %s", a)}
+}
+
+func unwrapGiveUp(err error) error {
+	if g, ok := err.(errGiveUp); ok {
+		return g.err
+	}
+	return err
+}
+
+// settle counts a report's end: err is nil (sent), errNotReleased, or
+// why it failed.
+func (r *Reporter) settle(rep OutcomeReport, err error) {
 	switch {
 	case err == nil:
 		r.sent.Add(1)

@@ -2,11 +2,14 @@ package fencecheck_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -181,7 +184,9 @@ func TestReporterRefusedRelease(t *testing.T) {
 			posts.Add(1)
 			problem(w, http.StatusConflict, slug)
 		}))
-		r := newTestReporter(t, srv.URL, fencecheck.ReporterConfig{Workers: 1})
+		// One report a request: this server answers 409 to any request,
+		// the batch route's too.
+		r := newTestReporter(t, srv.URL, fencecheck.ReporterConfig{Workers: 1, MaxBatch: 1})
 		r.Report(fencecheck.OutcomeReport{Lease: "lease-1", Outcome: fencecheck.OutcomeRejected, Detail: "refused by the fence"})
 		r.Report(fencecheck.OutcomeReport{Lease: "lease-2", Claim: "cl_1", Outcome: fencecheck.OutcomeEffect})
 		closeReporter(t, r)
@@ -189,5 +194,95 @@ func TestReporterRefusedRelease(t *testing.T) {
 		if s := r.Stats(); s.NotReleased != 1 || s.Failed != 1 || s.Sent != 0 || posts.Load() != 2 {
 			t.Errorf("%s: stats %+v after %d posts, want one not released, one failed, two posts", slug, s, posts.Load())
 		}
+	}
+}
+
+// TestReporterBatches: what queues while a worker posts goes in its next
+// request, one POST /v1/leases/outcomes, with each report's body; each
+// report is judged by its own answer in the batch — recorded, final
+// (counted failed, not retried) or transient (sent again alone). This
+// server stands in for authzd's two routes (the real batch route is
+// tested against etcd in api/).
+func TestReporterBatches(t *testing.T) {
+	type batchItem struct {
+		Lease     string                `json:"lease"`
+		Outcome   fencecheck.Outcome    `json:"outcome"`
+		Detail    string                `json:"detail"`
+		Claim     string                `json:"claim"`
+		Admission *fencecheck.Admission `json:"admission"`
+	}
+	var (
+		mu      sync.Mutex
+		singles []string
+		batches [][]batchItem
+	)
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/leases/{lease}/complete", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		singles = append(singles, r.PathValue("lease"))
+		first := len(singles) == 1
+		mu.Unlock()
+		if first {
+			arrived <- struct{}{}
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	})
+	mux.HandleFunc("POST /v1/leases/outcomes", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Reports []batchItem `json:"reports"`
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		batches = append(batches, body.Reports)
+		mu.Unlock()
+		var results []map[string]any
+		for _, rep := range body.Reports {
+			switch rep.Lease {
+			case "ls_closed":
+				results = append(results, map[string]any{"lease": rep.Lease, "status": 409,
+					"problem": map[string]any{"type": "https://example/problems#lease-closed", "status": 409}})
+			case "ls_busy":
+				results = append(results, map[string]any{"lease": rep.Lease, "status": 503,
+					"problem": map[string]any{"type": "https://example/problems#store-unavailable", "status": 503}})
+			default:
+				results = append(results, map[string]any{"lease": rep.Lease, "status": 200})
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"results": results})
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	r := newTestReporter(t, srv.URL, fencecheck.ReporterConfig{Workers: 1})
+	facts := &fencecheck.Admission{Epoch: "sha256:ab", Revision: 7, Formation: "fm_a", Session: "s", Tool: "github/get_repository"}
+	r.Report(fencecheck.OutcomeReport{Lease: "ls_first", Claim: "cl_1", Outcome: fencecheck.OutcomeEffect})
+	<-arrived // the worker is busy with the first report
+	for _, l := range []string{"ls_a", "ls_closed", "ls_busy", "ls_b"} {
+		r.Report(fencecheck.OutcomeReport{Lease: l, Claim: "cl_" + l, Outcome: fencecheck.OutcomeEffect, Detail: "d", Admission: facts})
+	}
+	close(release)
+	closeReporter(t, r)
+
+	if len(batches) != 1 || len(batches[0]) != 4 {
+		t.Fatalf("batches %+v, want one of 4 reports", batches)
+	}
+	want := batchItem{Lease: "ls_a", Outcome: fencecheck.OutcomeEffect, Detail: "d", Claim: "cl_ls_a", Admission: facts}
+	if got := batches[0][0]; got.Lease != want.Lease || got.Outcome != want.Outcome || got.Detail != want.Detail ||
+		got.Claim != want.Claim || got.Admission == nil || *got.Admission != *facts {
+		t.Errorf("first batched report %+v, want %+v", got, want)
+	}
+	if !slices.Equal(singles, []string{"ls_first", "ls_busy"}) {
+		t.Errorf("single reports %v, want ls_first, then ls_busy again alone", singles)
+	}
+	if s := r.Stats(); s.Sent != 4 || s.Failed != 1 || s.Requests != 3 || s.Batched != 4 {
+		t.Errorf("stats %+v, want 4 sent, 1 failed (lease-closed), 3 requests, 4 batched", s)
 	}
 }
