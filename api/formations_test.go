@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -141,5 +143,93 @@ func TestReadyzShowsPolicies(t *testing.T) {
 	pol, ok := checks["policies"].(map[string]any)
 	if !ok || !strings.HasPrefix(pol["digest"].(string), "sha256:") || pol["source"] != "embedded" {
 		t.Fatalf("readyz policies: %s", r.Raw)
+	}
+}
+
+// TestListFormationsPagesOverHTTP walks GET /v1/formations page by page:
+// every formation once, in id order, `next` only while more may follow,
+// and limit and after checked.
+func TestListFormationsPagesOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+	var ids, pending []string
+	for i := range 5 {
+		tool, args, principal := "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""
+		if i%2 == 0 {
+			tool, args, principal = "github/create_repository", `{"name":"demo"}`, "alice"
+		}
+		r := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s", tool, args, principal))
+		f.expect(r, http.StatusCreated, "")
+		ids = append(ids, r.Body["id"].(string))
+		if r.Body["status"] == "pending_approval" {
+			pending = append(pending, r.Body["id"].(string))
+		}
+	}
+	slices.Sort(ids)
+	slices.Sort(pending)
+	walk := func(t *testing.T, query string) (got []string, pages int) {
+		t.Helper()
+		after := ""
+		for pages < 20 {
+			pages++
+			r := f.do("GET", "/v1/formations?"+query+"&after="+url.QueryEscape(after), api.RoleApprover, nil)
+			f.expect(r, http.StatusOK, "")
+			var page struct {
+				Formations []struct{ ID string }
+				Next       *string
+			}
+			if err := json.Unmarshal(r.Raw, &page); err != nil || page.Formations == nil {
+				t.Fatalf("page %s: %v", r.Raw, err)
+			}
+			for _, fm := range page.Formations {
+				got = append(got, fm.ID)
+			}
+			if page.Next == nil {
+				return got, pages
+			}
+			if *page.Next == "" {
+				t.Fatalf("next is present but empty: %s", r.Raw)
+			}
+			after = *page.Next
+		}
+		t.Fatalf("paging does not end: %v", got)
+		return nil, 0
+	}
+	cases := []struct {
+		query string
+		want  []string
+		pages int
+	}{
+		{"", ids, 1},
+		{"limit=1", ids, 5},
+		{"limit=2", ids, 3},
+		{"limit=5", ids, 1},
+		{"limit=1000", ids, 1},
+		{"limit=2&status=pending_approval", pending, 2},
+		{"status=ready", slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(pending, id) }), 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.query, func(t *testing.T) {
+			f.t = t
+			got, pages := walk(t, tc.query)
+			if !slices.Equal(got, tc.want) || pages != tc.pages {
+				t.Fatalf("listed %v in %d pages, want %v in %d", got, pages, tc.want, tc.pages)
+			}
+		})
+	}
+	f.t = t
+	// A page starts after any id, stored or not.
+	r := f.do("GET", "/v1/formations?after=fm_", api.RoleHost, nil)
+	f.expect(r, http.StatusOK, "")
+	if n := len(r.Body["formations"].([]any)); n != len(ids) {
+		t.Fatalf("after fm_: %d formations, want %d", n, len(ids))
+	}
+	r = f.do("GET", "/v1/formations?after=fm_~", api.RoleHost, nil)
+	f.expect(r, http.StatusOK, "")
+	if list, ok := r.Body["formations"].([]any); !ok || len(list) != 0 || r.Body["next"] != nil {
+		t.Fatalf("after every id: %s", r.Raw)
+	}
+	for _, q := range []string{"limit=0", "limit=-1", "limit=1001", "limit=ten", "limit=1.5", "after=%0Afm"} {
+		f.expect(f.do("GET", "/v1/formations?"+q, api.RoleHost, nil), http.StatusBadRequest, "invalid-parameter")
 	}
 }

@@ -97,6 +97,7 @@ func problemRules() []problemRule {
 				return nil
 			}},
 		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{match: is(authz.ErrBadPage), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
 		{match: is(manifest.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
 		{match: is(manifest.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
 		{match: as[*manifest.LintError](), status: 422, slug: "lint-failed", title: "Manifest fails MCP+ lint",

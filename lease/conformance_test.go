@@ -57,6 +57,7 @@ var conformance = []behaviour{
 	{"snapshot/content-addressed", snapshotContentAddressed},
 	{"formation/create-get-update", formationCreateGetUpdate},
 	{"formation/retention-and-expiry", formationRetention},
+	{"formation/list-pages", formationPages},
 	{"admit/marker-and-compares", admitMarkerAndCompares},
 	{"claim/first-wins", claimFirstWins},
 	{"close/who-may-close", closeWhoMayClose},

@@ -122,29 +122,79 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *r
 	return nil, 0, fmt.Errorf("%w: formation %s", record.ErrConflict, id)
 }
 
-// ListFormations returns the formations keep accepts (all when keep is
-// nil), oldest first. It reads every stored
-// formation: records are collected after their retention, which bounds
-// the range.
-func (s *Store) ListFormations(ctx context.Context, keep func(*record.Formation) bool) ([]*record.Formation, error) {
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.formations(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, s.wrap(ctx, "list formations", err)
+// FormationPage asks [Store.ListFormations] for one page of formations.
+// Pages are in id order (etcd key order): ids are random, so that order
+// says nothing about age, but it is the order etcd reads in, which lets a
+// page start anywhere without reading what comes before it.
+type FormationPage struct {
+	// After is the id the page starts after (exclusive); empty starts at
+	// the first formation. It need not be a stored id.
+	After string
+	// Limit is the most formations the page holds; zero or less means 100.
+	Limit int
+	// Scan bounds how many stored records one call reads (and decodes),
+	// matched or not, so that a selective keep cannot make one call read
+	// every record; zero or less means 10×Limit, at least 1000.
+	Scan int
+}
+
+// listChunk is how many records ListFormations asks etcd for at once, at
+// most: the memory one chunk holds is bounded whatever Limit and Scan say.
+const listChunk = 500
+
+// ListFormations returns, in id order, up to p.Limit formations after
+// p.After that keep accepts (all when keep is nil), and next: the id to
+// pass as After for the rest, or "" when no formation follows. It reads in
+// chunks with etcd range limits and stops after p.Scan records, so a page
+// may hold fewer than p.Limit formations (none, even) while next is set;
+// it never reads every record. keep may change the record it is given.
+func (s *Store) ListFormations(ctx context.Context, p FormationPage, keep func(*record.Formation) bool) ([]*record.Formation, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	budget := p.Scan
+	if budget <= 0 {
+		budget = max(10*limit, 1000)
+	}
+	prefix := s.k.formations()
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	if p.After != "" {
+		from = s.k.formation(p.After) + "\x00" // the first key after it
 	}
 	var out []*record.Formation
-	for _, kv := range resp.Kvs {
-		var f record.Formation
-		if err := json.Unmarshal(kv.Value, &f); err != nil {
-			return nil, fmt.Errorf("%w: formation %s", record.ErrCorrupt, kv.Key)
+	for scanned := 0; ; {
+		n := min(listChunk, budget-scanned)
+		if keep == nil {
+			n = min(n, limit-len(out)) // etcd's More tells whether any follows
 		}
-		if keep == nil || keep(&f) {
-			out = append(out, &f)
+		octx, cancel := s.op(ctx)
+		resp, err := s.cli.Get(octx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(n)))
+		cancel()
+		if err != nil {
+			return nil, "", s.wrap(ctx, "list formations", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return out, "", nil
+		}
+		for i, kv := range resp.Kvs {
+			scanned++
+			var f record.Formation
+			if err := json.Unmarshal(kv.Value, &f); err != nil {
+				return nil, "", fmt.Errorf("%w: formation %s", record.ErrCorrupt, kv.Key)
+			}
+			if keep == nil || keep(&f) {
+				out = append(out, &f)
+			}
+			switch {
+			case i == len(resp.Kvs)-1 && !resp.More:
+				return out, "", nil
+			case len(out) == limit || scanned >= budget:
+				return out, strings.TrimPrefix(string(kv.Key), prefix), nil
+			}
+			from = string(kv.Key) + "\x00"
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
 }
 
 // SessionHistory returns the tools completed and admitted in a session,
