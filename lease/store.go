@@ -35,6 +35,11 @@ type Config struct {
 	// the CA that signed the members' certificates and, for a cluster that
 	// authenticates clients, this client's certificate.
 	TLS *tls.Config
+	// Quota is the backend quota (bytes) the etcd members run with, shown
+	// by [Store.Health]: etcd does not tell its clients, so it is what the
+	// embedded member was started with ([Embedded.Quota]) or what the
+	// operator says an external cluster runs with. Zero means unknown.
+	Quota int64
 	// Now is the store's clock: every time it records (registration,
 	// update and expiry times, retirement deadlines) is read from it. Nil
 	// means time.Now.
@@ -56,6 +61,9 @@ func (c *Config) Validate() error {
 	if c.DialTimeout < 0 {
 		errs = append(errs, fmt.Errorf("lease: negative dial timeout %s", c.DialTimeout))
 	}
+	if c.Quota < 0 {
+		errs = append(errs, fmt.Errorf("lease: negative quota %d", c.Quota))
+	}
 	if c.OpTimeout < 0 {
 		errs = append(errs, fmt.Errorf("lease: negative operation timeout %s", c.OpTimeout))
 	}
@@ -68,6 +76,7 @@ type Store struct {
 	cli       *clientv3.Client
 	k         keys
 	opTimeout time.Duration
+	quota     int64
 	log       *slog.Logger
 	now       func() time.Time
 	retention retention
@@ -114,7 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: etcd client: %w", err)
 	}
-	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, log: log, now: now}, nil
+	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, quota: cfg.Quota, log: log, now: now}, nil
 }
 
 // Close releases the connection to etcd.
