@@ -60,7 +60,7 @@ func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
 
 // listFormations answers one page of formations, in id order: ?limit=
 // (1-1000, default 100), ?after= (the next of the previous page) and
-// ?status=.
+// ?status=. At most ListConcurrency pages are read at once per replica.
 func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := authz.ListRequest{Status: record.Status(q.Get("status")), After: q.Get("after")}
@@ -74,6 +74,12 @@ func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
 			n = -1 // an explicit 0 is out of range, not the default
 		}
 		req.Limit = n
+	}
+	select {
+	case s.listSlots <- struct{}{}:
+		defer func() { <-s.listSlots }()
+	case <-r.Context().Done():
+		return // the client gave up waiting its turn
 	}
 	page, err := s.uc.Formations.List(r.Context(), req)
 	if err != nil {

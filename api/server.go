@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -45,6 +46,11 @@ type Config struct {
 	// host cannot fill the store (docs/capacity.md). The zero value sets
 	// no limit; authzd serve sets one by default (--formation-rate).
 	FormationLimit RateLimit
+	// ListConcurrency is how many GET /v1/formations pages this replica
+	// reads and encodes at once; more wait their turn. A page holds up to
+	// 1000 decoded records, so this bounds the memory listings take and
+	// leaves CPU to admissions; zero means 4.
+	ListConcurrency int
 	// Logger receives request logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -59,6 +65,7 @@ type server struct {
 	log          *slog.Logger
 	metrics      *metrics
 	formations   *limiter // nil: no limit
+	listSlots    chan struct{}
 }
 
 //go:embed openapi.yaml
@@ -83,6 +90,7 @@ func New(cfg Config) (http.Handler, error) {
 		s.log = slog.Default()
 	}
 	s.formations = newLimiter(cfg.FormationLimit, nil)
+	s.listSlots = make(chan struct{}, cmp.Or(max(cfg.ListConcurrency, 0), 4))
 	s.metrics = newMetrics(append(cfg.UseCases.Collectors(), newStoreCollector(s.reg.StoreHealth, s.log))...)
 
 	r := chi.NewRouter()
