@@ -7,8 +7,10 @@
 //     approval), then compacts etcd and reports the database bytes in use
 //     per stored formation: the figure docs/capacity.md sizes the quota
 //     and the default formation rate with.
+//
 //  2. It admits calls one at a time (POST /v1/formations/{id}/admit over
 //     HTTP) with nothing else running, for a baseline latency.
+//
 //  3. It starts -c listers, each walking GET /v1/formations page by page
 //     (-limit a page, -status filter) until `next` is absent, and admits
 //     calls one at a time meanwhile. It samples the Go heap every 20 ms and
@@ -16,7 +18,7 @@
 //     in this process too, so its range buffers count), and the admissions'
 //     latency and failures during the listings.
 //
-//	go run ./bench/listing [-n 100000] [-c 16] [-limit 1000] [-status ""] [-admit 300] [-dir DIR]
+//     go run ./bench/listing [-n 100000] [-c 16] [-limit 1000] [-status ""] [-admit 300] [-dir DIR]
 //
 // With -n 100000 it takes a few minutes on 2 cores, most of it forming.
 package main
