@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/record"
@@ -56,13 +58,35 @@ func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f)
 }
 
+// listFormations answers one page of formations, in id order: ?limit=
+// (1-1000, default 100), ?after= (the next of the previous page) and
+// ?status=. At most ListConcurrency pages are read at once per replica.
 func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
-	fs, err := s.uc.Formations.List(r.Context(), record.Status(r.URL.Query().Get("status")))
+	q := r.URL.Query()
+	req := authz.ListRequest{Status: record.Status(q.Get("status")), After: q.Get("after")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			s.problem(w, r, fmt.Errorf("%w: limit=%q is not an integer (1 to %d)", errBadParameter, v, authz.MaxListLimit))
+			return
+		}
+		if n == 0 {
+			n = -1 // an explicit 0 is out of range, not the default
+		}
+		req.Limit = n
+	}
+	select {
+	case s.listSlots <- struct{}{}:
+		defer func() { <-s.listSlots }()
+	case <-r.Context().Done():
+		return // the client gave up waiting its turn
+	}
+	page, err := s.uc.Formations.List(r.Context(), req)
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"formations": fs})
+	writeJSON(w, http.StatusOK, page)
 }
 
 // approvalRequest is the body of POST /v1/formations/{id}/approvals.

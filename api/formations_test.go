@@ -4,10 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/apitest"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/lease"
 )
 
 // registerAndSnapshot registers the example v1.4 and returns a snapshot id.
@@ -141,5 +150,251 @@ func TestReadyzShowsPolicies(t *testing.T) {
 	pol, ok := checks["policies"].(map[string]any)
 	if !ok || !strings.HasPrefix(pol["digest"].(string), "sha256:") || pol["source"] != "embedded" {
 		t.Fatalf("readyz policies: %s", r.Raw)
+	}
+}
+
+// TestListFormationsPagesOverHTTP walks GET /v1/formations page by page:
+// every formation once, in id order, `next` only while more may follow,
+// and limit and after checked.
+func TestListFormationsPagesOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+	var ids, pending []string
+	for i := range 5 {
+		tool, args, principal := "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""
+		if i%2 == 0 {
+			tool, args, principal = "github/create_repository", `{"name":"demo"}`, "alice"
+		}
+		r := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s", tool, args, principal))
+		f.expect(r, http.StatusCreated, "")
+		ids = append(ids, r.Body["id"].(string))
+		if r.Body["status"] == "pending_approval" {
+			pending = append(pending, r.Body["id"].(string))
+		}
+	}
+	slices.Sort(ids)
+	slices.Sort(pending)
+	walk := func(t *testing.T, query string) (got []string, pages int) {
+		t.Helper()
+		after := ""
+		for pages < 20 {
+			pages++
+			r := f.do("GET", "/v1/formations?"+query+"&after="+url.QueryEscape(after), api.RoleApprover, nil)
+			f.expect(r, http.StatusOK, "")
+			var page struct {
+				Formations []struct{ ID string }
+				Next       *string
+			}
+			if err := json.Unmarshal(r.Raw, &page); err != nil || page.Formations == nil {
+				t.Fatalf("page %s: %v", r.Raw, err)
+			}
+			for _, fm := range page.Formations {
+				got = append(got, fm.ID)
+			}
+			if page.Next == nil {
+				return got, pages
+			}
+			if *page.Next == "" {
+				t.Fatalf("next is present but empty: %s", r.Raw)
+			}
+			after = *page.Next
+		}
+		t.Fatalf("paging does not end: %v", got)
+		return nil, 0
+	}
+	cases := []struct {
+		query string
+		want  []string
+		pages int
+	}{
+		{"", ids, 1},
+		{"limit=1", ids, 5},
+		{"limit=2", ids, 3},
+		{"limit=5", ids, 1},
+		{"limit=1000", ids, 1},
+		{"limit=2&status=pending_approval", pending, 2},
+		{"status=ready", slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(pending, id) }), 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.query, func(t *testing.T) {
+			f.t = t
+			got, pages := walk(t, tc.query)
+			if !slices.Equal(got, tc.want) || pages != tc.pages {
+				t.Fatalf("listed %v in %d pages, want %v in %d", got, pages, tc.want, tc.pages)
+			}
+		})
+	}
+	f.t = t
+	// A page starts after any id, stored or not.
+	r := f.do("GET", "/v1/formations?after=fm_", api.RoleHost, nil)
+	f.expect(r, http.StatusOK, "")
+	if n := len(r.Body["formations"].([]any)); n != len(ids) {
+		t.Fatalf("after fm_: %d formations, want %d", n, len(ids))
+	}
+	r = f.do("GET", "/v1/formations?after=fm_~", api.RoleHost, nil)
+	f.expect(r, http.StatusOK, "")
+	if list, ok := r.Body["formations"].([]any); !ok || len(list) != 0 || r.Body["next"] != nil {
+		t.Fatalf("after every id: %s", r.Raw)
+	}
+	for _, q := range []string{"limit=0", "limit=-1", "limit=1001", "limit=ten", "limit=1.5", "after=%0Afm"} {
+		f.expect(f.do("GET", "/v1/formations?"+q, api.RoleHost, nil), http.StatusBadRequest, "invalid-parameter")
+	}
+}
+
+// TestFormationRateLimitOverHTTP: a host over its formation limit is
+// answered 429 rate-limited with Retry-After, and nothing is recorded;
+// another host is not affected; the bucket refills.
+func TestFormationRateLimitOverHTTP(t *testing.T) {
+	f := newFixture(t, 0)
+	snap := f.registerAndSnapshot()
+	var creds []api.Credential
+	secrets := map[string]api.Secret{}
+	for _, id := range []string{"host-a", "host-b"} {
+		secret, cred, err := api.NewCredential(id, api.RoleHost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		creds, secrets[id] = append(creds, cred), secret
+	}
+	auth, err := api.NewAuthenticator(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const burst = 3
+	cfg := f.cfg
+	cfg.Auth = auth
+	// One token every 2 s: slow enough that the requests of a step, even
+	// slowed down by the race detector, do not earn a token back.
+	cfg.FormationLimit = api.RateLimit{Rate: 0.5, Burst: burst}
+	h, err := api.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	form := func(host string) reply {
+		t.Helper()
+		return apitest.Do(t, "POST", srv.URL+"/v1/formations", string(secrets[host]), nil,
+			formationBody(snap, "s", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
+	}
+	count := func(host string) int {
+		t.Helper()
+		r := apitest.Do(t, "GET", srv.URL+"/v1/formations?limit=1000", string(secrets[host]), nil, nil)
+		n := 0
+		for _, fm := range r.Body["formations"].([]any) {
+			if fm.(map[string]any)["principal"].(map[string]any)["host"] == host {
+				n++
+			}
+		}
+		return n
+	}
+	steps := []struct {
+		note  string
+		sleep time.Duration
+		host  string
+		want  []int
+	}{
+		{note: "the burst passes, then 429", host: "host-a", want: []int{201, 201, 201, 429, 429}},
+		{note: "another host is not limited by the first", host: "host-b", want: []int{201, 201, 201, 429}},
+		{note: "the bucket refills", sleep: 2100 * time.Millisecond, host: "host-a", want: []int{201, 429}},
+	}
+	for _, st := range steps {
+		t.Run(st.note, func(t *testing.T) {
+			time.Sleep(st.sleep)
+			for i, want := range st.want {
+				r := form(st.host)
+				if r.Status != want {
+					t.Fatalf("request %d: status %d, want %d: %s", i, r.Status, want, r.Raw)
+				}
+				if want != 429 {
+					continue
+				}
+				if r.Body["type"] != api.ProblemBase+"rate-limited" || r.Header.Get("Fcd-Problem") != "rate-limited" ||
+					r.Header.Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("429 is not the rate-limited problem: %v %s", r.Header, r.Raw)
+				}
+				if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 {
+					t.Fatalf("Retry-After %q, want whole seconds >= 1", r.Header.Get("Retry-After"))
+				}
+			}
+		})
+	}
+	if a, b := count("host-a"), count("host-b"); a != burst+1 || b != burst {
+		t.Fatalf("recorded %d formations of host-a and %d of host-b, want %d and %d: a refused one was recorded", a, b, burst+1, burst)
+	}
+	// The limit is on forming only: listing is never limited.
+	for range 2 * burst {
+		if r := apitest.Do(t, "GET", srv.URL+"/v1/formations", string(secrets["host-a"]), nil, nil); r.Status != http.StatusOK {
+			t.Fatalf("listing: %d", r.Status)
+		}
+	}
+}
+
+// TestReadyzAndMetricsShowStoreHealth fills a member with a small quota
+// until etcd raises NOSPACE: /readyz shows the sizes, quota and alarm in
+// checks.etcd and answers 503 not-ready (with Fcd-Problem) while the
+// alarm is active, and ready again once it is disarmed; /metrics exports
+// the same as gauges.
+func TestReadyzAndMetricsShowStoreHealth(t *testing.T) {
+	const quota = 4 << 20
+	member := etcdtest.StartWith(t, func(c *lease.EmbedConfig) { c.QuotaBytes = quota })
+	f := newFixtureOn(t, member, 0, authz.CallerOff)
+	steps := []struct {
+		note    string
+		do      func(testing.TB)
+		status  int
+		alarms  []any
+		nospace string // the fcd_etcd_alarm{alarm="NOSPACE"} sample
+	}{
+		{note: "fresh", status: http.StatusOK, alarms: []any{}, nospace: "0"},
+		{note: "full", do: member.FillToQuota, status: http.StatusServiceUnavailable, alarms: []any{"NOSPACE"}, nospace: "1"},
+		{note: "disarmed", do: member.Disarm, status: http.StatusOK, alarms: []any{}, nospace: "0"},
+	}
+	for _, st := range steps {
+		t.Run(st.note, func(t *testing.T) {
+			f.t = t
+			if st.do != nil {
+				st.do(t)
+			}
+			r := f.do("GET", "/readyz", "", nil)
+			slug := ""
+			if st.status != http.StatusOK {
+				slug = "not-ready"
+				if r.Header.Get("Fcd-Problem") != "not-ready" || r.Header.Get("Retry-After") != "1" {
+					t.Fatalf("503 without Fcd-Problem or Retry-After: %v", r.Header)
+				}
+			}
+			f.expect(r, st.status, slug)
+			checks := r.Body["checks"].(map[string]any)
+			etcd, _ := checks["etcd"].(map[string]any)
+			if etcd == nil || etcd["quota"] != float64(quota) || etcd["dbSize"].(float64) <= 0 || etcd["dbSizeInUse"].(float64) <= 0 {
+				t.Fatalf("readyz checks.etcd: %s", r.Raw)
+			}
+			if got := etcd["alarms"].([]any); !slices.Equal(got, st.alarms) {
+				t.Fatalf("alarms %v, want %v", got, st.alarms)
+			}
+			wantStore := map[bool]string{true: "ok", false: "alarm"}[st.status == http.StatusOK]
+			if checks["store"] != wantStore {
+				t.Fatalf("checks.store %v, want %s", checks["store"], wantStore)
+			}
+			// The gauges are read at most every 5 s: wait for this state.
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				m := string(f.do("GET", "/metrics", "", nil).Raw)
+				if strings.Contains(m, `fcd_etcd_alarm{alarm="NOSPACE"} `+st.nospace+"\n") {
+					for _, want := range []string{"fcd_etcd_status_up 1\n", fmt.Sprintf("fcd_etcd_quota_bytes %g\n", float64(quota)),
+						"fcd_etcd_db_size_bytes ", "fcd_etcd_db_size_in_use_bytes ", `fcd_etcd_alarm{alarm="CORRUPT"} 0` + "\n"} {
+						if !strings.Contains(m, want) {
+							t.Fatalf("metrics lack %q", want)
+						}
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("fcd_etcd_alarm{alarm=\"NOSPACE\"} never became %s", st.nospace)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		})
 	}
 }

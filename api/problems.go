@@ -71,7 +71,10 @@ type problemRule struct {
 	detail string
 	// retryAfter, when set, is sent as the Retry-After header.
 	retryAfter string
-	ext        func(error) map[string]any
+	// retryAfterOf, when set, computes the Retry-After header from the
+	// error (a rate limit's wait).
+	retryAfterOf func(error) string
+	ext          func(error) map[string]any
 }
 
 func is(target error) func(error) bool { return func(err error) bool { return errors.Is(err, target) } }
@@ -97,6 +100,7 @@ func problemRules() []problemRule {
 				return nil
 			}},
 		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{match: is(authz.ErrBadPage), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
 		{match: is(manifest.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
 		{match: is(manifest.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
 		{match: as[*manifest.LintError](), status: 422, slug: "lint-failed", title: "Manifest fails MCP+ lint",
@@ -161,6 +165,14 @@ func problemRules() []problemRule {
 		{match: is(record.ErrStaleGeneration), status: 409, slug: "stale-generation", title: "Generation is not newer"},
 		{match: is(errRouteNotFound), status: 404, slug: "not-found", title: "Not found"},
 		{match: is(errMethodNotAllowed), status: 405, slug: "method-not-allowed", title: "Method not allowed"},
+		{match: is(errRateLimited), status: 429, slug: "rate-limited", title: "Too many formations for this credential",
+			retryAfterOf: func(err error) string {
+				var rl *rateLimitedError
+				if errors.As(err, &rl) {
+					return rl.retryAfter()
+				}
+				return "1"
+			}},
 		{match: as[*record.StateError](), status: 409, slug: "epoch-state-conflict", title: "Epoch is not in the required state",
 			ext: func(err error) map[string]any {
 				var se *record.StateError
@@ -192,6 +204,9 @@ func toProblem(err error) Problem {
 	for _, r := range problemRules() {
 		if r.match(err) {
 			p := Problem{Type: ProblemBase + r.slug, Title: r.title, Status: r.status, Detail: r.detail, retryAfter: r.retryAfter}
+			if r.retryAfterOf != nil {
+				p.retryAfter = r.retryAfterOf(err)
+			}
 			if p.Detail == "" {
 				p.Detail = err.Error()
 			}

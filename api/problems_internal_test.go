@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/fencecheck"
@@ -95,6 +96,8 @@ func TestToProblem(t *testing.T) {
 		{"malformed json", errors.Join(errMalformedJSON, io.ErrUnexpectedEOF), 400, "malformed-json", nil},
 		{"bad parameter", fmt.Errorf("%w: view=%q", errBadParameter, "x"), 400, "invalid-parameter", nil},
 		{"wait too long", fmt.Errorf("%w: 10m0s (at most 5m0s)", authz.ErrWaitTooLong), 400, "invalid-parameter", nil},
+		{"bad page", fmt.Errorf("%w: limit must be 1 to 1000, not 0", authz.ErrBadPage), 400, "invalid-parameter", nil},
+		{"rate limited", &rateLimitedError{wait: 1500 * time.Millisecond, limit: RateLimit{Rate: 1, Burst: 2}}, 429, "rate-limited", nil},
 		{"malformed document", fmt.Errorf("%w: not a JWS", manifest.ErrMalformed), 400, "malformed-document", nil},
 		{"invalid manifest", fmt.Errorf("%w: $.pool: is required", manifest.ErrInvalid), 400, "invalid-manifest", nil},
 		{"lint", &manifest.LintError{Findings: findings}, 422, "lint-failed", map[string]any{"findings": findings}},
@@ -223,6 +226,9 @@ func TestProblemWriter(t *testing.T) {
 		{fmt.Errorf("x: %w", authz.ErrSourceStale), 410, "Retry-After", "", nil},
 		{fmt.Errorf("x: %w", record.ErrLeaseUncertain), 409, "Retry-After", "", nil},
 		{fmt.Errorf("x: %w", authz.ErrSigningKeyUnpublished), 503, "Retry-After", "1", nil},
+		{&rateLimitedError{wait: 1500 * time.Millisecond}, 429, "Retry-After", "2", nil},
+		{&rateLimitedError{wait: time.Millisecond}, 429, "Retry-After", "1", nil},
+		{&rateLimitedError{wait: 3 * time.Second}, 429, "Retry-After", "3", nil},
 		{fmt.Errorf("x: %w", &record.DependencyError{Tool: "github/get_repository"}), 403, "Retry-After", "",
 			map[string]any{"tool": "github/get_repository"}},
 		{fmt.Errorf("x: %w", &record.DependencyError{Tool: "github/delete_repository", Exclusive: true}), 403, "Retry-After", "",

@@ -63,7 +63,12 @@ func newFixture(t *testing.T, bodyLimit int64) *fixture {
 
 func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBinding) *fixture {
 	t.Helper()
-	member := etcdtest.Start(t)
+	return newFixtureOn(t, etcdtest.Start(t), bodyLimit, binding)
+}
+
+// newFixtureOn is newFixtureBinding on a member the test started.
+func newFixtureOn(t *testing.T, member *etcdtest.Member, bodyLimit int64, binding authz.CallerBinding) *fixture {
+	t.Helper()
 	store := member.Store(t, testPrefix)
 	registrar := manifesttest.NewSigner(t)
 	f := &fixture{t: t, member: member, key: registrar.Key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}, binding: binding}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -40,6 +41,16 @@ type Config struct {
 	BodyLimit int64
 	// ReadyTimeout bounds the store check of /readyz; zero means 2s.
 	ReadyTimeout time.Duration
+	// FormationLimit limits POST /v1/formations per credential, on this
+	// replica: a host over it is answered 429 rate-limited, so that one
+	// host cannot fill the store (docs/capacity.md). The zero value sets
+	// no limit; authzd serve sets one by default (--formation-rate).
+	FormationLimit RateLimit
+	// ListConcurrency is how many GET /v1/formations pages this replica
+	// reads and encodes at once; more wait their turn. A page holds up to
+	// 1000 decoded records, so this bounds the memory listings take and
+	// leaves CPU to admissions; zero means 4.
+	ListConcurrency int
 	// Logger receives request logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -53,6 +64,8 @@ type server struct {
 	readyTimeout time.Duration
 	log          *slog.Logger
 	metrics      *metrics
+	formations   *limiter // nil: no limit
+	listSlots    chan struct{}
 }
 
 //go:embed openapi.yaml
@@ -66,7 +79,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry == nil || cfg.UseCases == nil || cfg.Auth == nil {
 		return nil, errors.New("api: Registry, UseCases and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, uc: cfg.UseCases, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, metrics: newMetrics(cfg.UseCases.Collectors()...)}
+	s := &server{reg: cfg.Registry, uc: cfg.UseCases, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}
@@ -76,6 +89,9 @@ func New(cfg Config) (http.Handler, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.formations = newLimiter(cfg.FormationLimit, nil)
+	s.listSlots = make(chan struct{}, cmp.Or(max(cfg.ListConcurrency, 0), 4))
+	s.metrics = newMetrics(append(cfg.UseCases.Collectors(), newStoreCollector(s.reg.StoreHealth, s.log))...)
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, s.limitBodies)
@@ -110,7 +126,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleHost)).Post("/snapshots", s.createSnapshot)
 		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}", s.showSnapshot)
 		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}/tools/{server}/{tool}", s.showSnapshotTool)
-		r.With(s.require(RoleHost)).Post("/formations", s.createFormation)
+		r.With(s.require(RoleHost), s.limitCaller(s.formations)).Post("/formations", s.createFormation)
 		r.With(s.require(RoleHost, RoleApprover, RoleOperator)).Get("/formations", s.listFormations)
 		r.With(s.require(RoleHost, RoleApprover, RoleOperator)).Get("/formations/{formation}", s.showFormation)
 		r.With(s.require(RoleApprover)).Post("/formations/{formation}/approvals", s.approveFormation)
@@ -137,31 +153,62 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 only when the store answers a quorum read; a replica
-// that is not ready must be taken out of rotation, since it could not
-// admit anything.
+// healthTimeout bounds the etcd status read of /readyz and of a metrics
+// scrape: a slow status read must not hold either back.
+const healthTimeout = time.Second
+
+// readyz answers 200 only when the store answers a quorum read and has no
+// NOSPACE or CORRUPT alarm; a replica that is not ready must be taken out
+// of rotation, since it could not admit anything (etcd refuses every
+// write while NOSPACE is raised). It shows the store's size, quota and
+// alarms under checks.etcd, read with a deadline of its own: a status
+// read that fails or times out is shown, but does not make the replica
+// unready by itself.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.readyTimeout)
 	defer cancel()
 	if err := s.reg.Ready(ctx); err != nil {
 		s.log.Warn("not ready", "err", err)
-		w.Header().Set("Retry-After", "1")
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(Problem{
-			Type: ProblemBase + "not-ready", Title: "Not ready", Status: http.StatusServiceUnavailable,
-			Detail: "the registry store is unreachable", Instance: r.URL.Path,
-			Extensions: map[string]any{"checks": map[string]string{"store": "unavailable"}},
-		})
+		s.notReady(w, r, "the registry store is unreachable", map[string]any{"store": "unavailable"})
 		return
 	}
 	checks := map[string]any{"store": "ok"}
+	hctx, hcancel := context.WithTimeout(ctx, min(healthTimeout, s.readyTimeout))
+	health, err := s.reg.StoreHealth(hctx)
+	hcancel()
+	switch {
+	case err != nil:
+		s.log.Warn("etcd status unavailable", "err", err)
+		checks["etcd"] = map[string]string{"error": "status unavailable"}
+	default:
+		checks["etcd"] = health
+		if health.HasAlarm(authz.AlarmNoSpace) || health.HasAlarm(authz.AlarmCorrupt) {
+			s.log.Warn("not ready: etcd alarm", "alarms", health.Alarms, "dbSize", health.DBSize, "quota", health.Quota)
+			checks["store"] = "alarm"
+			s.notReady(w, r, "the registry store has an active alarm: "+strings.Join(health.Alarms, ", "), checks)
+			return
+		}
+	}
 	if s.policyStatus != nil {
 		// A failed reload does not make the replica unready: it keeps
 		// deciding with the working set, and the failure shows here.
 		checks["policies"] = s.policyStatus()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
+}
+
+// notReady answers /readyz's 503 not-ready problem with checks, and the
+// headers every problem answer carries.
+func (s *server) notReady(w http.ResponseWriter, r *http.Request, detail string, checks map[string]any) {
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set(problemHeader, "not-ready")
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(Problem{
+		Type: ProblemBase + "not-ready", Title: "Not ready", Status: http.StatusServiceUnavailable,
+		Detail: detail, Instance: r.URL.Path, Extensions: map[string]any{"checks": checks},
+	})
 }
 
 func (s *server) openapi(w http.ResponseWriter, r *http.Request) {

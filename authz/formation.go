@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -282,28 +283,81 @@ func (f *Formations) Get(ctx context.Context, id string) (*record.Formation, err
 	return f.view(rec), nil
 }
 
-// List returns the formations in status (all when empty), oldest first.
-func (f *Formations) List(ctx context.Context, status record.Status) ([]*record.Formation, error) {
-	if status != "" && !status.Valid() {
-		return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, status)
+// Page bounds of Formations.List.
+const (
+	// DefaultListLimit is how many formations a page holds when the
+	// request says nothing.
+	DefaultListLimit = 100
+	// MaxListLimit is the most formations one page may hold: one page's
+	// records are held in memory and encoded at once.
+	MaxListLimit = 1000
+)
+
+// ErrBadPage: a listing's page parameters (limit, after) are out of range.
+var ErrBadPage = errors.New("authz: invalid page parameter")
+
+// ListRequest asks for one page of formations.
+type ListRequest struct {
+	// Status keeps only formations in this status as callers see it (an
+	// unadmitted formation past its expiry is expired); empty keeps all.
+	Status record.Status
+	// After is the formation id the page starts after, in id order; empty
+	// starts at the first. It need not be a stored id.
+	After string
+	// Limit is the most formations the page holds: 1 to MaxListLimit, 0
+	// meaning DefaultListLimit.
+	Limit int
+}
+
+// FormationPage is one page of formations, in id order.
+type FormationPage struct {
+	Formations []*record.Formation `json:"formations"`
+	// Next is the After of the next page, empty when no formation
+	// follows. A page may hold fewer than Limit formations, none even,
+	// and still have a Next: a filtered page stops after reading a bounded
+	// number of records, so one request never reads the whole store.
+	Next string `json:"next,omitempty"`
+}
+
+// List returns one page of the formations in req.Status, in id order.
+// Formation ids are random, so the order says nothing about age; it is
+// the store's key order, in which a page is read without what precedes it.
+func (f *Formations) List(ctx context.Context, req ListRequest) (*FormationPage, error) {
+	if req.Status != "" && !req.Status.Valid() {
+		return nil, fmt.Errorf("%w: unknown status %q", ErrBadRequest, req.Status)
 	}
-	var all []*record.Formation
+	switch {
+	case req.Limit == 0:
+		req.Limit = DefaultListLimit
+	case req.Limit < 0 || req.Limit > MaxListLimit:
+		return nil, fmt.Errorf("%w: limit must be 1 to %d, not %d", ErrBadPage, MaxListLimit, req.Limit)
+	}
+	if len(req.After) > maxIDLength || strings.ContainsAny(req.After, "\x00\n\r") {
+		return nil, fmt.Errorf("%w: after is a formation id, at most %d characters without control characters", ErrBadPage, maxIDLength)
+	}
+	keep := func(rec *record.Formation) bool {
+		rec = f.view(rec)
+		return req.Status == "" || rec.Status == req.Status
+	}
+	page := lease.FormationPage{After: req.After, Limit: req.Limit}
+	var recs []*record.Formation
+	var next string
 	var err error
-	if status == record.StatusPendingApproval {
-		all, err = f.store.PendingApproval(ctx) // an index, not a scan
+	if req.Status == record.StatusPendingApproval {
+		// An index, not a scan. It holds what waits past its expiry
+		// too, which keep leaves out.
+		recs, next, err = f.store.PendingApproval(ctx, page)
+		recs = slices.DeleteFunc(recs, func(rec *record.Formation) bool { return !keep(rec) })
 	} else {
-		all, err = f.store.ListFormations(ctx, nil)
+		recs, next, err = f.store.ListFormations(ctx, page, keep)
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*record.Formation, 0, len(all))
-	for _, rec := range all {
-		if rec = f.view(rec); status == "" || rec.Status == status {
-			out = append(out, rec)
-		}
+	if recs == nil {
+		recs = []*record.Formation{}
 	}
-	return out, nil
+	return &FormationPage{Formations: recs, Next: next}, nil
 }
 
 // ApprovalRequest is an approver's decision on a formation.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -244,8 +245,8 @@ func TestFormRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	if fs, _ := e.forms.Formations.List(context.Background(), ""); len(fs) != 0 {
-		t.Fatalf("refused formations were stored: %d", len(fs))
+	if page, err := e.forms.Formations.List(context.Background(), authz.ListRequest{}); err != nil || len(page.Formations) != 0 {
+		t.Fatalf("refused formations were stored: %+v, %v", page, err)
 	}
 }
 
@@ -305,9 +306,9 @@ func TestApprovals(t *testing.T) {
 	if _, err := e.forms.Formations.Approve(ctx, "fm_nope", authz.ApprovalRequest{Approver: "bob", Decision: "approve", Digest: "x"}); !errors.Is(err, record.ErrFormationNotFound) {
 		t.Fatalf("unknown formation: %v", err)
 	}
-	pending, err := e.forms.Formations.List(ctx, record.StatusPendingApproval)
-	if err != nil || len(pending) != 0 {
-		t.Fatalf("pending list: %d %v", len(pending), err)
+	pending, err := e.forms.Formations.List(ctx, authz.ListRequest{Status: record.StatusPendingApproval})
+	if err != nil || len(pending.Formations) != 0 {
+		t.Fatalf("pending list: %+v %v", pending, err)
 	}
 }
 
@@ -595,7 +596,102 @@ func TestFormationsFailClosedWithoutEtcd(t *testing.T) {
 	if err != nil || got.Status != record.StatusReady || len(got.Approvals) != 1 {
 		t.Fatalf("approval after the outage: %+v %v", got, err)
 	}
-	if all, _ := e.forms.Formations.List(ctx, ""); len(all) != 1 {
-		t.Fatalf("%d formations after the outage, want 1 (nothing recorded while down)", len(all))
+	if all, err := e.forms.Formations.List(ctx, authz.ListRequest{}); err != nil || len(all.Formations) != 1 {
+		t.Fatalf("%+v, %v after the outage, want 1 formation (nothing recorded while down)", all, err)
+	}
+}
+
+// TestListPages pages through formations by status as callers see it
+// (an unadmitted formation past its expiry lists as expired, not as what
+// is stored), and refuses page parameters out of range.
+func TestListPages(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	var pending, ready []string
+	for i := range 7 {
+		f, err := e.form(t, "s", "github/create_repository", `{"name":"demo"}`, "alice", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, f.ID)
+		if i < 3 {
+			r, err := e.form(t, "s", "github/get_repository", `{"owner":"o","repo":"r"}`, "alice", nil)
+			if err != nil || r.Status != record.StatusReady {
+				t.Fatalf("read formation: %+v %v", r, err)
+			}
+			ready = append(ready, r.ID)
+		}
+	}
+	slices.Sort(pending)
+	slices.Sort(ready)
+	walk := func(t *testing.T, req authz.ListRequest) []string {
+		t.Helper()
+		var ids []string
+		for range 100 {
+			page, err := e.forms.Formations.List(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Limit > 0 && len(page.Formations) > req.Limit {
+				t.Fatalf("page of %d, limit %d", len(page.Formations), req.Limit)
+			}
+			for _, f := range page.Formations {
+				if req.Status != "" && f.Status != req.Status {
+					t.Fatalf("%s listed with status %s, asked for %s", f.ID, f.Status, req.Status)
+				}
+				ids = append(ids, f.ID)
+			}
+			if page.Next == "" {
+				return ids
+			}
+			req.After = page.Next
+		}
+		t.Fatal("paging does not end")
+		return nil
+	}
+	all := slices.Sorted(slices.Values(append(slices.Clone(pending), ready...)))
+	cases := []struct {
+		note  string
+		req   authz.ListRequest
+		after time.Duration // the clock moves on this much first
+		want  []string
+	}{
+		{note: "all, default limit", want: all},
+		{note: "all, pages of 3", req: authz.ListRequest{Limit: 3}, want: all},
+		{note: "pending, pages of 2", req: authz.ListRequest{Status: record.StatusPendingApproval, Limit: 2}, want: pending},
+		{note: "ready, pages of 1", req: authz.ListRequest{Status: record.StatusReady, Limit: 1}, want: ready},
+		{note: "expired: none yet", req: authz.ListRequest{Status: record.StatusExpired}},
+		{note: "pending after expiry: none", req: authz.ListRequest{Status: record.StatusPendingApproval}, after: 16 * time.Minute},
+		{note: "expired after expiry: all, as shown", req: authz.ListRequest{Status: record.StatusExpired, Limit: 4}, want: all},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			e.clock.Advance(tc.after)
+			if got := walk(t, tc.req); !slices.Equal(got, tc.want) {
+				t.Fatalf("listed %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	bad := []struct {
+		note string
+		req  authz.ListRequest
+		want error
+	}{
+		{"negative limit", authz.ListRequest{Limit: -1}, authz.ErrBadPage},
+		{"limit over the maximum", authz.ListRequest{Limit: authz.MaxListLimit + 1}, authz.ErrBadPage},
+		{"after with a control character", authz.ListRequest{After: "fm_\n"}, authz.ErrBadPage},
+		{"after too long", authz.ListRequest{After: strings.Repeat("a", 257)}, authz.ErrBadPage},
+		{"unknown status", authz.ListRequest{Status: "waiting"}, authz.ErrBadRequest},
+	}
+	for _, tc := range bad {
+		t.Run(tc.note, func(t *testing.T) {
+			if _, err := e.forms.Formations.List(ctx, tc.req); !errors.Is(err, tc.want) {
+				t.Fatalf("List(%+v) = %v, want %v", tc.req, err, tc.want)
+			}
+		})
+	}
+	if page, err := e.forms.Formations.List(ctx, authz.ListRequest{Limit: authz.MaxListLimit}); err != nil || len(page.Formations) != len(all) {
+		t.Fatalf("the maximum limit: %+v, %v", page, err)
 	}
 }

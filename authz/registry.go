@@ -159,3 +159,19 @@ func (r *Registry) SnapshotTool(ctx context.Context, id, name string) (*record.F
 // Ready reports whether the store answers; a server that is not ready
 // must not dispatch.
 func (r *Registry) Ready(ctx context.Context) error { return r.store.Ping(ctx) }
+
+// StoreHealth is the store's size, quota and active alarms.
+type StoreHealth = lease.Health
+
+// Alarms of StoreHealth.Alarms.
+const (
+	AlarmNoSpace = lease.AlarmNoSpace
+	AlarmCorrupt = lease.AlarmCorrupt
+)
+
+// StoreHealth reads the store's size, quota and alarms from etcd (a few
+// maintenance calls, no key ranges): what /readyz and the metrics show
+// so that an operator sees the store fill before etcd refuses writes.
+func (r *Registry) StoreHealth(ctx context.Context) (StoreHealth, error) {
+	return r.store.Health(ctx)
+}

@@ -307,19 +307,116 @@ func formationCreateGetUpdate(t *testing.T, x *fixture) {
 		check(t, name+" of an unknown formation", op(), is(record.ErrFormationNotFound))
 	}
 
-	// Listing: oldest first (not in id order: the older one's id sorts
-	// last), filtered by keep.
+	// Listing: in id order (not by age: the older one's id sorts last),
+	// filtered by keep.
 	older := &record.Formation{Call: record.Call{ID: "fm_zzzzzz", Session: "s", CreatedAt: x.t0.Add(-time.Hour)}, Status: record.StatusDenied}
 	if _, err := x.s.CreateFormation(ctx, older, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	list, err := x.s.ListFormations(ctx, nil)
-	if err != nil || len(list) != 2 || list[0].ID != older.ID || list[1].ID != f.ID {
-		t.Fatalf("list: %d, %v", len(list), err)
+	list, next, err := x.s.ListFormations(ctx, lease.FormationPage{}, nil)
+	if err != nil || len(list) != 2 || list[0].ID != f.ID || list[1].ID != older.ID || next != "" {
+		t.Fatalf("list: %d, next %q, %v", len(list), next, err)
 	}
-	denied, err := x.s.ListFormations(ctx, func(f *record.Formation) bool { return f.Status == record.StatusDenied })
+	denied, _, err := x.s.ListFormations(ctx, lease.FormationPage{}, func(f *record.Formation) bool { return f.Status == record.StatusDenied })
 	if err != nil || len(denied) != 1 || denied[0].ID != older.ID {
 		t.Fatalf("list of denied: %+v, %v", denied, err)
+	}
+}
+
+// formationPages: listing pages through every formation exactly once, in
+// id order, whatever the page size; a page starts after any id, stored or
+// not; a filtered page stops after its scan budget and says where to go
+// on, so a selective filter never reads every record in one call.
+func formationPages(t *testing.T, x *fixture) {
+	ctx := testCtx(t)
+	const n = 23
+	var ids []string
+	for i := range n {
+		status := record.StatusReady
+		if i%5 == 0 {
+			status = record.StatusPendingApproval
+		}
+		f := &record.Formation{Call: record.Call{ID: fmt.Sprintf("fm_%03d", 10*i+5), Session: "s", CreatedAt: x.t0}, Status: status}
+		if _, err := x.s.CreateFormation(ctx, f, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, f.ID)
+	}
+	pending := func(f *record.Formation) bool { return f.Status == record.StatusPendingApproval }
+	var pendingIDs []string
+	for i, id := range ids {
+		if i%5 == 0 {
+			pendingIDs = append(pendingIDs, id)
+		}
+	}
+	// walk lists every page from after and returns the ids in order, the
+	// number of calls and the size of the largest page.
+	walk := func(t *testing.T, p lease.FormationPage, keep func(*record.Formation) bool) (got []string, calls, largest int) {
+		t.Helper()
+		for {
+			calls++
+			page, next, err := x.s.ListFormations(ctx, p, keep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			largest = max(largest, len(page))
+			for _, f := range page {
+				got = append(got, f.ID)
+			}
+			if next == "" {
+				return got, calls, largest
+			}
+			if next <= p.After {
+				t.Fatalf("next %q does not move past %q", next, p.After)
+			}
+			if calls > 2*n {
+				t.Fatalf("paging does not end: next %q", next)
+			}
+			p.After = next
+		}
+	}
+	cases := []struct {
+		note    string
+		page    lease.FormationPage
+		keep    func(*record.Formation) bool
+		want    []string
+		calls   int // how many calls the walk takes; 0: not checked
+		maxPage int
+	}{
+		{note: "one page holds all", page: lease.FormationPage{Limit: 100}, want: ids, calls: 1, maxPage: n},
+		{note: "default limit", want: ids, calls: 1, maxPage: n},
+		{note: "limit 1", page: lease.FormationPage{Limit: 1}, want: ids, calls: n, maxPage: 1},
+		{note: "limit 5", page: lease.FormationPage{Limit: 5}, want: ids, calls: 5, maxPage: 5},
+		{note: "limit divides n+1", page: lease.FormationPage{Limit: 23}, want: ids, calls: 1, maxPage: 23},
+		{note: "limit 22: the last page has one", page: lease.FormationPage{Limit: 22}, want: ids, calls: 2, maxPage: 22},
+		{note: "after an unknown id between two", page: lease.FormationPage{After: "fm_100", Limit: 4}, want: ids[10:], maxPage: 4},
+		{note: "after a stored id", page: lease.FormationPage{After: ids[20], Limit: 4}, want: ids[21:], calls: 1, maxPage: 2},
+		{note: "after the last", page: lease.FormationPage{After: ids[n-1]}, calls: 1},
+		{note: "after every id", page: lease.FormationPage{After: "fm_~"}, calls: 1},
+		{note: "before every id", page: lease.FormationPage{After: "fm_", Limit: 10}, want: ids, calls: 3, maxPage: 10},
+		{note: "filtered", page: lease.FormationPage{Limit: 2}, keep: pending, want: pendingIDs, calls: 3, maxPage: 2},
+		// Scan 4 reads four records a call: 23 records take 6 calls, some
+		// of them holding no match but a next.
+		{note: "filtered, scan budget", page: lease.FormationPage{Limit: 100, Scan: 4}, keep: pending, want: pendingIDs, calls: 6, maxPage: 1},
+		{note: "unfiltered, scan budget below limit", page: lease.FormationPage{Limit: 10, Scan: 3}, want: ids, calls: 8, maxPage: 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			got, calls, largest := walk(t, tc.page, tc.keep)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("walk listed %v, want %v", got, tc.want)
+			}
+			if tc.calls != 0 && calls != tc.calls {
+				t.Errorf("walk took %d calls, want %d", calls, tc.calls)
+			}
+			if largest != tc.maxPage {
+				t.Errorf("largest page %d, want %d", largest, tc.maxPage)
+			}
+		})
+	}
+	// The store's other keys (epochs, leases) are never listed.
+	if got, _, _ := walk(t, lease.FormationPage{After: "fm_~"}, nil); len(got) != 0 {
+		t.Fatalf("listed past the formations: %v", got)
 	}
 }
 
@@ -443,7 +540,7 @@ func corruptRecords(t *testing.T, x *fixture) {
 	overwrite(x.rawKey(t, "formations/"+byFormation.Formation), "not json")
 	_, err = x.s.GetFormation(ctx, byFormation.Formation)
 	check(t, "a corrupt formation", err, is(record.ErrCorrupt))
-	_, err = x.s.ListFormations(ctx, nil)
+	_, _, err = x.s.ListFormations(ctx, lease.FormationPage{}, nil)
 	check(t, "listing a corrupt formation", err, is(record.ErrCorrupt))
 	_, err = x.s.CloseLease(ctx, lease.CloseRequest{Lease: byFormation.ID, Outcome: record.OutcomeRejected})
 	check(t, "closing the lease of a corrupt formation", err, is(record.ErrCorrupt))
@@ -525,24 +622,38 @@ func formationPendingIndex(t *testing.T, x *fixture) {
 			t.Fatal(err)
 		}
 	}
+	// want walks the index in pages of one and of a hundred.
 	want := func(fs ...*record.Formation) {
 		t.Helper()
-		got, err := x.s.PendingApproval(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids, wantIDs []string
-		for _, f := range got {
-			ids = append(ids, f.ID)
-			if f.Status != record.StatusPendingApproval {
-				t.Errorf("listed %s in status %s", f.ID, f.Status)
-			}
-		}
+		var wantIDs []string
 		for _, f := range fs {
 			wantIDs = append(wantIDs, f.ID)
 		}
-		if !slices.Equal(ids, wantIDs) {
-			t.Fatalf("pending approval: %v, want %v (oldest first)", ids, wantIDs)
+		slices.Sort(wantIDs)
+		for _, limit := range []int{1, 100} {
+			var ids []string
+			for p := (lease.FormationPage{Limit: limit}); ; {
+				got, next, err := x.s.PendingApproval(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) > limit {
+					t.Fatalf("a page of %d holds %d", limit, len(got))
+				}
+				for _, f := range got {
+					ids = append(ids, f.ID)
+					if f.Status != record.StatusPendingApproval {
+						t.Errorf("listed %s in status %s", f.ID, f.Status)
+					}
+				}
+				if next == "" {
+					break
+				}
+				p.After = next
+			}
+			if !slices.Equal(ids, wantIDs) {
+				t.Fatalf("pending approval in pages of %d: %v, want %v (id order)", limit, ids, wantIDs)
+			}
 		}
 	}
 	waits, approved, denied, back := create(record.StatusPendingApproval), create(record.StatusPendingApproval),

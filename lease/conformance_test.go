@@ -58,6 +58,7 @@ var conformance = []behaviour{
 	{"formation/create-get-update", formationCreateGetUpdate},
 	{"formation/retention-and-expiry", formationRetention},
 	{"formation/pending-approval-index", formationPendingIndex},
+	{"formation/list-pages", formationPages},
 	{"admit/marker-and-compares", admitMarkerAndCompares},
 	{"claim/first-wins", claimFirstWins},
 	{"close/who-may-close", closeWhoMayClose},

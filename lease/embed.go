@@ -25,8 +25,17 @@ type EmbedConfig struct {
 	// http://127.0.0.1:2380 (loopback only, as above).
 	PeerURL string
 	// CompactionRetention is the periodic auto-compaction window; empty
-	// means "1h". etcd's own default is no compaction at all.
+	// means "1h". etcd's own default is no compaction at all, under which
+	// every revision of every record is kept and the database only grows.
+	// Compaction frees the space of revisions older than the window; the
+	// freed pages are reused (DBSizeInUse falls), the file does not shrink.
 	CompactionRetention string
+	// QuotaBytes is the member's backend quota: once its database file
+	// reaches it, etcd raises the NOSPACE alarm and refuses every write
+	// until space is freed and the alarm disarmed. Zero means
+	// DefaultQuotaBytes (2 GiB, etcd's own default, written explicitly so
+	// that it is reported and sized against: docs/capacity.md).
+	QuotaBytes int64
 	// LogLevel is etcd's zap log level; empty means "warn".
 	LogLevel string
 	// LogFile receives etcd's own (zap, JSON) log; empty means stderr.
@@ -48,10 +57,19 @@ type EmbedConfig struct {
 	ClientTLS *transport.TLSInfo
 }
 
+// DefaultQuotaBytes is the embedded member's backend quota when
+// EmbedConfig.QuotaBytes is zero: 2 GiB.
+const DefaultQuotaBytes = 2 << 30
+
+// DefaultCompactionRetention is the embedded member's periodic
+// auto-compaction window when EmbedConfig.CompactionRetention is empty.
+const DefaultCompactionRetention = "1h"
+
 // Embedded is a running embedded etcd member.
 type Embedded struct {
 	etcd      *embed.Etcd
 	endpoints []string
+	quota     int64
 }
 
 // StartEmbedded starts a single-node etcd in cfg.Dir and waits until it
@@ -83,7 +101,11 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	ec.AdvertisePeerUrls = []url.URL{*peer}
 	ec.InitialCluster = orDefault(cfg.InitialCluster, ec.InitialClusterFromName(ec.Name))
 	ec.AutoCompactionMode = "periodic"
-	ec.AutoCompactionRetention = orDefault(cfg.CompactionRetention, "1h")
+	ec.AutoCompactionRetention = orDefault(cfg.CompactionRetention, DefaultCompactionRetention)
+	ec.QuotaBackendBytes = cfg.QuotaBytes
+	if ec.QuotaBackendBytes <= 0 {
+		ec.QuotaBackendBytes = DefaultQuotaBytes
+	}
 	ec.LogLevel = orDefault(cfg.LogLevel, "warn")
 	ec.LogOutputs = []string{orDefault(cfg.LogFile, "stderr")}
 
@@ -109,8 +131,12 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	return &Embedded{etcd: e, endpoints: []string{client.String()}}, nil
+	return &Embedded{etcd: e, endpoints: []string{client.String()}, quota: ec.QuotaBackendBytes}, nil
 }
+
+// Quota returns the backend quota the member runs with, in bytes: what to
+// pass as Config.Quota.
+func (e *Embedded) Quota() int64 { return e.quota }
 
 // Endpoints returns the client URLs to pass to [Open].
 func (e *Embedded) Endpoints() []string { return e.endpoints }

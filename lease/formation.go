@@ -254,20 +254,102 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *r
 	return nil, 0, fmt.Errorf("%w: formation %s", record.ErrConflict, id)
 }
 
-// ListFormations returns the formations keep accepts (all when keep is
-// nil), oldest first. It reads every stored
-// formation: records are collected after their retention, which bounds
-// the range.
-func (s *Store) ListFormations(ctx context.Context, keep func(*record.Formation) bool) ([]*record.Formation, error) {
+// FormationPage asks [Store.ListFormations] for one page of formations.
+// Pages are in id order (etcd key order): ids are random, so that order
+// says nothing about age, but it is the order etcd reads in, which lets a
+// page start anywhere without reading what comes before it.
+type FormationPage struct {
+	// After is the id the page starts after (exclusive); empty starts at
+	// the first formation. It need not be a stored id.
+	After string
+	// Limit is the most formations the page holds; zero or less means 100.
+	Limit int
+	// Scan bounds how many stored records one call reads (and decodes),
+	// matched or not, so that a selective keep cannot make one call read
+	// every record; zero or less means 10×Limit, at least 1000.
+	Scan int
+}
+
+// listChunk is how many records ListFormations asks etcd for at once, at
+// most: the memory one chunk holds is bounded whatever Limit and Scan say.
+const listChunk = 500
+
+// ListFormations returns, in id order, up to p.Limit formations after
+// p.After that keep accepts (all when keep is nil), and next: the id to
+// pass as After for the rest, or "" when no formation follows. It reads in
+// chunks with etcd range limits and stops after p.Scan records, so a page
+// may hold fewer than p.Limit formations (none, even) while next is set;
+// it never reads every record. keep may change the record it is given.
+func (s *Store) ListFormations(ctx context.Context, p FormationPage, keep func(*record.Formation) bool) ([]*record.Formation, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	budget := p.Scan
+	if budget <= 0 {
+		budget = max(10*limit, 1000)
+	}
+	prefix := s.k.formations()
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	if p.After != "" {
+		from = s.k.formation(p.After) + "\x00" // the first key after it
+	}
+	var out []*record.Formation
+	for scanned := 0; ; {
+		n := min(listChunk, budget-scanned)
+		if keep == nil {
+			n = min(n, limit-len(out)) // etcd's More tells whether any follows
+		}
+		octx, cancel := s.op(ctx)
+		resp, err := s.cli.Get(octx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(n)))
+		cancel()
+		if err != nil {
+			return nil, "", s.wrap(ctx, "list formations", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return out, "", nil
+		}
+		ids := make([]string, len(resp.Kvs))
+		for i, kv := range resp.Kvs {
+			ids[i] = strings.TrimPrefix(string(kv.Key), prefix)
+		}
+		states, outcomes, err := s.formationParts(ctx, ids[0], ids[len(ids)-1])
+		if err != nil {
+			return nil, "", err
+		}
+		for i, kv := range resp.Kvs {
+			scanned++
+			if st := states[ids[i]]; st != nil { // else collected between the reads
+				f, err := storedFormation{call: kv, state: st, outcome: outcomes[ids[i]]}.decode()
+				if err != nil {
+					return nil, "", err
+				}
+				if keep == nil || keep(f) {
+					out = append(out, f)
+				}
+			}
+			switch {
+			case i == len(resp.Kvs)-1 && !resp.More:
+				return out, "", nil
+			case len(out) == limit || scanned >= budget:
+				return out, ids[i], nil
+			}
+			from = string(kv.Key) + "\x00"
+		}
+	}
+}
+
+// formationParts reads the states and outcomes of the formations with ids
+// from first to last (inclusive), by id, in one read.
+func (s *Store) formationParts(ctx context.Context, first, last string) (states, outcomes map[string]*mvccpb.KeyValue, err error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(
-		clientv3.OpGet(s.k.formations(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.k.formationStates(), clientv3.WithPrefix()),
-		clientv3.OpGet(s.k.formationOutcomes(), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.formationState(first), clientv3.WithRange(s.k.formationState(last)+"\x00")),
+		clientv3.OpGet(s.k.formationOutcome(first), clientv3.WithRange(s.k.formationOutcome(last)+"\x00")),
 	).Commit()
 	if err != nil {
-		return nil, s.wrap(ctx, "list formations", err)
+		return nil, nil, s.wrap(ctx, "list formations", err)
 	}
 	byID := func(i int, prefix string) map[string]*mvccpb.KeyValue {
 		m := map[string]*mvccpb.KeyValue{}
@@ -276,34 +358,28 @@ func (s *Store) ListFormations(ctx context.Context, keep func(*record.Formation)
 		}
 		return m
 	}
-	states, outcomes := byID(1, s.k.formationStates()), byID(2, s.k.formationOutcomes())
-	var out []*record.Formation
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		id := strings.TrimPrefix(string(kv.Key), s.k.formations())
-		st := states[id]
-		if st == nil {
-			continue // collected between the two ranges
-		}
-		f, err := storedFormation{call: kv, state: st, outcome: outcomes[id]}.decode()
-		if err != nil {
-			return nil, err
-		}
-		if keep == nil || keep(f) {
-			out = append(out, f)
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+	return byID(0, s.k.formationStates()), byID(1, s.k.formationOutcomes()), nil
 }
 
-// PendingApproval returns the formations that wait for approval, oldest
-// first, found by their index: no other record is read.
-func (s *Store) PendingApproval(ctx context.Context) ([]*record.Formation, error) {
+// PendingApproval returns a page of the formations that wait for
+// approval, in id order, found by their index: no other record is read.
+// next is as ListFormations'.
+func (s *Store) PendingApproval(ctx context.Context, p FormationPage) ([]*record.Formation, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	prefix := s.k.pendingApprovals()
+	from := prefix
+	if p.After != "" {
+		from = s.k.pendingApproval(p.After) + "\x00"
+	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.pendingApprovals(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := s.cli.Get(octx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)),
+		clientv3.WithLimit(int64(limit)), clientv3.WithKeysOnly())
 	if err != nil {
-		return nil, s.wrap(ctx, "list pending approvals", err)
+		return nil, "", s.wrap(ctx, "list pending approvals", err)
 	}
 	out := make([]*record.Formation, 0, len(resp.Kvs))
 	// Three reads a formation, in transactions within etcd's 128
@@ -313,13 +389,13 @@ func (s *Store) PendingApproval(ctx context.Context) ([]*record.Formation, error
 		var ops []clientv3.Op
 		ids := resp.Kvs[i:min(i+chunk, len(resp.Kvs))]
 		for _, kv := range ids {
-			id := strings.TrimPrefix(string(kv.Key), s.k.pendingApprovals())
+			id := strings.TrimPrefix(string(kv.Key), prefix)
 			ops = append(ops, clientv3.OpGet(s.k.formation(id)), clientv3.OpGet(s.k.formationState(id)),
 				clientv3.OpGet(s.k.formationOutcome(id)))
 		}
 		got, err := s.cli.Txn(octx).Then(ops...).Commit()
 		if err != nil {
-			return nil, s.wrap(ctx, "list pending approvals", err)
+			return nil, "", s.wrap(ctx, "list pending approvals", err)
 		}
 		first := func(j int) *mvccpb.KeyValue {
 			if kvs := got.Responses[j].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -334,13 +410,16 @@ func (s *Store) PendingApproval(ctx context.Context) ([]*record.Formation, error
 			}
 			f, err := sf.decode()
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			out = append(out, f)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
+	next := ""
+	if resp.More && len(resp.Kvs) > 0 {
+		next = strings.TrimPrefix(string(resp.Kvs[len(resp.Kvs)-1].Key), prefix)
+	}
+	return out, next, nil
 }
 
 // SessionHistory returns the tools completed and admitted in a session,

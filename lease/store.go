@@ -35,6 +35,11 @@ type Config struct {
 	// the CA that signed the members' certificates and, for a cluster that
 	// authenticates clients, this client's certificate.
 	TLS *tls.Config
+	// Quota is the backend quota (bytes) the etcd members run with, shown
+	// by [Store.Health]: etcd does not tell its clients, so it is what the
+	// embedded member was started with ([Embedded.Quota]) or what the
+	// operator says an external cluster runs with. Zero means unknown.
+	Quota int64
 	// Now is the store's clock: every time it records (registration,
 	// update and expiry times, retirement deadlines) is read from it. Nil
 	// means time.Now.
@@ -64,6 +69,9 @@ func (c *Config) Validate() error {
 	if c.DialTimeout < 0 {
 		errs = append(errs, fmt.Errorf("lease: negative dial timeout %s", c.DialTimeout))
 	}
+	if c.Quota < 0 {
+		errs = append(errs, fmt.Errorf("lease: negative quota %d", c.Quota))
+	}
 	if c.OpTimeout < 0 {
 		errs = append(errs, fmt.Errorf("lease: negative operation timeout %s", c.OpTimeout))
 	}
@@ -82,6 +90,7 @@ type Store struct {
 	cli       *clientv3.Client
 	k         keys
 	opTimeout time.Duration
+	quota     int64
 	log       *slog.Logger
 	now       func() time.Time
 	retention retention
@@ -134,7 +143,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		maxBatch: orDefaultInt(cfg.MaxBatch, DefaultMaxBatch),
 		maxSlots: orDefaultInt(cfg.MaxInFlight, DefaultMaxInFlight),
 	}
-	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, log: log, now: now, commits: commits}, nil
+	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, quota: cfg.Quota, log: log, now: now, commits: commits}, nil
 }
 
 func orDefaultInt(v, def int) int {

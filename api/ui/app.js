@@ -182,15 +182,40 @@ function signOut(err) {
 
 // ---- the queue ----------------------------------------------------------------
 
+// The queue is read in pages of PAGE_LIMIT, in id order, following `next`;
+// one refresh reads at most MAX_PAGES pages (each page reads a bounded
+// number of records on the server, so a large store takes several). What
+// lies past the last page read stays as it was until a later refresh.
+const PAGE_LIMIT = 1000;
+const MAX_PAGES = 20;
+
+// pendingPages lists the formations waiting for approval and returns them
+// with `upTo`: the id the listing stopped after, or null when it reached
+// the end.
+async function pendingPages() {
+  const all = [];
+  let after = "";
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const q = new URLSearchParams({ status: "pending_approval", limit: String(PAGE_LIMIT) });
+    if (after) q.set("after", after);
+    const data = await api("GET", `/formations?${q}`);
+    if (Array.isArray(data?.formations)) all.push(...data.formations);
+    if (typeof data?.next !== "string" || data.next === "") return { formations: all, upTo: null };
+    after = data.next;
+  }
+  return { formations: all, upTo: after };
+}
+
 async function refresh() {
   if (refreshing || !me) return;
   refreshing = true;
   try {
-    const data = await api("GET", "/formations?status=pending_approval");
+    const { formations, upTo } = await pendingPages();
     if (!me) return;
-    render(Array.isArray(data?.formations) ? data.formations : []);
+    render(formations, upTo);
     $("queue-error").hidden = true;
-    $("queue-status").textContent = `Updated ${new Date().toLocaleTimeString()}: ${cards.size} waiting.`;
+    const more = upTo === null ? "" : " More may wait beyond these; they show as the queue empties.";
+    $("queue-status").textContent = `Updated ${new Date().toLocaleTimeString()}: ${cards.size} waiting.${more}`;
   } catch (err) {
     if (credentialProblem(err)) return signOut(err);
     $("queue-error").replaceChildren(problemNode(err, "The list below may be out of date."));
@@ -202,8 +227,10 @@ async function refresh() {
 }
 
 // render adds new cards, updates the others in place and removes those no
-// longer pending, so focus and a half-typed reason survive a refresh.
-function render(formations) {
+// longer pending, so focus and a half-typed reason survive a refresh. With
+// upTo (the listing stopped there), only cards up to that id in id order
+// are known to be gone when absent; the others stay.
+function render(formations, upTo = null) {
   const seen = new Set();
   for (const f of formations) {
     if (typeof f?.id !== "string") continue;
@@ -224,7 +251,7 @@ function render(formations) {
     }
   }
   for (const [id, card] of cards) {
-    if (!seen.has(id)) {
+    if (!seen.has(id) && (upTo === null || id <= upTo)) {
       card.remove();
       cards.delete(id);
     }

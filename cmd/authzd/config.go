@@ -50,6 +50,20 @@ type Config struct {
 	// member; loopback only.
 	EmbeddedEtcdClientURL string `json:"embeddedEtcdClientURL"`
 	EmbeddedEtcdPeerURL   string `json:"embeddedEtcdPeerURL"`
+	// EtcdQuota is etcd's backend quota in bytes: the embedded member is
+	// started with it (0: 2 GiB), and for an external cluster it is what
+	// its members run with (--quota-backend-bytes; 0: unknown), which
+	// etcd does not tell clients. /readyz and the metrics show it beside
+	// the database size (docs/capacity.md).
+	EtcdQuota int64 `json:"etcdQuota"`
+	// FormationRate is how many formations a second each host credential
+	// may record on this replica (a token bucket); 0 turns the limit off.
+	// The default keeps one host at its limit from filling the default
+	// quota within a formation's retention (docs/capacity.md).
+	FormationRate float64 `json:"formationRate"`
+	// FormationBurst is how many formations a host credential may record
+	// at once after an idle while (the bucket's size).
+	FormationBurst int64 `json:"formationBurst"`
 	// RegistrarKeys is a JWKS file of trusted registrar public keys.
 	RegistrarKeys string `json:"registrarKeys"`
 	// IssuerKeys is a JWKS file of trusted compatibility-certificate issuer
@@ -103,6 +117,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" && len(c.EtcdEndpoints) == 0 {
 		errs = append(errs, errors.New("dataDir is required for the embedded etcd"))
+	}
+	if c.EtcdQuota < 0 || c.FormationRate < 0 || c.FormationBurst < 0 {
+		errs = append(errs, errors.New("etcdQuota, formationRate and formationBurst may not be negative"))
+	}
+	if c.FormationRate > 0 && c.FormationBurst < 1 {
+		errs = append(errs, errors.New("formationBurst must be at least 1 while formationRate limits formations"))
 	}
 	if c.BodyLimit <= 0 {
 		errs = append(errs, errors.New("bodyLimit must be positive"))
@@ -196,6 +216,9 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.StringVar(&cfg.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
 	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd (loopback)")
 	fs.StringVar(&cfg.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd (loopback)")
+	fs.Int64Var(&cfg.EtcdQuota, "etcd-quota", 0, "etcd backend quota in bytes: the embedded member's (0: 2 GiB), or what an external cluster runs with (0: unknown); shown in /readyz and metrics")
+	fs.Float64Var(&cfg.FormationRate, "formation-rate", 2, "formations a second each host credential may record on this replica (0: no limit)")
+	fs.Int64Var(&cfg.FormationBurst, "formation-burst", 40, "formations a host credential may record at once (the rate limit's burst)")
 	path(&cfg.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
 	path(&cfg.IssuerKeys, "issuer-keys", "", "JWKS file of trusted compatibility-certificate issuer keys")
 	path(&cfg.Credentials, "credentials", "", "JSON file of hashed bearer credentials")

@@ -74,6 +74,8 @@ func TestEveryFieldHasOneFlag(t *testing.T) {
 				}
 			case int64:
 				fileVal, flagVal, fromFile, fromFlag = "7", "9", int64(7), int64(9)
+			case float64:
+				fileVal, flagVal, fromFile, fromFlag = "0.5", "9.25", 0.5, 9.25
 			case Duration:
 				fileVal, flagVal, fromFile, fromFlag = "7m", "9s", mustDuration(t, "7m"), mustDuration(t, "9s")
 			case bool:

@@ -138,12 +138,13 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 	// The gRPC service shares the HTTP handler's use cases (and their
 	// caches): a call formed through one is admitted through the other.
 	apiCfg := api.Config{
-		Registry:     registry,
-		UseCases:     s.useCases,
-		PolicyStatus: s.policies.Status,
-		Auth:         auth,
-		BodyLimit:    cfg.BodyLimit,
-		Logger:       s.log,
+		Registry:       registry,
+		UseCases:       s.useCases,
+		PolicyStatus:   s.policies.Status,
+		Auth:           auth,
+		BodyLimit:      cfg.BodyLimit,
+		Logger:         s.log,
+		FormationLimit: api.RateLimit{Rate: cfg.FormationRate, Burst: int(cfg.FormationBurst)},
 	}
 	if err := s.listen(apiCfg); err != nil {
 		return nil, err
@@ -197,21 +198,24 @@ func (s *server) buildUseCases(verifier *manifest.Verifier) (*authz.Registry, er
 // names an external cluster, and opens the store on it.
 func (s *server) openStore(ctx context.Context) error {
 	cfg := &s.cfg
-	endpoints := cfg.EtcdEndpoints
+	endpoints, quota := cfg.EtcdEndpoints, cfg.EtcdQuota
 	if len(endpoints) == 0 {
 		dir, logFile := filepath.Join(cfg.DataDir, "etcd"), filepath.Join(cfg.DataDir, "etcd.log")
 		member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
-			Dir:       dir,
-			ClientURL: cfg.EmbeddedEtcdClientURL,
-			PeerURL:   cfg.EmbeddedEtcdPeerURL,
-			LogFile:   logFile,
+			Dir:        dir,
+			ClientURL:  cfg.EmbeddedEtcdClientURL,
+			PeerURL:    cfg.EmbeddedEtcdPeerURL,
+			LogFile:    logFile,
+			QuotaBytes: cfg.EtcdQuota,
 		})
 		if err != nil {
 			return err
 		}
 		s.member = member
 		endpoints = member.Endpoints()
-		s.log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints, "log", logFile)
+		quota = member.Quota()
+		s.log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints, "log", logFile,
+			"quota", quota, "autoCompaction", "periodic "+lease.DefaultCompactionRetention)
 	}
 	var etcdTLS *tls.Config
 	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
@@ -224,7 +228,7 @@ func (s *server) openStore(ctx context.Context) error {
 	// The store lives until Close, not until ctx ends (etcd's client
 	// cancels with it whatever has no context of its own): requests still
 	// in flight during the graceful shutdown use it.
-	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS})
+	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS, Quota: quota})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -36,16 +37,79 @@ type Member struct {
 // loopback ports; it is stopped when the test ends.
 func Start(t testing.TB) *Member {
 	t.Helper()
+	return StartWith(t, nil)
+}
+
+// StartWith is Start with the member's configuration changed by configure
+// (nil changes nothing), e.g. a small backend quota.
+func StartWith(t testing.TB, configure func(*lease.EmbedConfig)) *Member {
+	t.Helper()
 	dir := t.TempDir()
 	return startFresh(t, func(attempt int) *Member {
 		addrs := FreeAddrs(t, 2)
-		return &Member{t: t, cfg: lease.EmbedConfig{
+		m := &Member{t: t, cfg: lease.EmbedConfig{
 			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
 			LogFile:   filepath.Join(dir, "etcd.log"),
 			ClientURL: "http://" + addrs[0],
 			PeerURL:   "http://" + addrs[1],
 		}}
+		if configure != nil {
+			configure(&m.cfg)
+		}
+		return m
 	})
+}
+
+// Quota returns the backend quota the member runs with (lease.Config's
+// Quota of the stores Store opens).
+func (m *Member) Quota() int64 {
+	if m.cfg.QuotaBytes > 0 {
+		return m.cfg.QuotaBytes
+	}
+	return lease.DefaultQuotaBytes
+}
+
+// FillToQuota writes large values under key prefix /fill/ until etcd
+// refuses a write for lack of space, which raises the NOSPACE alarm: for
+// tests of what fcd does with a full store. Start the member with a small
+// QuotaBytes.
+func (m *Member) FillToQuota(t testing.TB) {
+	t.Helper()
+	cli := m.client(t)
+	defer cli.Close()
+	value := strings.Repeat("x", 64<<10)
+	for i := range 10000 {
+		_, err := cli.Put(context.Background(), fmt.Sprintf("/fill/%06d", i), value)
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("etcdtest: fill: %v", err)
+		}
+	}
+	t.Fatal("etcdtest: the quota was not reached after 10000 writes")
+}
+
+// Disarm frees the space FillToQuota took (deleting its keys, compacting
+// and defragmenting) and disarms every alarm, as an operator would.
+func (m *Member) Disarm(t testing.TB) {
+	t.Helper()
+	cli := m.client(t)
+	defer cli.Close()
+	ctx := context.Background()
+	resp, err := cli.Delete(ctx, "/fill/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("etcdtest: delete fill: %v", err)
+	}
+	if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("etcdtest: compact: %v", err)
+	}
+	if _, err := cli.Defragment(ctx, m.cfg.ClientURL); err != nil {
+		t.Fatalf("etcdtest: defragment: %v", err)
+	}
+	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil {
+		t.Fatalf("etcdtest: disarm: %v", err)
+	}
 }
 
 // startFresh starts the member build makes for each attempt; it is
@@ -171,7 +235,7 @@ func (m *Member) Restart() {
 func (m *Member) Store(t testing.TB, prefix string) *lease.Store {
 	t.Helper()
 	s, err := lease.Open(context.Background(), lease.Config{
-		Endpoints: m.Endpoints(), Prefix: prefix, OpTimeout: 2 * time.Second, DialTimeout: 2 * time.Second,
+		Endpoints: m.Endpoints(), Prefix: prefix, OpTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, Quota: m.Quota(),
 		Logger: slog.New(slog.DiscardHandler), TLS: m.tls,
 	})
 	if err != nil {
