@@ -36,7 +36,7 @@
 // B sends the same call without a formation. Any error, refusal or tool
 // error fails the run.
 //
-//	go run ./bench/gateway [-n1 300] [-n32 2000] [-c 1,32] [-rounds 4] [-warmup N] [-dir DIR]
+//	go run ./bench/gateway [-n1 300] [-n32 2000] [-c 1,32] [-rounds 4] [-warmup N] [-dir DIR] [-cpuprofile FILE]
 //
 // Per concurrency level, after a warm-up of every design, the timed calls
 // run in rounds of rotating order (A AF A0 B B0, AF A0 B B0 A, ...), so
@@ -60,6 +60,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -97,6 +98,9 @@ type options struct {
 	// ReportWorkers is fencecheck's outcome-reporter concurrency; zero
 	// means its default.
 	ReportWorkers int
+	// CPUProfile, when set, receives a CPU profile of this process (etcd,
+	// authzd, fencecheck, the fixture, the load) over the timed levels.
+	CPUProfile string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -106,6 +110,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.N, "n32", 2000, "timed calls per design at every other concurrency level")
 	fs.StringVar(&o.Dir, "dir", "", "parent of the temporary directory for etcd's data and nginx (default: the system's)")
 	fs.IntVar(&o.ReportWorkers, "report-workers", 0, "fencecheck outcome-reporter workers (0: fencecheck's default)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of this process over the timed levels to this file")
 	if err := o.ParseFlags(fs, args, "1,32", "calls"); err != nil {
 		return o, err
 	}
@@ -120,6 +125,9 @@ func (o *options) command() string {
 	}
 	if o.ReportWorkers > 0 {
 		cmd += fmt.Sprintf(" -report-workers %d", o.ReportWorkers)
+	}
+	if o.CPUProfile != "" {
+		cmd += " -cpuprofile " + o.CPUProfile
 	}
 	return cmd
 }
@@ -277,6 +285,17 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	var results []result
 	var failed []string
+	if opts.CPUProfile != "" {
+		f, err := os.Create(opts.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for _, c := range opts.Levels {
 		ph, err := b.level(ctx, c, formed[c])
 		if err != nil {
