@@ -11,6 +11,14 @@
 // under it. Lease markers are one key per admission under their epoch,
 // never a shared per-epoch record, so admissions do not contend on a key.
 //
+// Writes carry the bytes of what changed: a formation's immutable call is
+// written once, its approvals and admission rewrite a small state key, and
+// its lease's outcome lands on a key of its own (formation.go). Concurrent
+// writes are group-committed: one etcd transaction of nested per-item
+// transactions, each with its own compares, without delaying a lone write
+// (commit.go). The common outcome report is one such transaction with no
+// read before it, its token's facts proven by its compares (CloseLease).
+//
 // Nothing above this package builds etcd keys or sees clientv3 types. When
 // etcd cannot answer (unreachable, no quorum, timeout), operations fail
 // with [record.ErrUnavailable]: callers must fail closed.
