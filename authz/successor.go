@@ -158,11 +158,17 @@ func successorOf(c *candidate) *record.Successor {
 
 // successorInput describes a candidate for the policies.
 func (f *Formations) successorInput(c *candidate) *policy.SuccessorInput {
+	return successorInput(f.inputs, c.target, c.rec.ID, c.signed.KeyID, c.signed.Certificate)
+}
+
+// successorInput is the policy input's successor member: the target epoch
+// (its conversion cached) and the certificate. Formation builds it from
+// the candidate it verified, an admission re-check from the store; both
+// through here, so the two decisions see the same member.
+func successorInput(inputs *policy.InputCache, target *record.Epoch, id, issuer string, cert *manifest.Certificate) *policy.SuccessorInput {
 	return &policy.SuccessorInput{
-		Epoch: f.inputs.Epoch(c.target),
-		Certificate: policy.CertificateInput{
-			ID: c.rec.ID, Issuer: c.signed.KeyID, Certificate: *c.signed.Certificate,
-		},
+		Epoch:       inputs.Epoch(target),
+		Certificate: policy.CertificateInput{ID: id, Issuer: issuer, Certificate: *cert},
 	}
 }
 
@@ -245,10 +251,7 @@ func (su *successors) policyInput(ctx context.Context, s *record.Successor) (*po
 	if err != nil {
 		return nil, err
 	}
-	return &policy.SuccessorInput{
-		Epoch:       su.inputs.Epoch(target),
-		Certificate: policy.CertificateInput{ID: cert.ID, Issuer: cert.KeyID, Certificate: *cert.Certificate},
-	}, nil
+	return successorInput(su.inputs, target, cert.ID, cert.KeyID, cert.Certificate), nil
 }
 
 // successors finds, verifies and re-checks certified successors: at

@@ -90,6 +90,9 @@ type options struct {
 	// Manifest is the registered manifest; empty means the repository's
 	// examples/github/manifest-v1.4.json.
 	Manifest string
+	// MaxInFlight and MaxBatch set the store's group commit (lease.Config);
+	// zero means its defaults.
+	MaxInFlight, MaxBatch int
 }
 
 func parseFlags(args []string) (options, error) {
@@ -101,6 +104,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.Designs, "designs", "abc", "designs to run: a (floor), b (authzd over HTTP), c (shared record); diagnostics: d (a after admission's two linearizable reads), e (the same reads serializable)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed phases to this file")
 	fs.StringVar(&o.Manifest, "manifest", "", "manifest to register (default: examples/github/manifest-v1.4.json of this module)")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", 0, "authzd's store: write transactions under way at once (0: lease.DefaultMaxInFlight)")
+	fs.IntVar(&o.MaxBatch, "max-batch", 0, "authzd's store: writes group-committed in one transaction at most (0: lease.DefaultMaxBatch; 1: none)")
 	if err := o.ParseFlags(fs, args, "1,16,64", "operations"); err != nil {
 		return o, err
 	}
@@ -129,6 +134,12 @@ func (o *options) command() string {
 	}
 	if o.Designs != "abc" {
 		cmd += " -designs " + o.Designs
+	}
+	if o.MaxInFlight != 0 {
+		cmd += fmt.Sprintf(" -max-in-flight %d", o.MaxInFlight)
+	}
+	if o.MaxBatch != 0 {
+		cmd += fmt.Sprintf(" -max-batch %d", o.MaxBatch)
 	}
 	return cmd
 }
@@ -215,7 +226,8 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 	defer member.Close()
-	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), Logger: quiet})
+	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), Logger: quiet,
+		MaxInFlight: opts.MaxInFlight, MaxBatch: opts.MaxBatch})
 	if err != nil {
 		return err
 	}
