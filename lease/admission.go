@@ -424,14 +424,8 @@ func (s *Store) prepareFast(ctx context.Context, req CloseRequest) (*fastClose, 
 	if a == nil || req.Resolve || a.Epoch == "" || a.Revision <= 0 || a.Formation == "" || a.Session == "" || a.Tool == "" {
 		return nil, nil
 	}
-	var status record.Status
 	switch req.Outcome {
-	case record.OutcomeEffect:
-		status = record.StatusCompleted
-	case record.OutcomeFailed:
-		status = record.StatusFailed
-	case record.OutcomeRejected:
-		status = record.StatusRejected
+	case record.OutcomeEffect, record.OutcomeFailed, record.OutcomeRejected:
 	default:
 		return nil, nil
 	}
@@ -464,26 +458,17 @@ func (s *Store) prepareFast(ctx context.Context, req CloseRequest) (*fastClose, 
 	} else {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.claim(id, req.Claim)), ">", 0))
 	}
-	oval, err := json.Marshal(&formationOutcome{Status: status, UpdatedAt: s.now().UTC()})
+	oval, err := s.outcomeValue(req.Outcome)
 	if err != nil {
-		return nil, fmt.Errorf("lease: encode outcome: %w", err)
+		return nil, err
 	}
 	lid, err := s.retention.lease(ctx, s, req.Keep)
 	if err != nil {
 		return nil, err
 	}
-	ops := []clientv3.Op{
-		clientv3.OpDelete(mkey), clientv3.OpDelete(s.k.claims(id), clientv3.WithPrefix()),
-		clientv3.OpDelete(s.k.admitted(a.Session, a.Tool, id)),
-		clientv3.OpPut(s.k.formationOutcome(a.Formation), string(oval), clientv3.WithLease(lid)),
-		clientv3.OpPut(ikey, indexValue(a.Epoch, a.Formation), clientv3.WithLease(lid)),
-	}
-	switch req.Outcome {
-	case record.OutcomeEffect:
-		ops = append(ops, clientv3.OpPut(s.k.completed(a.Session, a.Tool), a.Tool))
-	case record.OutcomeFailed:
-		ops = append(ops, clientv3.OpPut(s.k.failed(a.Session, a.Tool), a.Tool))
-	}
+	ops := append(s.releaseOps(a.Epoch, id, a.Session, a.Tool, req.Outcome),
+		clientv3.OpPut(s.k.formationOutcome(a.Formation), oval, clientv3.WithLease(lid)),
+		clientv3.OpPut(ikey, indexValue(a.Epoch, a.Formation), clientv3.WithLease(lid)))
 	return &fastClose{t: txn{cmps: cmps, then: ops}, l: &record.Lease{
 		ID: id, Formation: a.Formation, Session: a.Session, Tool: a.Tool, Revision: a.Revision,
 		Target: record.Target{Epoch: a.Epoch, Pool: rec.Manifest.Pool},
@@ -534,40 +519,19 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		if !gone {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k.formationOutcome(fid)), "=", sf.outcomeRev()))
 		}
-		var status record.Status
+		oval, err := s.outcomeValue(outcome)
+		if err != nil {
+			return nil, err
+		}
 		var ops []clientv3.Op
-		switch outcome {
-		case record.OutcomeUncertain:
-			l.State, status = record.LeaseUncertain, record.StatusUncertain
+		if outcome == record.OutcomeUncertain {
+			l.State = record.LeaseUncertain
 			marker := *l
 			marker.Claim = nil // the claim has its own key
 			lval, _ := json.Marshal(&marker)
 			ops = append(ops, clientv3.OpPut(mkey, string(lval)))
-		case record.OutcomeEffect, record.OutcomeFailed, record.OutcomeRejected, record.OutcomeNoEffect, record.OutcomeReleased:
-			switch outcome {
-			case record.OutcomeEffect:
-				status = record.StatusCompleted
-			case record.OutcomeFailed:
-				status = record.StatusFailed
-			case record.OutcomeReleased:
-				status = record.StatusUncertain
-			default:
-				status = record.StatusRejected
-			}
-			ops = append(ops, clientv3.OpDelete(mkey), clientv3.OpDelete(s.k.claims(id), clientv3.WithPrefix()),
-				clientv3.OpDelete(s.k.admitted(l.Session, l.Tool, id)))
-			switch outcome {
-			case record.OutcomeEffect:
-				ops = append(ops, clientv3.OpPut(s.k.completed(l.Session, l.Tool), l.Tool))
-			case record.OutcomeFailed:
-				ops = append(ops, clientv3.OpPut(s.k.failed(l.Session, l.Tool), l.Tool))
-			}
-		default:
-			return nil, fmt.Errorf("lease: unknown outcome %q", outcome)
-		}
-		oval, err := json.Marshal(&formationOutcome{Status: status, UpdatedAt: s.now().UTC()})
-		if err != nil {
-			return nil, fmt.Errorf("lease: encode outcome: %w", err)
+		} else {
+			ops = s.releaseOps(l.Target.Epoch, id, l.Session, l.Tool, outcome)
 		}
 		// The record's keys as read, rewritten to live as long as the
 		// outcome: detached while the lease stays uncertain (it may stay
@@ -583,7 +547,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		}
 		if !gone {
 			ops = append(ops,
-				clientv3.OpPut(s.k.formationOutcome(fid), string(oval), opt...),
+				clientv3.OpPut(s.k.formationOutcome(fid), oval, opt...),
 				clientv3.OpPut(string(sf.call.Key), string(sf.call.Value), opt...),
 				clientv3.OpPut(string(sf.state.Key), string(sf.state.Value), opt...))
 			cmps = append(cmps,
@@ -603,6 +567,46 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		}
 	}
 	return nil, fmt.Errorf("%w: lease %s", record.ErrConflict, id)
+}
+
+// outcomeValue is the formation's outcome key's value for a lease's
+// outcome: the status it gives the formation, and when.
+func (s *Store) outcomeValue(outcome record.Outcome) (string, error) {
+	var status record.Status
+	switch outcome {
+	case record.OutcomeEffect:
+		status = record.StatusCompleted
+	case record.OutcomeFailed:
+		status = record.StatusFailed
+	case record.OutcomeRejected, record.OutcomeNoEffect:
+		status = record.StatusRejected
+	case record.OutcomeUncertain, record.OutcomeReleased:
+		status = record.StatusUncertain
+	default:
+		return "", fmt.Errorf("lease: unknown outcome %q", outcome)
+	}
+	b, err := json.Marshal(&formationOutcome{Status: status, UpdatedAt: s.now().UTC()})
+	if err != nil {
+		return "", fmt.Errorf("lease: encode outcome: %w", err)
+	}
+	return string(b), nil
+}
+
+// releaseOps release a lease with an outcome other than uncertain: its
+// marker, claim and ledger entry go; an effect is recorded as completed in
+// the session, a failure as failed.
+func (s *Store) releaseOps(epoch, lease, session, tool string, outcome record.Outcome) []clientv3.Op {
+	ops := []clientv3.Op{
+		clientv3.OpDelete(s.k.marker(epoch, lease)), clientv3.OpDelete(s.k.claims(lease), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.k.admitted(session, tool, lease)),
+	}
+	switch outcome {
+	case record.OutcomeEffect:
+		ops = append(ops, clientv3.OpPut(s.k.completed(session, tool), tool))
+	case record.OutcomeFailed:
+		ops = append(ops, clientv3.OpPut(s.k.failed(session, tool), tool))
+	}
+	return ops
 }
 
 // indexValue is the value of a lease's index key: its epoch and formation,

@@ -119,23 +119,8 @@ func (c *committer) stats() CommitStats {
 // refused the request); whether t was applied is then unknown, as for any
 // etcd request.
 func (c *committer) commit(ctx context.Context, t txn) (*clientv3.TxnResponse, error) {
-	p := newPending(ctx, t)
-	c.mu.Lock()
-	c.queue = append(c.queue, p)
-	lead := c.running < c.maxSlots
-	if lead {
-		c.running++
-	}
-	c.mu.Unlock()
-	if lead {
-		c.flush(true)
-	}
-	select {
-	case <-p.done:
-		return p.resp, p.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	resps, errs := c.commitAll(ctx, []txn{t})
+	return resps[0], errs[0]
 }
 
 // commitAll runs ts as commit runs each, queued at once, so that those

@@ -166,15 +166,21 @@ func (s *Store) GetFormation(ctx context.Context, id string) (*record.Formation,
 // getFormation returns a formation and the revision of its state, which a
 // compare-and-swap of the state checks.
 func (s *Store) getFormation(ctx context.Context, id string) (*record.Formation, int64, error) {
-	sf, err := s.readFormation(ctx, id)
-	if err != nil {
-		return nil, 0, err
-	}
-	f, err := sf.decode()
+	sf, f, err := s.readDecoded(ctx, id)
 	if err != nil {
 		return nil, 0, err
 	}
 	return f, sf.state.ModRevision, nil
+}
+
+// readDecoded reads a formation's keys and decodes them.
+func (s *Store) readDecoded(ctx context.Context, id string) (storedFormation, *record.Formation, error) {
+	sf, err := s.readFormation(ctx, id)
+	if err != nil {
+		return storedFormation{}, nil, err
+	}
+	f, err := sf.decode()
+	return sf, f, err
 }
 
 func (s *Store) readFormation(ctx context.Context, id string) (storedFormation, error) {
@@ -213,11 +219,7 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *r
 	const attempts = 32
 	skey := s.k.formationState(id)
 	for range attempts {
-		sf, err := s.readFormation(ctx, id)
-		if err != nil {
-			return nil, 0, err
-		}
-		f, err := sf.decode()
+		sf, f, err := s.readDecoded(ctx, id)
 		if err != nil {
 			return nil, 0, err
 		}
