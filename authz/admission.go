@@ -306,7 +306,7 @@ func (ad *Admissions) recheck(ctx context.Context, rec *record.Formation) (succe
 	}
 	in := &policy.Input{
 		Phase:     policy.PhaseAdmission,
-		Formation: policy.FormationInput{Call: rec.Call, Digest: rec.Digest},
+		Formation: ad.inputs.Formation(rec.Call, rec.Digest),
 		Tool:      ad.inputs.Tool(tool.DescriptorDigest, epoch.Server, tool.Descriptor),
 		Epoch:     ad.inputs.Epoch(epoch),
 		Session:   *history,

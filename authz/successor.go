@@ -186,7 +186,7 @@ func (f *Formations) decide(ctx context.Context, rec *record.Formation, in *poli
 	if rec.Digest, err = rec.Call.Digest(); err != nil {
 		return err
 	}
-	in.Formation = policy.FormationInput{Call: rec.Call, Digest: rec.Digest}
+	in.Formation = f.inputs.Formation(rec.Call, rec.Digest)
 	rec.Decision = f.decider.Decide(ctx, in)
 	if cand == nil || (rec.Decision.Successor != nil && rec.Decision.Successor.Verdict == record.VerdictAllow) {
 		return nil
@@ -200,7 +200,7 @@ func (f *Formations) decide(ctx context.Context, rec *record.Formation, in *poli
 	if rec.Digest, err = rec.Call.Digest(); err != nil {
 		return err
 	}
-	in.Formation = policy.FormationInput{Call: rec.Call, Digest: rec.Digest}
+	in.Formation = f.inputs.Formation(rec.Call, rec.Digest)
 	rec.Decision = f.decider.Decide(ctx, in)
 	rec.Decision.Successor = refused.Successor
 	for i := range rec.Decision.Engines {

@@ -6,7 +6,8 @@
 //
 // combined is one decision from an input converted whole (one Document,
 // both engines); combined-cached is what authz pays per formation: the
-// same input with its tool and epoch from an InputCache, converted once;
+// same input with its tool and epoch, and the call's metadata and source,
+// from an InputCache, converted once;
 // combined-successor is the same call with a candidate successor, which
 // both engines also answer on (Rego in the same evaluation, Cedar with a
 // second request); rego and cedar are each engine alone from the same Input (Document
@@ -60,6 +61,7 @@ func BenchmarkDecide(b *testing.B) {
 		State: in.Epoch.State, Artifact: in.Epoch.Artifact, ConfigDigest: in.Epoch.ConfigDigest,
 		SignerKeyID: in.Epoch.SignerKid, Manifest: githubManifest(b),
 	})
+	cached.Formation = cache.Formation(in.Formation.Call, in.Formation.Digest)
 	if d := s.Decide(ctx, &cached); !d.Allowed() || d.Approvals != 1 {
 		b.Fatalf("cached benchmark input decided %+v", d)
 	}

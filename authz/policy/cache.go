@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"reflect"
 	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -15,9 +18,53 @@ import (
 // values with every other caller: read them, never modify them. The zero
 // value is ready to use; it is safe for concurrent use.
 type InputCache struct {
-	mu     sync.Mutex
-	tools  map[string]ToolInput
-	epochs map[string]EpochInput
+	mu       sync.Mutex
+	tools    map[string]ToolInput
+	epochs   map[string]EpochInput
+	metadata map[string]convertedPart[record.Metadata]
+	sources  map[string]convertedPart[record.Target]
+}
+
+// convertedPart is a part of a call and its conversion.
+type convertedPart[T any] struct {
+	part  T
+	value ast.Value
+}
+
+// Formation is the formation member of an input for call (with its
+// digest): the call's MCP+ metadata converted once per descriptor digest
+// and its source target once per epoch — the parts that repeat from call
+// to call and made up most of the call's converted bytes. A part is taken
+// from the cache only when it equals the call's own (compared in full), so
+// a call whose metadata or source differs is converted as it is.
+func (c *InputCache) Formation(call record.Call, digest string) FormationInput {
+	f := FormationInput{Call: call, Digest: digest}
+	f.metadata = cachedPart(c, &c.metadata, call.DescriptorDigest, call.Metadata)
+	f.source = cachedPart(c, &c.sources, call.Source.Epoch, call.Source)
+	return f
+}
+
+// cachedPart returns the conversion of part, cached under key; nil when
+// it cannot be converted (NewDocument then converts the whole call and
+// reports why).
+func cachedPart[T any](c *InputCache, m *map[string]convertedPart[T], key string, part T) ast.Value {
+	c.mu.Lock()
+	cp, ok := (*m)[key]
+	c.mu.Unlock()
+	if ok && reflect.DeepEqual(cp.part, part) {
+		return cp.value
+	}
+	v, err := toAST(part)
+	if err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *m == nil || len(*m) >= maxInputCache {
+		*m = map[string]convertedPart[T]{}
+	}
+	(*m)[key] = convertedPart[T]{part: part, value: v}
+	return v
 }
 
 // maxInputCache bounds each map; a full map starts over (every entry is
@@ -40,6 +87,8 @@ func (c *InputCache) Tool(digest, server string, t *manifest.Tool) ToolInput {
 		return ti // NewDocument converts it again and reports why
 	}
 	ti.value = v
+	ct := cedarToolAttributes(&ti)
+	ti.cedar = &ct
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.tools == nil || len(c.tools) >= maxInputCache {
@@ -67,6 +116,8 @@ func (c *InputCache) Epoch(e *record.Epoch) EpochInput {
 		return ei
 	}
 	ei.value = v
+	ce := cedarEpoch(&ei)
+	ei.cedar = &ce
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.epochs == nil || len(c.epochs) >= maxInputCache {

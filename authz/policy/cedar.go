@@ -237,16 +237,7 @@ func cedarRequest(doc *Document) (cedar.EntityMap, cedar.Request, error) {
 	entities := cedar.EntityMap{
 		principal: {UID: principal, Attributes: attrs},
 		server:    {UID: server, Attributes: cedar.NewRecord(cedar.RecordMap{"name": cedar.String(t.Server)})},
-		tool: {UID: tool, Parents: cedar.NewEntityUIDSet(server), Attributes: cedar.NewRecord(cedar.RecordMap{
-			"name":             cedar.String(t.Name),
-			"server":           cedar.String(t.Server),
-			"qualifiedName":    cedar.String(t.QualifiedName),
-			"sideEffects":      cedar.String(t.SideEffects),
-			"requiresApproval": cedar.Boolean(t.RequiresApproval),
-			"requires":         cedarStrings(t.Requires),
-			"exclusiveWith":    cedarStrings(t.ExclusiveWith),
-			"producesInputFor": cedarStrings(t.ProducesInputFor),
-		})},
+		tool:      {UID: tool, Parents: cedar.NewEntityUIDSet(server), Attributes: cedarToolOf(t)},
 	}
 	f := &in.Formation
 	formation := cedar.RecordMap{
@@ -262,7 +253,7 @@ func cedarRequest(doc *Document) (cedar.EntityMap, cedar.Request, error) {
 	}
 	reqContext := cedar.RecordMap{
 		"arguments": args,
-		"epoch":     cedarEpoch(&in.Epoch),
+		"epoch":     cedarEpochOf(&in.Epoch),
 		"session": cedar.NewRecord(cedar.RecordMap{
 			"id":        cedar.String(in.Session.Session),
 			"completed": cedarStrings(in.Session.Completed),
@@ -324,6 +315,37 @@ func cedarSuccessor(doc *Document, s *SuccessorInput) (cedar.Record, error) {
 			"expiresAt": cedar.String(c.ExpiresAt.Format(time.RFC3339Nano)),
 		}),
 	}), nil
+}
+
+// cedarToolOf is the tool entity's attributes: as an [InputCache] made
+// them, or made now.
+func cedarToolOf(t *ToolInput) cedar.Record {
+	if t.cedar != nil {
+		return *t.cedar
+	}
+	return cedarToolAttributes(t)
+}
+
+func cedarToolAttributes(t *ToolInput) cedar.Record {
+	return cedar.NewRecord(cedar.RecordMap{
+		"name":             cedar.String(t.Name),
+		"server":           cedar.String(t.Server),
+		"qualifiedName":    cedar.String(t.QualifiedName),
+		"sideEffects":      cedar.String(t.SideEffects),
+		"requiresApproval": cedar.Boolean(t.RequiresApproval),
+		"requires":         cedarStrings(t.Requires),
+		"exclusiveWith":    cedarStrings(t.ExclusiveWith),
+		"producesInputFor": cedarStrings(t.ProducesInputFor),
+	})
+}
+
+// cedarEpochOf is the epoch's record in the request context: as an
+// [InputCache] made it, or made now.
+func cedarEpochOf(ep *EpochInput) cedar.Record {
+	if ep.cedar != nil {
+		return *ep.cedar
+	}
+	return cedarEpoch(ep)
 }
 
 func cedarEpoch(ep *EpochInput) cedar.Record {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -51,7 +52,7 @@ func NewDocument(in *Input) (*Document, error) {
 // converts to, with the tool and epoch parts an [InputCache] converted
 // once taken as they are (TestCachedDocumentMatches holds the two equal).
 func convertInput(in *Input) (ast.Value, error) {
-	formation, err := toAST(in.Formation)
+	formation, err := formationValue(&in.Formation)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +102,65 @@ func epochValue(e EpochInput) (ast.Value, error) {
 }
 
 // toAST converts v's JSON encoding.
+// formationValue converts the formation member as its JSON encoding
+// would: field by field, its metadata and source as the InputCache
+// converted them (TestCachedDocumentMatches holds the two ways equal).
+func formationValue(f *FormationInput) (ast.Value, error) {
+	if f.metadata == nil || f.source == nil {
+		return toAST(f)
+	}
+	principal, err := toAST(f.Principal)
+	if err != nil {
+		return nil, err
+	}
+	var args ast.Value = ast.Null{}
+	if len(f.Arguments) > 0 {
+		if args, err = astFromJSON(f.Arguments); err != nil {
+			return nil, fmt.Errorf("%w: arguments: %w", ErrInvalidInput, err)
+		}
+	}
+	var successor ast.Value = ast.Null{}
+	if f.Successor != nil {
+		if successor, err = toAST(f.Successor); err != nil {
+			return nil, err
+		}
+	}
+	created, err := timeValue(f.CreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	expires, err := timeValue(f.ExpiresAt)
+	if err != nil {
+		return nil, err
+	}
+	str := ast.StringTerm
+	return ast.NewObject(
+		[2]*ast.Term{str("id"), str(f.ID)},
+		[2]*ast.Term{str("session"), str(f.Session)},
+		[2]*ast.Term{str("principal"), ast.NewTerm(principal)},
+		[2]*ast.Term{str("snapshot"), str(f.Snapshot)},
+		[2]*ast.Term{str("tool"), str(f.Tool)},
+		[2]*ast.Term{str("descriptorDigest"), str(f.DescriptorDigest)},
+		[2]*ast.Term{str("arguments"), ast.NewTerm(args)},
+		[2]*ast.Term{str("argumentDigest"), str(f.ArgumentDigest)},
+		[2]*ast.Term{str("source"), ast.NewTerm(f.source)},
+		[2]*ast.Term{str("successor"), ast.NewTerm(successor)},
+		[2]*ast.Term{str("metadata"), ast.NewTerm(f.metadata)},
+		[2]*ast.Term{str("createdAt"), ast.NewTerm(created)},
+		[2]*ast.Term{str("expiresAt"), ast.NewTerm(expires)},
+		[2]*ast.Term{str("digest"), str(f.Digest)},
+	), nil
+}
+
+// timeValue is t as encoding/json writes it.
+func timeValue(t time.Time) (ast.Value, error) {
+	b, err := t.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode: %w", ErrInvalidInput, err)
+	}
+	return ast.String(b[1 : len(b)-1]), nil
+}
+
 func toAST(v any) (ast.Value, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {

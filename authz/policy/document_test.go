@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -121,7 +122,8 @@ func TestCachedDocumentMatches(t *testing.T) {
 		cached := *in
 		cached.Tool = cache.Tool(in.Formation.DescriptorDigest, in.Tool.Server, &desc)
 		cached.Epoch = cache.Epoch(ep)
-		if cached.Tool.value == nil || cached.Epoch.value == nil {
+		cached.Formation = cache.Formation(in.Formation.Call, in.Formation.Digest)
+		if cached.Tool.value == nil || cached.Epoch.value == nil || cached.Formation.metadata == nil || cached.Formation.source == nil {
 			t.Fatalf("input %d: the cache converted nothing", i)
 		}
 		if again := cache.Tool(in.Formation.DescriptorDigest, in.Tool.Server, &desc); again.value != cached.Tool.value {
@@ -137,9 +139,47 @@ func TestCachedDocumentMatches(t *testing.T) {
 		if doc.value.Compare(whole.value) != 0 {
 			t.Errorf("input %d: the cached document differs:\n got %v\nwant %v", i, doc.value, whole.value)
 		}
+		// Cedar's request from the cached parts is the one made anew.
+		if cached.Tool.cedar == nil || !cached.Tool.cedar.Equal(cedarToolAttributes(&in.Tool)) {
+			t.Errorf("input %d: the cached Cedar tool differs", i)
+		}
+		if cached.Epoch.cedar == nil || !cached.Epoch.cedar.Equal(cedarEpoch(&in.Epoch)) {
+			t.Errorf("input %d: the cached Cedar epoch differs", i)
+		}
 	}
 	if len(cache.epochs) != 3 { // ACTIVE pinned, ACTIVE unpinned, DRAINING
 		t.Errorf("%d epochs cached, want 3 (one per id and state)", len(cache.epochs))
+	}
+
+	// A call whose metadata or source differs from what the cache holds
+	// under its key is converted as it is, never as the cached part.
+	in := inputs[0]
+	first := cache.Formation(in.Formation.Call, in.Formation.Digest)
+	for _, change := range []func(c *record.Call){
+		func(c *record.Call) { c.Metadata.Summary = "another summary" },
+		func(c *record.Call) { c.Metadata.RequiresApproval = !c.Metadata.RequiresApproval },
+		func(c *record.Call) { c.Source.Pool = "elsewhere" },
+	} {
+		call := in.Formation.Call
+		call.Metadata.FailureModes = slices.Clone(call.Metadata.FailureModes)
+		change(&call)
+		changed := *in
+		changed.Formation = FormationInput{Call: call, Digest: in.Formation.Digest}
+		whole, err := NewDocument(&changed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed.Formation = cache.Formation(call, in.Formation.Digest)
+		if changed.Formation.metadata == first.metadata && changed.Formation.source == first.source {
+			t.Error("a changed call was given the cached parts of another")
+		}
+		doc, err := NewDocument(&changed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if doc.value.Compare(whole.value) != 0 {
+			t.Errorf("a changed call's cached document differs:\n got %v\nwant %v", doc.value, whole.value)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/cedar-policy/cedar-go"
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/fcd-authz/fcd/manifest"
@@ -65,6 +66,11 @@ const (
 type FormationInput struct {
 	record.Call
 	Digest string `json:"digest"`
+
+	// metadata and source are the call's Metadata and Source converted,
+	// when an [InputCache] made the input (the same caveat as
+	// ToolInput's value).
+	metadata, source ast.Value
 }
 
 // ToolInput is the Tool+ descriptor, its server, its qualified name and
@@ -85,6 +91,9 @@ type ToolInput struct {
 	// document takes it as is, so an input from the cache must not be
 	// modified (build one with NewToolInput/NewEpochInput to edit it).
 	value ast.Value
+	// cedar is the Cedar form of the same (the tool entity's attributes,
+	// the epoch's context record), made with value.
+	cedar *cedar.Record
 }
 
 // EpochInput is the source epoch as policies see it.
@@ -113,6 +122,9 @@ type EpochInput struct {
 	// document takes it as is, so an input from the cache must not be
 	// modified (build one with NewToolInput/NewEpochInput to edit it).
 	value ast.Value
+	// cedar is the Cedar form of the same (the tool entity's attributes,
+	// the epoch's context record), made with value.
+	cedar *cedar.Record
 }
 
 // SecretInput names a secret by version.
