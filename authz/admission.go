@@ -44,6 +44,7 @@ var (
 // the source retired, and the dispatch token that carries the decision to
 // the backend.
 type Admissions struct {
+	trail      trail
 	store      *lease.Store
 	decider    Decider
 	successors *successors
@@ -67,6 +68,7 @@ type Admissions struct {
 // operator resolves an uncertain one; a redeployed pool releases its old
 // leases; a sweep marks the never-reported ones uncertain.
 type Leases struct {
+	trail       trail
 	store       *lease.Store
 	issuer      *TokenIssuer
 	generations *sync.Map
@@ -260,7 +262,12 @@ func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev in
 	ad.ready.drop(rec.ID)
 	ad.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
 		"revision", l.Revision, "certificate", l.Certificate)
-	return ad.token(l, now)
+	a, err := ad.token(l, now)
+	if err == nil {
+		ad.trail.record(ctx, EventAdmission, l.Revision, admissionEvent{Formation: rec.ID, Lease: lid, Session: l.Session,
+			Tool: l.Tool, Target: l.Target, Generation: l.Generation, Successor: cert != nil, Expires: a.ExpiresAt})
+	}
+	return a, err
 }
 
 // generation returns the pool's backend generation from a cache: the
@@ -445,6 +452,7 @@ func (ls *Leases) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, e
 	if err != nil {
 		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)
 	}
+	ls.trail.record(ctx, EventClaim, req.Revision, claimEvent{Lease: req.Lease, Claim: c.ID, Epoch: req.Epoch})
 	return c, nil
 }
 
@@ -500,7 +508,7 @@ func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (*record.Le
 		return nil, err
 	}
 	l, err := ls.store.CloseLease(ctx, cr)
-	return ls.completed(req, l, err)
+	return ls.completed(ctx, req, l, err)
 }
 
 // MaxCompleteBatch bounds the reports of one CompleteAll.
@@ -530,7 +538,7 @@ func (ls *Leases) CompleteAll(ctx context.Context, reqs []CompleteRequest) ([]*r
 	}
 	closed, cerrs := ls.store.CloseLeases(ctx, crs)
 	for j, i := range at {
-		leases[i], errs[i] = ls.completed(reqs[i], closed[j], cerrs[j])
+		leases[i], errs[i] = ls.completed(ctx, reqs[i], closed[j], cerrs[j])
 	}
 	return leases, errs
 }
@@ -561,7 +569,7 @@ func (ls *Leases) closeRequest(req CompleteRequest) (lease.CloseRequest, error) 
 }
 
 // completed is the answer to a report the store answered with l, err.
-func (ls *Leases) completed(req CompleteRequest, l *record.Lease, err error) (*record.Lease, error) {
+func (ls *Leases) completed(ctx context.Context, req CompleteRequest, l *record.Lease, err error) (*record.Lease, error) {
 	if err != nil {
 		if errors.Is(err, ErrLeaseOutOfScope) {
 			l = nil // tell the caller nothing about another pool's lease
@@ -574,6 +582,7 @@ func (ls *Leases) completed(req CompleteRequest, l *record.Lease, err error) (*r
 	}
 	ls.metrics.outcomes.WithLabelValues(string(req.Outcome), by).Inc()
 	ls.log.Info("lease outcome", "lease", req.Lease, "outcome", req.Outcome, "detail", req.Detail)
+	ls.trail.record(ctx, EventOutcome, 0, outcomeEvent{Lease: req.Lease, Formation: l.Formation, Outcome: req.Outcome, Claim: req.Claim, By: by})
 	return l, nil
 }
 
@@ -627,6 +636,7 @@ func (ls *Leases) Resolve(ctx context.Context, leaseID string, outcome record.Ou
 	}
 	ls.metrics.outcomes.WithLabelValues(string(outcome), "operator").Inc()
 	ls.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason)
+	ls.trail.record(ctx, EventResolution, 0, outcomeEvent{Lease: leaseID, Formation: l.Formation, Outcome: outcome, By: "operator", Reason: reason})
 	return l, nil
 }
 
@@ -643,6 +653,9 @@ func (ls *Leases) SetGeneration(ctx context.Context, pool string, gen int64) ([]
 	}
 	released, err := ls.store.SetGeneration(ctx, pool, gen, ls.retention)
 	ls.generations.Delete(pool)
+	if err == nil || len(released) > 0 {
+		ls.trail.record(ctx, EventGeneration, 0, map[string]any{"pool": pool, "generation": gen, "released": released})
+	}
 	ls.metrics.outcomes.WithLabelValues(string(record.OutcomeReleased), "generation").Add(float64(len(released)))
 	if err != nil {
 		return released, fmt.Errorf("authz: generation of %s: %w", pool, err)

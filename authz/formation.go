@@ -70,6 +70,7 @@ const (
 // against the snapshot the model saw, decide it by policy once, and bind
 // human approvals to its digest.
 type Formations struct {
+	trail      trail
 	store      *lease.Store
 	decider    Decider
 	successors *successors
@@ -225,6 +226,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
 	f.ready.put(rec, rev)
+	f.trail.record(ctx, EventFormation, rev, newFormationEvent(rec))
 	var successor string
 	if rec.Successor != nil {
 		successor = rec.Successor.Epoch
@@ -425,6 +427,8 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 		return rec, fmt.Errorf("authz: approve %s: %w", id, ErrExpired)
 	}
 	f.ready.put(rec, rev)
+	f.trail.record(ctx, EventApproval, rev, approvalEvent{Formation: id, Approver: req.Approver, Decision: req.Decision,
+		Digest: req.Digest, Reason: req.Reason, Status: rec.Status})
 	f.metrics.approvals.WithLabelValues(string(req.Decision)).Inc()
 	f.log.Info("approval", "formation", id, "approver", req.Approver, "decision", req.Decision, "status", rec.Status)
 	return rec, nil

@@ -26,6 +26,7 @@ type Registry struct {
 	// Certificates registers and revokes compatibility certificates
 	// between the registry's epochs.
 	Certificates *Certificates
+	trail        trail
 	store        *lease.Store
 	verifier     *manifest.Verifier
 	log          *slog.Logger
@@ -47,6 +48,9 @@ type RegistryConfig struct {
 	Now func() time.Time
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Trail records registrations, snapshots, drains and retirements (the
+	// audit trail); nil records nothing.
+	Trail Recorder
 }
 
 // NewRegistry returns the registry configured by cfg.
@@ -62,7 +66,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	}
 	return &Registry{
 		Certificates: &Certificates{store: cfg.Store, issuers: cfg.Certificates, now: cfg.Now, log: cfg.Logger},
-		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger,
+		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger},
 	}, nil
 }
 
@@ -97,6 +101,8 @@ func (r *Registry) Register(ctx context.Context, jws []byte) (*Registration, err
 	}
 	if created {
 		r.log.Info("epoch registered", "epoch", ep.ID, "server", ep.Server, "release", ep.Release, "signer", sm.KeyID)
+		r.trail.record(ctx, EventManifest, ep.Revision, map[string]any{"epoch": ep.ID, "server": ep.Server,
+			"release": ep.Release, "pool": ep.Pool, "signer": sm.KeyID})
 	}
 	return &Registration{Epoch: ep, Created: created, Findings: findings}, nil
 }
@@ -119,7 +125,11 @@ func (r *Registry) Leases(ctx context.Context, epoch string) ([]*record.Lease, e
 
 // Drain moves an ACTIVE epoch to DRAINING.
 func (r *Registry) Drain(ctx context.Context, id string) (record.State, error) {
-	return r.store.Drain(ctx, id)
+	st, err := r.store.Drain(ctx, id)
+	if err == nil {
+		r.trail.record(ctx, EventDrain, 0, map[string]any{"epoch": id, "state": st})
+	}
+	return st, err
 }
 
 // ErrWaitTooLong is returned for a retire wait beyond MaxRetireWait.
@@ -131,12 +141,19 @@ func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (r
 	if wait < 0 || wait > MaxRetireWait {
 		return "", fmt.Errorf("%w: %s (at most %s)", ErrWaitTooLong, wait, MaxRetireWait)
 	}
-	return r.store.Retire(ctx, id, wait)
+	st, err := r.store.Retire(ctx, id, wait)
+	if err == nil {
+		r.trail.record(ctx, EventRetire, 0, map[string]any{"epoch": id, "state": st})
+	}
+	return st, err
 }
 
 // CreateSnapshot freezes the ACTIVE catalog, optionally of some servers.
 func (r *Registry) CreateSnapshot(ctx context.Context, servers []string) (*record.Snapshot, error) {
-	s, _, err := r.store.CreateSnapshot(ctx, servers)
+	s, created, err := r.store.CreateSnapshot(ctx, servers)
+	if err == nil && created {
+		r.trail.record(ctx, EventSnapshot, 0, map[string]any{"snapshot": s.ID, "servers": servers})
+	}
 	return s, err
 }
 

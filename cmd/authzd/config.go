@@ -94,6 +94,13 @@ type Config struct {
 	SigningAlg string `json:"signingAlg"`
 	// Issuer is the iss claim of dispatch tokens.
 	Issuer string `json:"issuer"`
+	// AuditDir is the audit trail's directory; empty means the data
+	// directory's audit/, "off" keeps no trail. The trail's checkpoints are
+	// signed with the signing key: without one there is no trail.
+	AuditDir string `json:"auditDir"`
+	// Replica names this replica's chain in the trail: stable across its
+	// restarts, distinct between replicas; empty means the host name.
+	Replica string `json:"replica"`
 	// TokenLifetime is how long a dispatch token is valid.
 	TokenLifetime Duration `json:"tokenLifetime"`
 	// ReportGrace is how long after an admission its token may be issued
@@ -232,6 +239,8 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	path(&cfg.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
 	fs.StringVar(&cfg.SigningAlg, "signing-alg", "EdDSA", "algorithm of the key --dev generates: EdDSA or ES256")
 	fs.StringVar(&cfg.Issuer, "issuer", "fcd", "iss claim of dispatch tokens")
+	fs.StringVar(&cfg.AuditDir, "audit-dir", "", "audit trail directory (default: DATA-DIR/audit; off: none); checkpoints are signed with --signing-key")
+	fs.StringVar(&cfg.Replica, "replica", "", "this replica's name in the audit trail, stable across restarts and distinct between replicas (default: the host name)")
 	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(30*time.Second), "dispatch token lifetime")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
 	return fl

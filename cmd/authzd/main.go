@@ -10,6 +10,7 @@
 //	authzd policy test [-v] [DIR]
 //	authzd policy eval --input FILE [--policy-dir DIR]
 //	authzd credential new --role ROLE [--id ID] [--pool POOL ...]
+//	authzd audit verify [--jwks FILE|URL] [--json] [DIR]
 //
 // Every command reads a file or stdin and writes stdout; errors go to
 // stderr with a non-zero exit status.
@@ -45,6 +46,10 @@ const usage = `usage:
   authzd credential new --role ROLE [--id ID] [--pool POOL ...]
                                             create a bearer credential and its stored hash
                                             (--pool: a backend or gateway limited to POOL)
+  authzd audit verify [--jwks FILE|URL] [--json] [DIR]
+                                            verify the audit trail's hash chains and signed
+                                            checkpoints (default DIR: fcd-data/audit); exit 1
+                                            naming each problem
 `
 
 func main() {
@@ -55,7 +60,7 @@ func main() {
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return cli.ExitStatus(stderr, "authzd", usage, dispatch(ctx, args, stdin, stdout, stderr), errLintFailed, errPolicyFailed)
+	return cli.ExitStatus(stderr, "authzd", usage, dispatch(ctx, args, stdin, stdout, stderr), errLintFailed, errPolicyFailed, errTrailFailed)
 }
 
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -80,6 +85,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return fmt.Errorf("%w: policy needs test or eval", cli.ErrUsage)
 		}
 		return policyCommand(ctx, args[1], args[2:], stdin, stdout)
+	case "audit":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: audit needs verify", cli.ErrUsage)
+		}
+		return auditCommand(ctx, args[1], args[2:], stdout)
 	case "credential":
 		if len(args) < 2 || args[1] != "new" {
 			return fmt.Errorf("%w: credential new --role ROLE", cli.ErrUsage)

@@ -121,12 +121,44 @@ func TestREADMEWalkthrough(t *testing.T) {
 		t.Fatalf("want two different snapshots, got %v", ids)
 	}
 
+	// The server stopped signs its trail's head: the trail of the whole
+	// walkthrough verifies, holds every kind of change it made, and fails
+	// once a byte of it is edited.
+	stop()
+	trail := filepath.Join(root, "fcd-data", "audit")
+	var report bytes.Buffer
+	if code := run(t.Context(), []string{"audit", "verify", trail}, nil, &report, &report); code != 0 || !strings.Contains(report.String(), "ok: ") {
+		t.Fatalf("audit verify exited %d:\n%s", code, report.String())
+	}
+	files, _ := filepath.Glob(filepath.Join(trail, "*", "trail-*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("trail files %v", files)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"manifest", "snapshot", "formation", "approval", "admission", "outcome", "drain", "retire"} {
+		if !bytes.Contains(data, []byte(`"kind":"`+kind+`"`)) {
+			t.Errorf("the trail has no %s event", kind)
+		}
+	}
+	edited := bytes.Replace(data, []byte(`"kind":"approval"`), []byte(`"kind":"approvaL"`), 1)
+	if err := os.WriteFile(files[0], edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	report.Reset()
+	if code := run(t.Context(), []string{"audit", "verify", trail}, nil, &report, &report); code != 1 ||
+		!strings.Contains(report.String(), "chain.hash") || !strings.Contains(report.String(), filepath.Base(files[0])) {
+		t.Fatalf("audit verify of an edited trail exited %d:\n%s", code, report.String())
+	}
+
 	info, err := os.Stat(filepath.Join(root, "fcd-data", "dev-credentials.json"))
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("dev-credentials.json: %v, mode %v", err, info.Mode())
 	}
 	var dc devCredentials
-	data, _ := os.ReadFile(filepath.Join(root, "fcd-data", "dev-credentials.json"))
+	data, _ = os.ReadFile(filepath.Join(root, "fcd-data", "dev-credentials.json"))
 	if err := json.Unmarshal(data, &dc); err != nil || len(dc.Credentials) != 6 || dc.Keys["registrar"] == "" {
 		t.Fatalf("dev-credentials.json content: %v %+v", err, dc)
 	}

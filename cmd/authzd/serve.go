@@ -16,11 +16,13 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
+	"github.com/lestrrat-go/jwx/v2/jwk"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -64,6 +66,7 @@ type server struct {
 	store    *lease.Store
 	policies *policy.Manager
 	issuer   *authz.TokenIssuer // nil without a signing key: no admission
+	trail    *audit.Trail       // nil without a signing key or with --audit-dir off
 	useCases *authz.UseCases
 
 	http     *http.Server
@@ -168,10 +171,6 @@ func (s *server) buildUseCases(verifier *manifest.Verifier) (*authz.Registry, er
 			return nil, fmt.Errorf("issuer keys: %w", err)
 		}
 	}
-	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: s.store, Manifests: verifier, Certificates: certificates, Logger: s.log})
-	if err != nil {
-		return nil, err
-	}
 	if cfg.SigningKey != "" {
 		key, err := manifest.LoadPrivateKey(cfg.SigningKey)
 		if err != nil {
@@ -181,12 +180,25 @@ func (s *server) buildUseCases(verifier *manifest.Verifier) (*authz.Registry, er
 			return nil, fmt.Errorf("token issuer: %w", err)
 		}
 		s.log.Info("dispatch tokens", "kid", s.issuer.KeyID(), "issuer", cfg.Issuer, "lifetime", s.issuer.Lifetime())
+		if s.trail, err = openTrail(cfg, key, s.log); err != nil {
+			return nil, err
+		}
 	} else {
-		s.log.Warn("no --signing-key: admission is disabled")
+		s.log.Warn("no --signing-key: admission is disabled, and no audit trail is kept")
+	}
+	var rec authz.Recorder
+	if s.trail != nil {
+		rec = s.trail
+	}
+	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: s.store, Manifests: verifier, Certificates: certificates,
+		Logger: s.log, Trail: rec})
+	if err != nil {
+		return nil, err
 	}
 	s.useCases, err = authz.New(authz.Config{
 		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Logger: s.log, Issuer: s.issuer,
 		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
+		Trail: rec,
 	})
 	if err != nil {
 		return nil, err
@@ -313,6 +325,12 @@ func (s *server) run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if s.trail != nil {
+		g.Go(func() error {
+			s.trail.Run(loops) // signs the head of what came since the last checkpoint
+			return nil
+		})
+	}
 	// Leases whose backend never reported become uncertain, visible to
 	// operators, instead of holding their epoch back silently.
 	g.Go(func() error {
@@ -424,6 +442,11 @@ func (s *server) Close() error {
 	if s.hup != nil {
 		signal.Stop(s.hup)
 	}
+	if s.trail != nil {
+		if err := s.trail.Close(); err != nil { // signs the head last
+			errs = append(errs, fmt.Errorf("close audit trail: %w", err))
+		}
+	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
@@ -433,4 +456,32 @@ func (s *server) Close() error {
 		s.member.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// openTrail opens this replica's audit trail, signed with key, unless
+// --audit-dir is off.
+func openTrail(cfg *Config, key jwk.Key, log *slog.Logger) (*audit.Trail, error) {
+	if cfg.AuditDir == "off" {
+		log.Warn("--audit-dir off: no audit trail is kept")
+		return nil, nil
+	}
+	dir := cfg.AuditDir
+	if dir == "" {
+		dir = filepath.Join(cfg.DataDir, "audit")
+	}
+	replica := cfg.Replica
+	if replica == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("audit trail: --replica not given and no host name: %w", err)
+		}
+		replica = host
+	}
+	t, err := audit.Open(audit.Config{Root: dir, Replica: replica, Key: key, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("audit trail: %w", err)
+	}
+	seq, _ := t.Head()
+	log.Info("audit trail", "dir", dir, "replica", replica, "events", seq)
+	return t, nil
 }

@@ -1,0 +1,465 @@
+// Package audit keeps fcd's tamper-evident trail: every state change a
+// replica makes (a formation and its decision, an approval, an admission,
+// a claim, an outcome, a drain, ...) appended as one event to the
+// replica's own hash chain, with signed checkpoints of the chain's head.
+//
+// The trail is for after the fact: an auditor's `authzd audit verify`
+// proves that no event was edited, removed or reordered since it was
+// written (Verify), and, merged across replicas by etcd revision, what
+// happened in which order. It is not a source of truth for fcd itself —
+// the ordered store (etcd) is — so writing it never decides anything.
+//
+// Files: one directory per replica under the trail's root, holding
+// trail-<first seq>.jsonl files. Each line is one JSON object in RFC 8785
+// canonical form: an event, or a checkpoint ({"checkpoint": JWS}). An
+// event holds its sequence number, the hash of the event before it, and
+// its own hash, the SHA-256 of its canonical form without "hash". Because
+// a line must be canonical, any byte edited anywhere fails verification:
+// either the line is no longer canonical, or its hash (and the next
+// event's link to it) no longer holds. A checkpoint is the chain's head
+// (sequence and hash) and the time, signed with the replica's signing key
+// (the dispatch-token key, published in authzd's JWKS): a trail rewritten
+// from some event on cannot be signed again without that key.
+//
+// Durability: a line is written with one write(2) and the file is synced
+// at each checkpoint, so a process crash loses nothing written and a
+// machine crash at most the events after the last checkpoint. A line cut
+// short by a crash is dropped when the trail is opened again.
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
+)
+
+// CheckpointType is the "typ" of a checkpoint's JWS header.
+const CheckpointType = "fcd-audit-checkpoint+jws"
+
+// Defaults of [Config].
+const (
+	DefaultCheckpointEvery    = 256
+	DefaultCheckpointInterval = 10 * time.Second
+	DefaultMaxFileBytes       = 64 << 20
+)
+
+// Event is one line of the trail.
+type Event struct {
+	Replica string `json:"replica"`
+	// Seq numbers the replica's events from 1, without gaps.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	// Kind names the state change ("formation", "admission", ...).
+	Kind string `json:"kind"`
+	// Revision is the etcd revision that ordered the change, 0 where the
+	// store does not tell it.
+	Revision int64           `json:"revision"`
+	Data     json.RawMessage `json:"data"`
+	// Prev is the hash of the event before this one ("" for the first).
+	Prev string `json:"prev"`
+	// Hash is the SHA-256 (hex) of the event's canonical form without it.
+	Hash string `json:"hash"`
+}
+
+// Checkpoint is what a checkpoint signs: the chain's head.
+type Checkpoint struct {
+	Replica string    `json:"replica"`
+	Seq     uint64    `json:"seq"`
+	Head    string    `json:"head"`
+	Time    time.Time `json:"time"`
+}
+
+// Config configures a [Trail].
+type Config struct {
+	// Root is the trail's directory; the replica writes to Root/Replica.
+	// Required.
+	Root string
+	// Replica names this replica's chain: stable across its restarts,
+	// distinct between replicas. Required; letters, digits, '.', '_', '-'.
+	Replica string
+	// Key is the private JWK (Ed25519 or P-256, with a kid) that signs
+	// checkpoints. Required.
+	Key jwk.Key
+	// CheckpointEvery and CheckpointInterval: a checkpoint is written
+	// after this many events, and at least this often while events come;
+	// zero means the defaults.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// MaxFileBytes starts a new file past this size; zero means 64 MiB.
+	MaxFileBytes int64
+	// Now is the clock; nil means time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+var replicaName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// Trail is one replica's writer. It is safe for concurrent use.
+type Trail struct {
+	cfg Config
+	alg jwa.SignatureAlgorithm
+	dir string
+	log *slog.Logger
+
+	mu       sync.Mutex
+	f        *os.File
+	size     int64
+	seq      uint64
+	head     string
+	pending  int // events since the last checkpoint
+	lastMark time.Time
+	closed   bool
+}
+
+// Open opens (or creates) the replica's chain and continues it where it
+// ended.
+func Open(cfg Config) (*Trail, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("audit: no trail directory")
+	}
+	if !replicaName.MatchString(cfg.Replica) {
+		return nil, fmt.Errorf("audit: replica name %q: letters, digits, '.', '_' and '-' only", cfg.Replica)
+	}
+	if cfg.Key == nil || cfg.Key.KeyID() == "" {
+		return nil, errors.New("audit: checkpoints need a signing key with a kid")
+	}
+	alg, err := signingAlgorithm(cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	cfg.CheckpointEvery = orDefault(cfg.CheckpointEvery, DefaultCheckpointEvery)
+	cfg.CheckpointInterval = orDefault(cfg.CheckpointInterval, DefaultCheckpointInterval)
+	cfg.MaxFileBytes = orDefault(cfg.MaxFileBytes, DefaultMaxFileBytes)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	t := &Trail{cfg: cfg, alg: alg, dir: filepath.Join(cfg.Root, cfg.Replica), log: cfg.Logger}
+	if t.log == nil {
+		t.log = slog.Default()
+	}
+	if err := os.MkdirAll(t.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	if err := t.resume(); err != nil {
+		return nil, err
+	}
+	t.lastMark = cfg.Now()
+	return t, nil
+}
+
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// resume finds the chain's last event in the newest file, drops a line cut
+// short by a crash, and opens that file for appending.
+func (t *Trail) resume() error {
+	files, err := trailFiles(t.dir)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return t.startFile(1)
+	}
+	last := files[len(files)-1]
+	data, err := os.ReadFile(last)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	keep := len(data)
+	if i := bytes.LastIndexByte(data, '\n'); i+1 != len(data) {
+		keep = i + 1 // a line cut short: never acknowledged, dropped
+		t.log.Warn("audit: dropping a trail line cut short", "file", last, "bytes", len(data)-keep)
+	}
+	for line := range bytes.SplitSeq(data[:keep], []byte{'\n'}) {
+		var l struct {
+			Event
+			Checkpoint string `json:"checkpoint"`
+		}
+		if len(line) == 0 || json.Unmarshal(line, &l) != nil || l.Checkpoint != "" {
+			continue
+		}
+		t.seq, t.head = l.Seq, l.Hash
+	}
+	if t.seq == 0 && len(files) > 1 {
+		return fmt.Errorf("audit: %s holds no event; the chain cannot be continued", last)
+	}
+	f, err := os.OpenFile(last, os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if err := f.Truncate(int64(keep)); err != nil {
+		f.Close()
+		return fmt.Errorf("audit: %w", err)
+	}
+	if _, err := f.Seek(int64(keep), io.SeekStart); err != nil {
+		f.Close()
+		return fmt.Errorf("audit: %w", err)
+	}
+	t.f, t.size = f, int64(keep)
+	return nil
+}
+
+// startFile opens a new file whose first event is seq.
+func (t *Trail) startFile(seq uint64) error {
+	f, err := os.OpenFile(filepath.Join(t.dir, fmt.Sprintf("trail-%020d.jsonl", seq)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	t.f, t.size = f, 0
+	return nil
+}
+
+// Record appends one event. data is encoded as JSON. An error means the
+// event is not in the trail (the caller logs it; fcd's state changed all
+// the same, and the gap shows in the next event's sequence).
+func (t *Trail) Record(ctx context.Context, kind string, revision int64, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("audit: encode %s: %w", kind, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errors.New("audit: trail closed")
+	}
+	now := t.cfg.Now().UTC()
+	e := Event{Replica: t.cfg.Replica, Seq: t.seq + 1, Time: now, Kind: kind, Revision: revision, Data: raw, Prev: t.head}
+	line, err := encodeEvent(&e)
+	if err != nil {
+		return err
+	}
+	if t.size > 0 && t.size+int64(len(line)) > t.cfg.MaxFileBytes {
+		if err := t.checkpointLocked(); err != nil {
+			return err
+		}
+		if err := t.f.Close(); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		if err := t.startFile(e.Seq); err != nil {
+			return err
+		}
+	}
+	if err := t.write(line); err != nil {
+		return err
+	}
+	t.seq, t.head = e.Seq, e.Hash
+	t.pending++
+	if t.pending >= t.cfg.CheckpointEvery || now.Sub(t.lastMark) >= t.cfg.CheckpointInterval {
+		return t.checkpointLocked()
+	}
+	return nil
+}
+
+func (t *Trail) write(line []byte) error {
+	n, err := t.f.Write(line)
+	t.size += int64(n)
+	if err != nil {
+		return fmt.Errorf("audit: write: %w", err)
+	}
+	return nil
+}
+
+// Checkpoint signs the chain's head now, if events came since the last.
+func (t *Trail) Checkpoint() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	return t.checkpointLocked()
+}
+
+func (t *Trail) checkpointLocked() error {
+	t.lastMark = t.cfg.Now()
+	if t.pending == 0 {
+		return nil
+	}
+	payload, err := json.Marshal(Checkpoint{Replica: t.cfg.Replica, Seq: t.seq, Head: t.head, Time: t.lastMark.UTC()})
+	if err != nil {
+		return fmt.Errorf("audit: checkpoint: %w", err)
+	}
+	hdr := jws.NewHeaders()
+	for k, v := range map[string]any{jws.TypeKey: CheckpointType, jws.KeyIDKey: t.cfg.Key.KeyID()} {
+		if err := hdr.Set(k, v); err != nil {
+			return fmt.Errorf("audit: checkpoint header: %w", err)
+		}
+	}
+	sig, err := jws.Sign(payload, jws.WithKey(t.alg, t.cfg.Key, jws.WithProtectedHeaders(hdr)))
+	if err != nil {
+		return fmt.Errorf("audit: sign checkpoint: %w", err)
+	}
+	line, err := canonicalLine(map[string]string{"checkpoint": string(sig)})
+	if err != nil {
+		return err
+	}
+	if err := t.write(line); err != nil {
+		return err
+	}
+	if err := t.f.Sync(); err != nil {
+		return fmt.Errorf("audit: sync: %w", err)
+	}
+	t.pending = 0
+	return nil
+}
+
+// Run checkpoints every CheckpointInterval until ctx ends, so a chain's
+// last events are signed even when no more come.
+func (t *Trail) Run(ctx context.Context) {
+	tick := time.NewTicker(t.cfg.CheckpointInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := t.Checkpoint(); err != nil {
+				t.log.Error("audit: checkpoint failed", "err", err)
+			}
+		}
+	}
+}
+
+// Head returns the chain's last sequence number and hash.
+func (t *Trail) Head() (uint64, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq, t.head
+}
+
+// Close signs the head and closes the file.
+func (t *Trail) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	return errors.Join(t.checkpointLocked(), t.f.Close())
+}
+
+// encodeEvent sets e.Hash and returns its canonical line.
+func encodeEvent(e *Event) ([]byte, error) {
+	e.Hash = ""
+	h, err := eventHash(e)
+	if err != nil {
+		return nil, err
+	}
+	e.Hash = h
+	return canonicalLine(e)
+}
+
+// eventHash is the SHA-256 of e's canonical form without "hash".
+func eventHash(e *Event) (string, error) {
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return "", fmt.Errorf("audit: encode event: %w", err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return "", fmt.Errorf("audit: encode event: %w", err)
+	}
+	delete(m, "hash")
+	return hashCanonical(m)
+}
+
+func hashCanonical(m map[string]json.RawMessage) (string, error) {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("audit: encode event: %w", err)
+	}
+	c, err := jcs.Transform(raw)
+	if err != nil {
+		return "", fmt.Errorf("audit: canonical event: %w", err)
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// canonicalLine is v's RFC 8785 form and a newline.
+func canonicalLine(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode: %w", err)
+	}
+	c, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("audit: canonical form: %w", err)
+	}
+	return append(c, '\n'), nil
+}
+
+func signingAlgorithm(k jwk.Key) (jwa.SignatureAlgorithm, error) {
+	var raw any
+	if err := k.Raw(&raw); err != nil {
+		return "", fmt.Errorf("audit: signing key: %w", err)
+	}
+	if ok, err := jwk.IsPrivateKey(k); err != nil || !ok {
+		return "", errors.New("audit: the checkpoint key is not a private key")
+	}
+	switch k.KeyType() {
+	case "OKP":
+		return jwa.EdDSA, nil
+	case "EC":
+		return jwa.ES256, nil
+	}
+	return "", fmt.Errorf("audit: signing key type %s is not allowed (use Ed25519 or P-256)", k.KeyType())
+}
+
+// trailFiles lists a replica directory's trail files in chain order.
+func trailFiles(dir string) ([]string, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "trail-*.jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	slices.Sort(matches) // zero-padded first sequence numbers
+	return matches, nil
+}
+
+// readLines returns a file's lines (without their newlines) and whether
+// the last one ended with a newline.
+func readLines(path string) ([][]byte, bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	var lines [][]byte
+	r := bufio.NewReaderSize(f, 1<<16)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			lines = append(lines, line[:len(line)-1])
+		} else if len(line) > 0 {
+			lines = append(lines, line)
+			return lines, false, nil
+		}
+		if errors.Is(err, io.EOF) {
+			return lines, true, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("audit: read %s: %w", path, err)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package authz
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/fcd-authz/fcd/record"
+)
+
+// Recorder appends the use cases' state changes to the audit trail (an
+// *audit.Trail). A change is made in the store first and recorded after:
+// the trail describes what the store ordered, with the etcd revision that
+// ordered it where the store tells it (0 where it does not), and a
+// recording that fails is logged, never undoes the change.
+type Recorder interface {
+	Record(ctx context.Context, kind string, revision int64, data any) error
+}
+
+// Event kinds of the trail.
+const (
+	EventManifest   = "manifest"
+	EventSnapshot   = "snapshot"
+	EventFormation  = "formation"
+	EventApproval   = "approval"
+	EventAdmission  = "admission"
+	EventClaim      = "claim"
+	EventOutcome    = "outcome"
+	EventResolution = "resolution"
+	EventGeneration = "generation"
+	EventDrain      = "drain"
+	EventRetire     = "retire"
+)
+
+// trail records events; its zero value records nothing.
+type trail struct {
+	r   Recorder
+	log *slog.Logger
+}
+
+func (t trail) record(ctx context.Context, kind string, revision int64, data any) {
+	if t.r == nil {
+		return
+	}
+	if err := t.r.Record(context.WithoutCancel(ctx), kind, revision, data); err != nil {
+		t.log.Error("audit trail: event not recorded", "kind", kind, "err", err)
+	}
+}
+
+// formationEvent is a formation and its decision. The arguments are not
+// in it — their digest is — so the trail holds no argument values.
+type formationEvent struct {
+	ID               string            `json:"id"`
+	Session          string            `json:"session"`
+	Principal        string            `json:"principal"`
+	Host             string            `json:"host,omitempty"`
+	Tool             string            `json:"tool"`
+	Snapshot         string            `json:"snapshot"`
+	DescriptorDigest string            `json:"descriptorDigest"`
+	ArgumentDigest   string            `json:"argumentDigest"`
+	Source           record.Target     `json:"source"`
+	Successor        *record.Successor `json:"successor"`
+	Digest           string            `json:"digest"`
+	Status           record.Status     `json:"status"`
+	Approvals        int               `json:"approvalsRequired"`
+	Decision         record.Decision   `json:"decision"`
+}
+
+func newFormationEvent(rec *record.Formation) formationEvent {
+	return formationEvent{
+		ID: rec.ID, Session: rec.Session, Principal: rec.Principal.ID, Host: rec.Principal.Host, Tool: rec.Tool,
+		Snapshot: rec.Snapshot, DescriptorDigest: rec.DescriptorDigest, ArgumentDigest: rec.ArgumentDigest,
+		Source: rec.Source, Successor: rec.Successor, Digest: rec.Digest, Status: rec.Status,
+		Approvals: rec.ApprovalsRequired, Decision: rec.Decision,
+	}
+}
+
+type approvalEvent struct {
+	Formation string                  `json:"formation"`
+	Approver  string                  `json:"approver"`
+	Decision  record.ApprovalDecision `json:"decision"`
+	Digest    string                  `json:"digest"`
+	Reason    string                  `json:"reason,omitempty"`
+	Status    record.Status           `json:"status"`
+}
+
+// admissionEvent is an admission; the token is never in it, its id (the
+// lease) and expiry are.
+type admissionEvent struct {
+	Formation  string        `json:"formation"`
+	Lease      string        `json:"lease"`
+	Session    string        `json:"session"`
+	Tool       string        `json:"tool"`
+	Target     record.Target `json:"target"`
+	Generation int64         `json:"generation"`
+	Successor  bool          `json:"successor"`
+	Expires    time.Time     `json:"tokenExpires"`
+}
+
+type claimEvent struct {
+	Lease string `json:"lease"`
+	Claim string `json:"claim"`
+	Epoch string `json:"epoch"`
+}
+
+type outcomeEvent struct {
+	Lease     string         `json:"lease"`
+	Formation string         `json:"formation,omitempty"`
+	Outcome   record.Outcome `json:"outcome"`
+	Claim     string         `json:"claim,omitempty"`
+	// By is "backend" (under a claim), "release" (no claim: nothing ran),
+	// "operator" (a resolution) or "generation" (a newer pool generation).
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fcd-authz/fcd/audit"
+	"github.com/fcd-authz/fcd/internal/cli"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+// errTrailFailed: verify found problems (exit status 1, the report says
+// which).
+var errTrailFailed = errors.New("the audit trail does not verify")
+
+// auditCommand runs `authzd audit verify [--jwks FILE|URL] [--json] [DIR]`.
+func auditCommand(ctx context.Context, sub string, args []string, stdout io.Writer) error {
+	if sub != "verify" {
+		return fmt.Errorf("%w: unknown audit command %q (verify)", cli.ErrUsage, sub)
+	}
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	jwks := fs.String("jwks", "", "the published signing keys: a JWKS file, or authzd's URL (its /.well-known/jwks.json); default: the dispatch key --dev keeps beside DIR")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	if fs.NArg() > 1 {
+		return fmt.Errorf("%w: at most one trail directory", cli.ErrUsage)
+	}
+	dir := fs.Arg(0)
+	if dir == "" {
+		dir = filepath.Join("fcd-data", "audit")
+	}
+	keys, from, err := checkpointKeys(ctx, *jwks, dir)
+	if err != nil {
+		return err
+	}
+	r, err := audit.Verify(dir, keys)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			*audit.Report
+			Keys string `json:"keys"`
+		}{r, from}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "trail %s, checkpoint keys from %s\n%s", dir, from, r.Summary())
+	}
+	if !r.OK {
+		return errTrailFailed
+	}
+	return nil
+}
+
+// checkpointKeys loads the keys checkpoints are verified against, and
+// says where they came from.
+func checkpointKeys(ctx context.Context, src, dir string) (jwk.Set, string, error) {
+	switch {
+	case strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://"):
+		u := strings.TrimSuffix(src, "/")
+		if !strings.HasSuffix(u, ".json") {
+			u += "/.well-known/jwks.json"
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(cctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: --jwks %q: %v", cli.ErrUsage, src, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, "", fmt.Errorf("fetch the published keys: %w", err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return nil, "", fmt.Errorf("fetch the published keys from %s: status %d %v", u, resp.StatusCode, err)
+		}
+		set, err := jwk.Parse(body)
+		if err != nil {
+			return nil, "", fmt.Errorf("the published keys at %s: %w", u, err)
+		}
+		return set, u, nil
+	case src != "":
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return nil, "", fmt.Errorf("read --jwks: %w", err)
+		}
+		set, err := jwk.Parse(data)
+		if err != nil {
+			return nil, "", fmt.Errorf("--jwks %s: %w", src, err)
+		}
+		return set, src, nil
+	}
+	// --dev keeps its dispatch key beside the trail: the key that signed
+	// the checkpoints, trusted because it is the operator's own machine.
+	credPath := filepath.Join(filepath.Dir(filepath.Clean(dir)), "dev-credentials.json")
+	data, err := os.ReadFile(credPath)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: no --jwks, and no %s to take the dev dispatch key from", cli.ErrUsage, credPath)
+	}
+	var dc devCredentials
+	if err := json.Unmarshal(data, &dc); err != nil || dc.Keys["dispatch"] == "" {
+		return nil, "", fmt.Errorf("%s names no dispatch key", credPath)
+	}
+	key, err := manifest.LoadPrivateKey(dc.Keys["dispatch"])
+	if err != nil {
+		return nil, "", err
+	}
+	pub, err := key.PublicKey()
+	if err != nil {
+		return nil, "", err
+	}
+	set := jwk.NewSet()
+	if err := set.AddKey(pub); err != nil {
+		return nil, "", err
+	}
+	return set, dc.Keys["dispatch"] + " (--dev)", nil
+}
