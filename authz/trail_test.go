@@ -1,0 +1,118 @@
+package authz_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/fcd-authz/fcd/audit"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/record"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+// TestTrailRecordsTheCallsLife: with a trail, a call's formation,
+// admission, claim and outcome are recorded in that order, each with the
+// etcd revision that ordered it where the store tells it — the admission
+// and the claim with the token's fcd_revision — and the trail verifies
+// against the published key. The formation event carries the argument
+// digest, never the arguments.
+func TestTrailRecordsTheCallsLife(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	key, iss := newIssuer(t, e.store, jwa.EdDSA)
+	root := t.TempDir()
+	tr, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr})
+	ae := &admitEnv{env: e, key: key, iss: iss}
+
+	f, a := ae.admitRead(t, "trail")
+	req := ae.claimRequest(t, a, "cl_trail")
+	if _, err := e.forms.Leases.Claim(testCtx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Leases.Complete(testCtx(t), authz.CompleteRequest{Lease: a.Lease, Claim: "cl_trail", Outcome: record.OutcomeEffect}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	events := readEvents(t, filepath.Join(root, "test"))
+	var kinds []string
+	for _, ev := range events {
+		kinds = append(kinds, ev.Kind)
+	}
+	want := []string{authz.EventFormation, authz.EventAdmission, authz.EventClaim, authz.EventOutcome}
+	if len(kinds) != len(want) {
+		t.Fatalf("events %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("events %v, want %v", kinds, want)
+		}
+	}
+	formed, admitted, claimed, reported := events[0], events[1], events[2], events[3]
+	if admitted.Revision != req.Revision || claimed.Revision != req.Revision {
+		t.Errorf("admission and claim at revisions %d and %d, the token's is %d", admitted.Revision, claimed.Revision, req.Revision)
+	}
+	if formed.Revision <= 0 || formed.Revision >= admitted.Revision {
+		t.Errorf("formation at revision %d, admission at %d", formed.Revision, admitted.Revision)
+	}
+	var fd map[string]any
+	if err := json.Unmarshal(formed.Data, &fd); err != nil {
+		t.Fatal(err)
+	}
+	if fd["id"] != f.ID || fd["argumentDigest"] != f.ArgumentDigest || fd["digest"] != f.Digest || fd["arguments"] != nil {
+		t.Errorf("formation event %s", formed.Data)
+	}
+	var od map[string]any
+	if err := json.Unmarshal(reported.Data, &od); err != nil {
+		t.Fatal(err)
+	}
+	if od["lease"] != a.Lease || od["outcome"] != "effect" || od["by"] != "backend" || od["formation"] != f.ID {
+		t.Errorf("outcome event %s", reported.Data)
+	}
+
+	pub, err := key.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := jwk.NewSet()
+	if err := keys.AddKey(pub); err != nil {
+		t.Fatal(err)
+	}
+	r, err := audit.Verify(root, keys)
+	if err != nil || !r.OK {
+		t.Fatalf("verify: %v\n%s", err, r.Summary())
+	}
+}
+
+// readEvents reads a replica directory's events, in order.
+func readEvents(t *testing.T, dir string) []audit.Event {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "trail-*.jsonl"))
+	var out []audit.Event
+	for _, path := range files {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var ev audit.Event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Kind != "" {
+				out = append(out, ev)
+			}
+		}
+		f.Close()
+	}
+	return out
+}
