@@ -135,16 +135,18 @@ func (o *options) command() string {
 // The designs, in the order of the first round.
 const (
 	designA  = "A"
+	designAT = "AT"
 	designAF = "AF"
 	designA0 = "A0"
 	designB  = "B"
 	designB0 = "B0"
 )
 
-var designs = []string{designA, designAF, designA0, designB, designB0}
+var designs = []string{designA, designAT, designAF, designA0, designB, designB0}
 
 var designTitle = map[string]string{
 	designA:  "A nginx + fcd (forward-auth admission + fencecheck claiming the lease)",
+	designAT: "AT A, authzd keeping the audit trail",
 	designAF: "AF A, each call formed over REST inside the timed call",
 	designA0: "A0 nginx + fcd, fence offline (no claim, no report)",
 	designB:  "B nginx, no fcd (auth_basic kept)",
@@ -153,11 +155,11 @@ var designTitle = map[string]string{
 
 // formed says whether design d's calls carry a formation formed before
 // timing; formsInline, whether the timed call forms its own.
-func formed(d string) bool      { return d == designA || d == designA0 }
+func formed(d string) bool      { return d == designA || d == designAT || d == designA0 }
 func formsInline(d string) bool { return d == designAF }
 
 // reports says whether design d's fence claims and reports every call.
-func reports(d string) bool { return d == designA || d == designAF }
+func reports(d string) bool { return d == designA || d == designAT || d == designAF }
 
 // gatewayOf is the nginx design d's calls go through: AF's are A's.
 func gatewayOf(d string) string {
@@ -172,6 +174,7 @@ var comparisons = []struct{ a, other, says string }{
 	{designA, designB, "A/B: what fcd adds to a gateway that authenticates its clients"},
 	{designA, designB0, "A/B0: what fcd and the examples' client authentication add"},
 	{designA, designA0, "A/A0: the lease claim's cost (claim round trip + etcd txn, and the outcome report)"},
+	{designAT, designA, "AT/A: the audit trail's cost (admission, claim and outcome recorded)"},
 	{designAF, designB, "AF/B: fcd with the host's formation, against the same gateway without fcd"},
 	{designAF, designA, "AF/A: the formation's cost (policy decision + etcd write) on top of A"},
 }
@@ -228,6 +231,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		kernel(), nginxVersion(), nginxWorkers)
 	fmt.Fprintf(out, "# timed op: MCP tools/call github/%s %s through nginx, official MCP Go SDK client, one session per worker\n", benchTool, benchArgs)
 	fmt.Fprintf(out, "# A: examples/gateways/nginx.conf (auth_basic) → authzd /v1/forward_auth (caller check, admission, etcd txn, token) → fencecheck online (claim: authzd round trip + etcd txn; outcome report) → fixture; one fresh ready formation per call\n")
+	fmt.Fprintf(out, "# AT: A through a second authzd on the same store that keeps the audit trail (admission, claim and outcome: three events a call)\n")
 	fmt.Fprintf(out, "# AF: A, and the worker forms each call (POST /v1/formations, ready) inside the timed call: the host's whole cost\n")
 	fmt.Fprintf(out, "# A0: the same, fencecheck offline (no claim, no outcome report) → the same fixture; A/A0 is the claim's cost\n")
 	fmt.Fprintf(out, "# B: the same nginx.conf without auth_request (auth_basic kept; plainNginx in bench/gateway/nginx.go) → the same fixture without fencecheck\n")
@@ -250,11 +254,16 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		render            func(gateways.Data) ([]byte, error)
 	}{
 		{designA, "fcd", b.s.guarded, renderFCD},
+		{designAT, "fcd-trail", b.s.guardedTrail, renderFCD},
 		{designA0, "fcd-offline", b.s.offline, renderFCD},
 		{designB, "plain", b.s.bare, renderPlain},
 		{designB0, "bare", b.s.bare, renderPlain},
 	} {
-		data, err := gateways.NewData("127.0.0.1:1", b.s.url, string(b.s.creds[api.RoleGateway]), map[string]string{poolV14: g.upstream}, poolV14)
+		authzdURL := b.s.url
+		if g.d == designAT {
+			authzdURL = b.s.urlTrail
+		}
+		data, err := gateways.NewData("127.0.0.1:1", authzdURL, string(b.s.creds[api.RoleGateway]), map[string]string{poolV14: g.upstream}, poolV14)
 		if err != nil {
 			return err
 		}
@@ -267,15 +276,20 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		defer b.gw[g.d].stop()
 	}
 
-	// One formation per A and A0 call, formed before any timing.
+	// One formation per A, AT and A0 call, formed before any timing; AT's
+	// through its own authzd, which (like A's) then admits them from its
+	// cache of formations it saw become ready.
 	t0, total := time.Now(), 0
-	formed := map[int][]string{}
+	formed, formedAT := map[int][]string{}, map[int][]string{}
 	for _, c := range opts.Levels {
-		n := 2 * (opts.WarmupOps(c) + opts.Ops(c))
-		if formed[c], err = b.s.formMany(ctx, fmt.Sprintf("bench-c%d", c), n); err != nil {
+		n := opts.WarmupOps(c) + opts.Ops(c)
+		if formed[c], err = b.s.formMany(ctx, b.s.url, fmt.Sprintf("bench-c%d", c), 2*n); err != nil {
 			return fmt.Errorf("forming: %w", err)
 		}
-		total += n
+		if formedAT[c], err = b.s.formMany(ctx, b.s.urlTrail, fmt.Sprintf("bench-at-c%d", c), n); err != nil {
+			return fmt.Errorf("forming: %w", err)
+		}
+		total += 3 * n
 	}
 	fmt.Fprintf(out, "# formed %d ready formations over REST (one session each) in %.1fs, before timing\n", total, time.Since(t0).Seconds())
 
@@ -297,7 +311,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	for _, c := range opts.Levels {
-		ph, err := b.level(ctx, c, formed[c])
+		ph, err := b.level(ctx, c, formed[c], formedAT[c])
 		if err != nil {
 			return fmt.Errorf("concurrency %d: %w", c, err)
 		}
@@ -358,18 +372,30 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	var wantA, wantA0, wantB int
 	for _, r := range results {
-		wantA += len(r.phases[designA].lat) + len(r.phases[designAF].lat) + 2*opts.WarmupOps(r.c)
+		wantA += len(r.phases[designA].lat) + len(r.phases[designAT].lat) + len(r.phases[designAF].lat) + 3*opts.WarmupOps(r.c)
 		wantA0 += len(r.phases[designA0].lat) + opts.WarmupOps(r.c)
 		wantB += len(r.phases[designB].lat) + len(r.phases[designB0].lat) + 2*opts.WarmupOps(r.c)
 	}
 	sent, rerr := b.s.reported()
 	claims, cerr := b.s.claims(ctx)
-	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A, AF and A0, want %d), %d without (B and B0, want %d); leases claimed in authzd: %d (A and AF, want %d); outcome reports sent to authzd: %d\n",
+	fmt.Fprintf(out, "\n# fixture effects: %d under a lease (A, AT, AF and A0, want %d), %d without (B and B0, want %d); leases claimed in authzd: %d (A, AT and AF, want %d); outcome reports sent to authzd: %d\n",
 		leased, wantA+wantA0, bare, wantB, claims, wantA, sent)
 	for d := range b.gw {
 		if err := b.gw[d].alive(); err != nil {
 			failed = append(failed, fmt.Sprintf("design %s: %v", d, err))
 		}
+	}
+	// AT's authzd recorded each formation formed through it, and three
+	// events a call (admission, claim, outcome).
+	var wantEvents uint64
+	for _, r := range results {
+		n := uint64(len(r.phases[designAT].lat) + opts.WarmupOps(r.c))
+		wantEvents += n + 3*n
+	}
+	events, _ := b.s.trail.Head()
+	fmt.Fprintf(out, "# audit trail of AT's authzd: %d events (want %d)\n", events, wantEvents)
+	if events != wantEvents {
+		failed = append(failed, fmt.Sprintf("the audit trail holds %d events, want %d", events, wantEvents))
 	}
 	switch {
 	case rerr != nil:
@@ -379,7 +405,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	case leased != wantA+wantA0 || bare != wantB:
 		failed = append(failed, fmt.Sprintf("effects: %d leased, %d bare, want %d and %d", leased, bare, wantA+wantA0, wantB))
 	case claims != uint64(wantA) || sent != uint64(wantA):
-		failed = append(failed, fmt.Sprintf("%d leases claimed and %d outcomes reported, want %d each (A's and AF's calls)", claims, sent, wantA))
+		failed = append(failed, fmt.Sprintf("%d leases claimed and %d outcomes reported, want %d each (A's, AT's and AF's calls)", claims, sent, wantA))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("the figures above are not valid:\n  %s", strings.Join(failed, "\n  "))
@@ -390,7 +416,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 func (p *phase) rate() float64 { return loadgen.Rate(len(p.lat), p.elapsed) }
 
 // level runs one concurrency level: sessions, warm-up, alternating rounds.
-func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*phase, error) {
+func (b *bench) level(ctx context.Context, c int, ids, idsAT []string) (map[string]*phase, error) {
 	sessions := map[string][]*session{}
 	defer func() {
 		for _, ss := range sessions {
@@ -409,9 +435,17 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 		}
 	}
 	warm := b.opts.WarmupOps(c)
-	next := func(n int) []string { out := ids[:n]; ids = ids[n:]; return out }
+	take := func(ids *[]string) func(int) []string {
+		return func(n int) []string { out := (*ids)[:n]; *ids = (*ids)[n:]; return out }
+	}
+	nextOf := func(d string) func(int) []string {
+		if d == designAT {
+			return take(&idsAT)
+		}
+		return take(&ids)
+	}
 	for _, d := range designs {
-		p := b.phase(ctx, d, sessions[d], warm, next)
+		p := b.phase(ctx, d, sessions[d], warm, nextOf(d))
 		if len(p.fails) > 0 {
 			return nil, fmt.Errorf("warm-up of %s: %d calls failed, first: %s", d, len(p.fails), p.fails[0])
 		}
@@ -428,7 +462,7 @@ func (b *bench) level(ctx context.Context, c int, ids []string) (map[string]*pha
 		}
 		for i := range designs {
 			d := designs[(r+i)%len(designs)]
-			p := b.phase(ctx, d, sessions[d], k, next)
+			p := b.phase(ctx, d, sessions[d], k, nextOf(d))
 			t := res[d]
 			t.lat = append(t.lat, p.lat...)
 			t.elapsed += p.elapsed

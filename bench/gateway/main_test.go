@@ -45,7 +45,10 @@ func TestSmoke(t *testing.T) {
 		"| 4 | A/B0: what fcd and the examples' client authentication add | ",
 		"| 4 | A/A0: the lease claim's cost (claim round trip + etcd txn, and the outcome report) | ",
 		"# c=4: report drain after the last call, counted in the design's time: A ",
-		"# fixture effects: 66 under a lease (A, AF and A0, want 66), 44 without (B and B0, want 44); leases claimed in authzd: 44 (A and AF, want 44); outcome reports sent to authzd: 44",
+		"| 4 | AT A, authzd keeping the audit trail | 12 |",
+		"| 4 | AT/A: the audit trail's cost (admission, claim and outcome recorded) | ",
+		"# audit trail of AT's authzd: 88 events (want 88)",
+		"# fixture effects: 88 under a lease (A, AT, AF and A0, want 88), 44 without (B and B0, want 44); leases claimed in authzd: 66 (A, AT and AF, want 66); outcome reports sent to authzd: 66",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

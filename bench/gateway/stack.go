@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
@@ -56,6 +57,12 @@ type stack struct {
 	http  *http.Client
 	rec   *fixtures.Recorder
 	rep   *fencecheck.Reporter
+	// urlTrail is a second authzd on the same store, recording every
+	// change to an audit trail (trail); guardedTrail the fixture behind
+	// fencecheck online against it, with its own reporter (repTrail).
+	urlTrail, guardedTrail string
+	repTrail               *fencecheck.Reporter
+	trail                  *audit.Trail
 	// guarded, offline and bare are the base URLs of the fixture behind
 	// fencecheck online (claims), behind fencecheck offline, and without
 	// it.
@@ -168,6 +175,26 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	if s.url, err = serve(s, h); err != nil {
 		return nil, err
 	}
+	// The same authzd again, keeping an audit trail (design AT).
+	if s.trail, err = audit.Open(audit.Config{Root: filepath.Join(dir, "audit"), Replica: "bench", Key: sigKey, Logger: quiet}); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { s.trail.Close() })
+	registryT, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: quiet, Trail: s.trail})
+	if err != nil {
+		return nil, err
+	}
+	useCasesT, err := authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: quiet, Issuer: iss, Trail: s.trail})
+	if err != nil {
+		return nil, err
+	}
+	hT, err := api.New(api.Config{Registry: registryT, UseCases: useCasesT, PolicyStatus: pm.Status, Auth: auth, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	if s.urlTrail, err = serve(s, hT); err != nil {
+		return nil, err
+	}
 	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return nil, errors.New("authzd's signing key was not published within 30s")
@@ -200,20 +227,33 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		defer cancel()
 		_ = s.rep.Close(cctx)
 	})
+	s.repTrail, err = fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: s.urlTrail, Credential: string(s.creds[api.RoleBackend]), Logger: quiet, Workers: reportWorkers})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.repTrail.Close(cctx)
+	})
 	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend])})
 	if err != nil {
 		return nil, err
 	}
-	online, offline := rel.Verifier(0), rel.Verifier(0)
-	online.Claimer = claimer
+	claimerT, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: s.urlTrail, Credential: string(s.creds[api.RoleBackend])})
+	if err != nil {
+		return nil, err
+	}
+	online, offline, onlineT := rel.Verifier(0), rel.Verifier(0), rel.Verifier(0)
+	online.Claimer, onlineT.Claimer = claimer, claimerT
 	offline.Started = offlineStarted
 	fx := fixtures.MustNew("github", "v1.4", fixtures.Config{Sink: s.rec, Logger: quiet})
-	var guardedA, guardedA0 http.Handler
+	var guardedA, guardedA0, guardedAT http.Handler
 	for _, g := range []struct {
 		v   *fencecheck.Verifier
 		rep fencecheck.OutcomeReporter
 		h   *http.Handler
-	}{{online, s.rep, &guardedA}, {offline, nil, &guardedA0}} {
+	}{{online, s.rep, &guardedA}, {offline, nil, &guardedA0}, {onlineT, s.repTrail, &guardedAT}} {
 		g.v.Issuer, g.v.JWKSURL = issuerName, s.url+"/.well-known/jwks.json"
 		if err := g.v.Validate(); err != nil {
 			return nil, err
@@ -223,7 +263,7 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	for _, m := range []struct {
 		h   http.Handler
 		url *string
-	}{{guardedA, &s.guarded}, {guardedA0, &s.offline}, {fx, &s.bare}} {
+	}{{guardedA, &s.guarded}, {guardedA0, &s.offline}, {guardedAT, &s.guardedTrail}, {fx, &s.bare}} {
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", m.h)
 		if *m.url, err = serve(s, mux); err != nil {
@@ -255,7 +295,12 @@ func serve(s *stack, h http.Handler) (string, error) {
 
 // do calls authzd's REST API as role and wants status.
 func (s *stack) do(ctx context.Context, method, path string, role api.Role, body []byte, want int) (map[string]any, error) {
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, bytes.NewReader(body))
+	return s.doAt(ctx, s.url, method, path, role, body, want)
+}
+
+// doAt is do at the authzd at base.
+func (s *stack) doAt(ctx context.Context, base, method, path string, role api.Role, body []byte, want int) (map[string]any, error) {
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -277,9 +322,14 @@ func (s *stack) do(ctx context.Context, method, path string, role api.Role, body
 // form forms one ready get_repository call over REST as the host, in a
 // session of its own, for principal alice (group dev), as internal/e2e does.
 func (s *stack) form(ctx context.Context, session string) (string, error) {
+	return s.formAt(ctx, s.url, session)
+}
+
+// formAt is form through the authzd at base.
+func (s *stack) formAt(ctx context.Context, base, session string) (string, error) {
 	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":["dev"]}}}`,
 		s.snapshot, session, benchTool, benchArgs)
-	r, err := s.do(ctx, "POST", "/v1/formations", api.RoleHost, []byte(body), http.StatusCreated)
+	r, err := s.doAt(ctx, base, "POST", "/v1/formations", api.RoleHost, []byte(body), http.StatusCreated)
 	if err != nil {
 		return "", err
 	}
@@ -291,14 +341,14 @@ func (s *stack) form(ctx context.Context, session string) (string, error) {
 }
 
 // formMany forms n ready formations with 16 parallel requests.
-func (s *stack) formMany(ctx context.Context, prefix string, n int) ([]string, error) {
+func (s *stack) formMany(ctx context.Context, base, prefix string, n int) ([]string, error) {
 	ids := make([]string, n)
 	errs := make([]error, 16)
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Go(func() {
 			for i := w; i < n; i += 16 {
-				id, err := s.form(ctx, fmt.Sprintf("%s-%d", prefix, i))
+				id, err := s.formAt(ctx, base, fmt.Sprintf("%s-%d", prefix, i))
 				if err != nil {
 					errs[w] = err
 					return
@@ -314,11 +364,15 @@ func (s *stack) formMany(ctx context.Context, prefix string, n int) ([]string, e
 // reported is how many outcome reports the fencecheck reporter has
 // finished, and an error if any was dropped or given up.
 func (s *stack) reported() (uint64, error) {
-	st := s.rep.Stats()
-	if st.Dropped > 0 || st.Failed > 0 {
-		return st.Sent, fmt.Errorf("fencecheck reporter: %d outcome reports dropped, %d failed (%d sent)", st.Dropped, st.Failed, st.Sent)
+	var sent uint64
+	for _, r := range []*fencecheck.Reporter{s.rep, s.repTrail} {
+		st := r.Stats()
+		if st.Dropped > 0 || st.Failed > 0 {
+			return st.Sent, fmt.Errorf("fencecheck reporter: %d outcome reports dropped, %d failed (%d sent)", st.Dropped, st.Failed, st.Sent)
+		}
+		sent += st.Sent
 	}
-	return st.Sent, nil
+	return sent, nil
 }
 
 // waitReported waits until n outcome reports were sent to authzd.
@@ -346,7 +400,20 @@ func (s *stack) waitReported(ctx context.Context, n uint64) error {
 // (fcd_lease_claims_total{result="claimed_now"} on its /metrics), and an
 // error if any claim was refused.
 func (s *stack) claims(ctx context.Context) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", s.url+"/metrics", nil)
+	var total uint64
+	for _, u := range []string{s.url, s.urlTrail} {
+		n, err := s.claimsAt(ctx, u)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// claimsAt is claims of the authzd at u.
+func (s *stack) claimsAt(ctx context.Context, u string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", u+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
