@@ -127,6 +127,7 @@ type Trail struct {
 	pending  int // events since the last checkpoint
 	lastMark time.Time
 	closed   bool
+	unsynced bool // a checkpoint was written since the last sync
 }
 
 // Open opens (or creates) the replica's chain and continues it where it
@@ -235,6 +236,13 @@ func (t *Trail) startFile(seq uint64) error {
 // event is not in the trail (the caller logs it; fcd's state changed all
 // the same, and the gap shows in the next event's sequence).
 func (t *Trail) Record(ctx context.Context, kind string, revision int64, data any) error {
+	if err := t.record(kind, revision, data); err != nil {
+		return err
+	}
+	return t.sync()
+}
+
+func (t *Trail) record(kind string, revision int64, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("audit: encode %s: %w", kind, err)
@@ -254,6 +262,10 @@ func (t *Trail) Record(ctx context.Context, kind string, revision int64, data an
 		if err := t.checkpointLocked(); err != nil {
 			return err
 		}
+		if err := t.f.Sync(); err != nil {
+			return fmt.Errorf("audit: sync: %w", err)
+		}
+		t.unsynced = false
 		if err := t.f.Close(); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -284,11 +296,13 @@ func (t *Trail) write(line []byte) error {
 // Checkpoint signs the chain's head now, if events came since the last.
 func (t *Trail) Checkpoint() error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.closed {
+		t.mu.Unlock()
 		return nil
 	}
-	return t.checkpointLocked()
+	err := t.checkpointLocked()
+	t.mu.Unlock()
+	return errors.Join(err, t.sync())
 }
 
 func (t *Trail) checkpointLocked() error {
@@ -317,10 +331,24 @@ func (t *Trail) checkpointLocked() error {
 	if err := t.write(line); err != nil {
 		return err
 	}
-	if err := t.f.Sync(); err != nil {
+	t.pending = 0
+	t.unsynced = true
+	return nil
+}
+
+// sync makes what was written durable, outside the lock, so that writers
+// go on appending meanwhile; it is called after a checkpoint.
+func (t *Trail) sync() error {
+	t.mu.Lock()
+	f, need := t.f, t.unsynced
+	t.unsynced = false
+	t.mu.Unlock()
+	if !need || f == nil {
+		return nil
+	}
+	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return fmt.Errorf("audit: sync: %w", err)
 	}
-	t.pending = 0
 	return nil
 }
 
@@ -356,32 +384,66 @@ func (t *Trail) Close() error {
 		return nil
 	}
 	t.closed = true
-	return errors.Join(t.checkpointLocked(), t.f.Close())
+	err := t.checkpointLocked()
+	if t.unsynced {
+		err = errors.Join(err, t.f.Sync())
+	}
+	return errors.Join(err, t.f.Close())
 }
 
-// encodeEvent sets e.Hash and returns its canonical line.
+// encodeEvent sets e.Hash and returns its canonical line. The data is
+// canonicalized (RFC 8785) once; the event's other members are a fixed
+// set of plain values written in RFC 8785's key order, so the line is the
+// event's canonical form without transforming it whole (Verify checks it
+// is: TestTrailLinesAreCanonical fails otherwise).
 func encodeEvent(e *Event) ([]byte, error) {
-	e.Hash = ""
-	h, err := eventHash(e)
+	data, err := jcs.Transform(orNull(e.Data))
+	if err != nil {
+		return nil, fmt.Errorf("audit: canonical data: %w", err)
+	}
+	w := wireEvent{Data: data, Kind: e.Kind, Prev: e.Prev, Replica: e.Replica, Revision: e.Revision, Seq: e.Seq,
+		Time: e.Time.UTC().Format(time.RFC3339Nano)}
+	unhashed, err := w.encode()
 	if err != nil {
 		return nil, err
 	}
-	e.Hash = h
-	return canonicalLine(e)
+	sum := sha256.Sum256(unhashed)
+	w.Hash = hex.EncodeToString(sum[:])
+	e.Data, e.Hash = data, w.Hash
+	line, err := w.encode()
+	if err != nil {
+		return nil, err
+	}
+	return append(line, '\n'), nil
 }
 
-// eventHash is the SHA-256 of e's canonical form without "hash".
-func eventHash(e *Event) (string, error) {
-	raw, err := json.Marshal(e)
-	if err != nil {
-		return "", fmt.Errorf("audit: encode event: %w", err)
+// wireEvent is an event's members in RFC 8785 key order.
+type wireEvent struct {
+	Data     json.RawMessage `json:"data"`
+	Hash     string          `json:"hash,omitempty"`
+	Kind     string          `json:"kind"`
+	Prev     string          `json:"prev"`
+	Replica  string          `json:"replica"`
+	Revision int64           `json:"revision"`
+	Seq      uint64          `json:"seq"`
+	Time     string          `json:"time"`
+}
+
+func (w *wireEvent) encode() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // RFC 8785 escapes no HTML characters
+	if err := enc.Encode(w); err != nil {
+		return nil, fmt.Errorf("audit: encode event: %w", err)
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return "", fmt.Errorf("audit: encode event: %w", err)
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
+}
+
+func orNull(raw json.RawMessage) []byte {
+	if len(raw) == 0 {
+		return []byte("null")
 	}
-	delete(m, "hash")
-	return hashCanonical(m)
+	return raw
 }
 
 func hashCanonical(m map[string]json.RawMessage) (string, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -271,5 +272,35 @@ func TestOpenRefuses(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(mustVerify(t, writeTrail(t, key, 1), keys).Summary()), []byte("ok: ")) {
 		t.Error("a clean summary does not say ok")
+	}
+}
+
+// TestTrailLinesAreCanonical: whatever an event's data holds — HTML
+// characters, escapes, control characters, line separators, numbers in
+// every notation, nested and unordered members — its line is in RFC 8785
+// form and the trail verifies.
+func TestTrailLinesAreCanonical(t *testing.T) {
+	key, keys := newKey(t, "k1")
+	root := t.TempDir()
+	tr, err := audit.Open(audit.Config{Root: root, Replica: "r1", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range []any{
+		map[string]any{"z": 1, "a": "<b>&amp;</b>", "m": map[string]any{"y": []any{1.5, 1e21, 0.000001, -0.0}, "x": nil}},
+		map[string]string{"ctl": "\b\f\n\r\t\x01\x1f", "sep": "\u2028\u2029", "uni": "é€😀", "quote": `"\`},
+		json.RawMessage(`{"b":1.0,"a":[true,false,null],"c":"\u00e9"}`),
+		nil,
+		"a bare string",
+	} {
+		if err := tr.Record(context.Background(), "k", 1, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustVerify(t, root, keys); !r.OK || r.Chains[0].Events != 5 {
+		t.Fatalf("%s", r.Summary())
 	}
 }
