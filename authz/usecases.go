@@ -44,6 +44,9 @@ type Config struct {
 	// GatewayCaller says whether a gateway admission is bound to the
 	// caller the gateway authenticated; zero means CallerPrincipal.
 	GatewayCaller CallerBinding
+	// DecisionLog receives every policy decision (OPA's decision log:
+	// authz/decisionlog); nil logs none.
+	DecisionLog DecisionLogger
 }
 
 // UseCases are fcd's use cases over one store, split by who calls them:
@@ -93,11 +96,11 @@ func New(cfg Config) (*UseCases, error) {
 	u := &UseCases{metrics: m}
 	u.Formations = &Formations{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, inputs: inputs, ready: ready, metrics: m,
-		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger,
+		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger, decisions: cfg.DecisionLog,
 	}
 	u.Admissions = &Admissions{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, inputs: inputs, ready: ready, generations: generations,
-		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger,
+		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger, decisions: cfg.DecisionLog,
 	}
 	u.Leases = &Leases{
 		store: cfg.Store, issuer: cfg.Issuer, generations: generations, grace: cfg.ReportGrace,

@@ -2,7 +2,6 @@ package decisionlog_test
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"regexp"
 	"slices"
@@ -21,109 +19,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/plugins/logs"
-
 	"github.com/fcd-authz/fcd/authz/decisionlog"
+	"github.com/fcd-authz/fcd/internal/decisionlogtest"
 	"github.com/fcd-authz/fcd/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
 	leaktest.VerifyTestMain(m, leaktest.IgnoreIdleHTTP()...)
-}
-
-// receiver is a real HTTP decision-log service: it checks each upload the
-// way an OPA-compatible consumer reads it (POST, gzip, JSON), decodes the
-// array strictly into OPA's own EventV1 — an unknown member fails the
-// test — and records what it accepted.
-type receiver struct {
-	t   *testing.T
-	srv *httptest.Server
-	// status, if set, answers request n (from 1) with a status other
-	// than 204; 0 accepts it.
-	status func(n int) int
-
-	mu       sync.Mutex
-	requests int
-	events   []logs.EventV1
-	raw      []map[string]json.RawMessage
-	sizes    []int
-	auth     []string
-}
-
-func newReceiver(t *testing.T, status func(n int) int) *receiver {
-	r := &receiver{t: t, status: status}
-	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
-	t.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
-	r.mu.Lock()
-	r.requests++
-	n := r.requests
-	r.mu.Unlock()
-	if r.status != nil {
-		if s := r.status(n); s != 0 {
-			http.Error(w, "not now", s)
-			return
-		}
-	}
-	if req.Method != http.MethodPost || req.URL.Path != "/logs" ||
-		req.Header.Get("Content-Encoding") != "gzip" || req.Header.Get("Content-Type") != "application/json" {
-		r.t.Errorf("upload %s %s, Content-Encoding %q, Content-Type %q", req.Method, req.URL.Path,
-			req.Header.Get("Content-Encoding"), req.Header.Get("Content-Type"))
-		http.Error(w, "bad upload", http.StatusBadRequest)
-		return
-	}
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		r.t.Error(err)
-		return
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(body))
-	if err != nil {
-		r.t.Errorf("body is not gzip: %v", err)
-		return
-	}
-	plain, err := io.ReadAll(zr)
-	if err != nil {
-		r.t.Errorf("gunzip: %v", err)
-		return
-	}
-	var events []logs.EventV1
-	dec := json.NewDecoder(bytes.NewReader(plain))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&events); err != nil {
-		r.t.Errorf("not an array of OPA's EventV1: %v\n%s", err, plain)
-		http.Error(w, "bad events", http.StatusBadRequest)
-		return
-	}
-	var raw []map[string]json.RawMessage
-	if err := json.Unmarshal(plain, &raw); err != nil {
-		r.t.Error(err)
-	}
-	r.mu.Lock()
-	r.events = append(r.events, events...)
-	r.raw = append(r.raw, raw...)
-	r.sizes = append(r.sizes, len(body))
-	r.auth = append(r.auth, req.Header.Get("Authorization"))
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (r *receiver) got() (events []logs.EventV1, raw []map[string]json.RawMessage, sizes []int, auth []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.events), slices.Clone(r.raw), slices.Clone(r.sizes), slices.Clone(r.auth)
-}
-
-func (r *receiver) ids() []string {
-	events, _, _, _ := r.got()
-	var ids []string
-	for _, e := range events {
-		ids = append(ids, e.DecisionID)
-	}
-	return ids
 }
 
 // waitFor polls cond for up to 10 s: generous on a shared machine, and
@@ -140,9 +42,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // fast is a configuration that uploads and retries within milliseconds.
-func fast(r *receiver) decisionlog.Config {
+func fast(r *decisionlogtest.Receiver) decisionlog.Config {
 	return decisionlog.Config{
-		URL: r.srv.URL, HTTPClient: r.srv.Client(), Logger: slog.New(slog.DiscardHandler),
+		URL: r.URL(), HTTPClient: r.Client(), Logger: slog.New(slog.DiscardHandler),
 		MinDelay: 5 * time.Millisecond, MaxDelay: 20 * time.Millisecond, RetryDelay: 5 * time.Millisecond,
 	}
 }
@@ -180,7 +82,7 @@ func ids(prefix string, n int) []string {
 // policy revision under bundles.fcd.revision, and fcd's extras under
 // custom only.
 func TestEventInOPAShape(t *testing.T) {
-	r := newReceiver(t, nil)
+	r := decisionlogtest.New(t, nil)
 	cfg := fast(r)
 	cfg.ID, cfg.Version, cfg.Labels = "replica-1", "v9.9.9", map[string]string{"env": "test"}
 	x := start(t, cfg)
@@ -194,7 +96,7 @@ func TestEventInOPAShape(t *testing.T) {
 	x.Log(context.Background(), decisionlog.Event{DecisionID: "given", Input: input})
 	closeWithin(t, x)
 
-	events, raw, _, _ := r.got()
+	events, raw := r.Events(), r.Raw()
 	if len(events) != 2 {
 		t.Fatalf("%d events, want 2", len(events))
 	}
@@ -260,7 +162,7 @@ func TestBatchesRespectTheUploadLimit(t *testing.T) {
 		{"default limit", 0, 1000},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			r := newReceiver(t, nil)
+			r := decisionlogtest.New(t, nil)
 			cfg := fast(r)
 			cfg.UploadSizeLimit = tc.limit
 			cfg.MinDelay, cfg.MaxDelay = time.Hour, time.Hour // only the half-full buffer and Close upload
@@ -270,8 +172,8 @@ func TestBatchesRespectTheUploadLimit(t *testing.T) {
 				x.Log(context.Background(), randomEvent(id))
 			}
 			closeWithin(t, x)
-			_, _, sizes, _ := r.got()
-			if got := r.ids(); !slices.Equal(got, want) {
+			sizes := r.Sizes()
+			if got := r.IDs(); !slices.Equal(got, want) {
 				t.Fatalf("received %d events, want %d in order, each once", len(got), len(want))
 			}
 			limit := cmp(tc.limit, decisionlog.DefaultUploadSizeLimit)
@@ -305,7 +207,7 @@ func cmp(v, def int) int {
 func TestRetriesWithoutLossOrDuplicates(t *testing.T) {
 	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusBadGateway} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
-			r := newReceiver(t, func(n int) int {
+			r := decisionlogtest.New(t, func(n int) int {
 				if n <= 3 {
 					return status
 				}
@@ -317,7 +219,7 @@ func TestRetriesWithoutLossOrDuplicates(t *testing.T) {
 				x.Log(context.Background(), randomEvent(id))
 			}
 			waitFor(t, "all events", func() bool { return x.Stats().Sent == 30 })
-			if got := r.ids(); !slices.Equal(got, want) {
+			if got := r.IDs(); !slices.Equal(got, want) {
 				t.Fatalf("received %v, want %v", got, want)
 			}
 			if s := x.Stats(); s.FailedBatches != 3 || s.Dropped != 0 {
@@ -333,7 +235,7 @@ func TestRetriesWithoutLossOrDuplicates(t *testing.T) {
 func TestReceiverDownDropsOldest(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
-	r := newReceiver(t, func(int) int {
+	r := decisionlogtest.New(t, func(int) int {
 		if down.Load() {
 			return http.StatusServiceUnavailable
 		}
@@ -352,7 +254,7 @@ func TestReceiverDownDropsOldest(t *testing.T) {
 	waitFor(t, "two failed uploads", func() bool { return x.Stats().FailedBatches >= failed+2 })
 	down.Store(false)
 	waitFor(t, "the kept events", func() bool { return x.Stats().Pending == 0 })
-	if got, want := r.ids(), all[15:]; !slices.Equal(got, want) {
+	if got, want := r.IDs(), all[15:]; !slices.Equal(got, want) {
 		t.Fatalf("received %v, want the newest %v", got, want)
 	}
 	if s := x.Stats(); s.Sent != 10 || s.Dropped != 15 {
@@ -363,7 +265,7 @@ func TestReceiverDownDropsOldest(t *testing.T) {
 // TestRefusedBatchIsDropped: a 4xx other than 408 and 429 will not change
 // on retry; the batch is dropped and counted, and later events still go.
 func TestRefusedBatchIsDropped(t *testing.T) {
-	r := newReceiver(t, func(n int) int {
+	r := decisionlogtest.New(t, func(n int) int {
 		if n == 1 {
 			return http.StatusBadRequest
 		}
@@ -378,7 +280,7 @@ func TestRefusedBatchIsDropped(t *testing.T) {
 	waitFor(t, "the refusal", func() bool { return x.Stats().FailedBatches == 1 })
 	x.Log(context.Background(), randomEvent("c"))
 	closeWithin(t, x)
-	if got := r.ids(); !slices.Equal(got, []string{"c"}) {
+	if got := r.IDs(); !slices.Equal(got, []string{"c"}) {
 		t.Fatalf("received %v, want [c]", got)
 	}
 	if s := x.Stats(); s.Dropped != 2 || s.Sent != 1 {
@@ -389,7 +291,7 @@ func TestRefusedBatchIsDropped(t *testing.T) {
 // TestOversizeEventIsDropped: an event that alone exceeds the upload
 // limit is dropped, as OPA drops it, and the others are sent.
 func TestOversizeEventIsDropped(t *testing.T) {
-	r := newReceiver(t, nil)
+	r := decisionlogtest.New(t, nil)
 	cfg := fast(r)
 	cfg.UploadSizeLimit = 1024
 	x := start(t, cfg)
@@ -399,7 +301,7 @@ func TestOversizeEventIsDropped(t *testing.T) {
 	x.Log(context.Background(), decisionlog.Event{DecisionID: "huge", Input: hex.EncodeToString(huge)})
 	x.Log(context.Background(), randomEvent("small-2"))
 	closeWithin(t, x)
-	if got := r.ids(); !slices.Equal(got, []string{"small-1", "small-2"}) {
+	if got := r.IDs(); !slices.Equal(got, []string{"small-1", "small-2"}) {
 		t.Fatalf("received %v", got)
 	}
 	if s := x.Stats(); s.Dropped != 1 || s.Sent != 2 {
@@ -425,9 +327,9 @@ func TestMask(t *testing.T) {
 		wantErased []string
 	}{
 		{
-			note:      "arguments",
-			mask:      []string{"/input/formation/arguments"},
-			wantInput: map[string]any{"formation": map[string]any{"id": "f1", "argumentDigest": "sha256:1"}, "list": []any{"a", "secret-b", "c"}, "a/b": "slash"},
+			note:       "arguments",
+			mask:       []string{"/input/formation/arguments"},
+			wantInput:  map[string]any{"formation": map[string]any{"id": "f1", "argumentDigest": "sha256:1"}, "list": []any{"a", "secret-b", "c"}, "a/b": "slash"},
 			wantResult: map[string]any{"verdict": "allow", "reasons": []any{"r"}},
 			wantErased: []string{"/input/formation/arguments"},
 		},
@@ -446,13 +348,13 @@ func TestMask(t *testing.T) {
 		},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			r := newReceiver(t, nil)
+			r := decisionlogtest.New(t, nil)
 			cfg := fast(r)
 			cfg.Mask = tc.mask
 			x := start(t, cfg)
 			x.Log(context.Background(), decisionlog.Event{Input: input(), Result: map[string]any{"verdict": "allow", "reasons": []string{"r"}}})
 			closeWithin(t, x)
-			events, raw, _, _ := r.got()
+			events, raw := r.Events(), r.Raw()
 			if len(events) != 1 {
 				t.Fatalf("%d events", len(events))
 			}
@@ -484,7 +386,7 @@ func TestMask(t *testing.T) {
 // configuration itself, upload failures at debug level).
 func TestCredential(t *testing.T) {
 	const secret = "s3cr3t-decision-log-credential"
-	r := newReceiver(t, func(n int) int {
+	r := decisionlogtest.New(t, func(n int) int {
 		if n == 1 {
 			return http.StatusServiceUnavailable
 		}
@@ -501,7 +403,7 @@ func TestCredential(t *testing.T) {
 	x.Log(context.Background(), randomEvent("c1"))
 	waitFor(t, "the event", func() bool { return x.Stats().Sent == 1 })
 	closeWithin(t, x)
-	_, _, _, auth := r.got()
+	auth := r.Auth()
 	if len(auth) != 1 || auth[0] != "Bearer "+secret {
 		t.Errorf("Authorization %q", auth)
 	}
@@ -534,7 +436,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // an event logged after Close is dropped.
 func TestClose(t *testing.T) {
 	t.Run("flushes", func(t *testing.T) {
-		r := newReceiver(t, nil)
+		r := decisionlogtest.New(t, nil)
 		cfg := fast(r)
 		cfg.MinDelay, cfg.MaxDelay = time.Hour, time.Hour
 		x := start(t, cfg)
@@ -546,7 +448,7 @@ func TestClose(t *testing.T) {
 			t.Fatalf("before Close: %+v", s)
 		}
 		closeWithin(t, x)
-		if got := r.ids(); !slices.Equal(got, want) {
+		if got := r.IDs(); !slices.Equal(got, want) {
 			t.Fatalf("received %v", got)
 		}
 		x.Log(context.Background(), randomEvent("late"))
@@ -555,7 +457,7 @@ func TestClose(t *testing.T) {
 		}
 	})
 	t.Run("gives up at its deadline", func(t *testing.T) {
-		r := newReceiver(t, func(int) int { return http.StatusServiceUnavailable })
+		r := decisionlogtest.New(t, func(int) int { return http.StatusServiceUnavailable })
 		x := start(t, fast(r))
 		x.Log(context.Background(), randomEvent("lost"))
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
