@@ -487,3 +487,44 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestEvictedWhileInFlight: events the bound pushes out of the buffer
+// while their batch is being sent are sent, not dropped, if that upload
+// succeeds: every event is counted once.
+func TestEvictedWhileInFlight(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	r := decisionlogtest.New(t, func(n int) int {
+		if n == 1 {
+			close(entered)
+			<-release
+		}
+		return 0
+	})
+	cfg := fast(r)
+	cfg.MinDelay, cfg.MaxDelay = time.Hour, time.Hour
+	cfg.BufferSize = 4 // half full: upload at once
+	x := start(t, cfg)
+	// Registered last, so it runs first: a failing test must not leave the
+	// handler waiting while the exporter and the server close.
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	all := ids("f", 6)
+	x.Log(context.Background(), randomEvent(all[0]))
+	x.Log(context.Background(), randomEvent(all[1]))
+	select { // f-000 and f-001 are in flight
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no upload began")
+	}
+	for _, id := range all[2:] {
+		x.Log(context.Background(), randomEvent(id)) // the last two evict the two in flight
+	}
+	releaseOnce.Do(func() { close(release) })
+	closeWithin(t, x)
+	if got := r.IDs(); !slices.Equal(got, all) {
+		t.Fatalf("received %v, want %v", got, all)
+	}
+	if s := x.Stats(); s.Sent != 6 || s.Dropped != 0 {
+		t.Errorf("stats %+v, want 6 sent, none dropped", s)
+	}
+}
