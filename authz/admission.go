@@ -61,6 +61,7 @@ type Admissions struct {
 	metrics     *metrics
 	now         func() time.Time
 	log         *slog.Logger
+	decisions   DecisionLogger
 }
 
 // Leases is the use case of backends and operators after admission: a
@@ -329,6 +330,7 @@ func (ad *Admissions) recheck(ctx context.Context, rec *record.Formation) (succe
 		}
 	}
 	d := ad.decider.Decide(ctx, in)
+	logDecision(ctx, ad.decisions, in, d, rec)
 	if d.PolicyDigest == rec.Decision.PolicyDigest {
 		return true, nil
 	}

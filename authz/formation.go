@@ -78,6 +78,7 @@ type Formations struct {
 	inputs     *policy.InputCache
 	ready      *readyCache
 	metrics    *metrics
+	decisions  DecisionLogger
 	ttl        time.Duration
 	// keep is how long a formation's record is stored from its creation:
 	// see formationKeep.
@@ -220,6 +221,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 	default:
 		rec.Status = record.StatusReady
 	}
+	logDecision(ctx, f.decisions, in, rec.Decision, rec)
 	rec.UpdatedAt = now
 	rev, err := f.store.CreateFormation(ctx, rec, f.keep)
 	if err != nil {

@@ -47,6 +47,9 @@ type Config struct {
 	// Trail records every state change (the audit trail); nil records
 	// nothing.
 	Trail Recorder
+	// DecisionLog receives every policy decision (OPA's decision log:
+	// authz/decisionlog); nil logs none.
+	DecisionLog DecisionLogger
 }
 
 // UseCases are fcd's use cases over one store, split by who calls them:
@@ -96,11 +99,11 @@ func New(cfg Config) (*UseCases, error) {
 	u := &UseCases{metrics: m}
 	u.Formations = &Formations{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, inputs: inputs, ready: ready, metrics: m,
-		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger},
+		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger}, decisions: cfg.DecisionLog,
 	}
 	u.Admissions = &Admissions{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, inputs: inputs, ready: ready, generations: generations,
-		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger},
+		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger}, decisions: cfg.DecisionLog,
 	}
 	u.Leases = &Leases{
 		store: cfg.Store, issuer: cfg.Issuer, generations: generations, grace: cfg.ReportGrace,

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/internal/cli"
 )
 
@@ -111,6 +112,35 @@ type Config struct {
 	// authenticated (the Fcd-Caller header it sets): "principal" (a call
 	// runs only for its formation's principal) or "off".
 	GatewayCaller string `json:"gatewayCaller"`
+	// DecisionLogURL is the service decision logs are exported to in
+	// OPA's format (docs/decision-logs.md); empty exports none.
+	DecisionLogURL string `json:"decisionLogURL"`
+	// DecisionLogResource is the path under DecisionLogURL uploads are
+	// posted to (OPA's decision_logs.resource).
+	DecisionLogResource string `json:"decisionLogResource"`
+	// DecisionLogCredentialFile holds the bearer credential of the
+	// decision-log service; empty reads FCD_DECISION_LOG_CREDENTIAL, and
+	// without either uploads carry none. Never logged.
+	DecisionLogCredentialFile string `json:"decisionLogCredentialFile"`
+	// DecisionLogMask lists JSON pointers (/input/..., /result/...)
+	// erased from every event before it leaves authzd. The default erases
+	// the call's arguments: no descriptor says which arguments are
+	// secret, and their digest stays in the input. An empty list erases
+	// nothing.
+	DecisionLogMask []string `json:"decisionLogMask"`
+	// DecisionLogLabels are key=value labels added to every event's
+	// labels besides id (this replica's, random at start) and version.
+	DecisionLogLabels []string `json:"decisionLogLabels"`
+	// DecisionLogBuffer bounds the events held for upload; when full the
+	// oldest is dropped.
+	DecisionLogBuffer int64 `json:"decisionLogBuffer"`
+	// DecisionLogUploadLimit bounds one upload's gzip-compressed body in
+	// bytes (OPA's upload_size_limit_bytes).
+	DecisionLogUploadLimit int64 `json:"decisionLogUploadLimit"`
+	// DecisionLogMinDelay and DecisionLogMaxDelay bound the random wait
+	// between uploads; the max also caps the retry backoff.
+	DecisionLogMinDelay Duration `json:"decisionLogMinDelay"`
+	DecisionLogMaxDelay Duration `json:"decisionLogMaxDelay"`
 	// Dev creates the data directory, a registrar key pair and one
 	// credential per role, and writes DataDir/dev-credentials.json.
 	Dev bool `json:"dev"`
@@ -158,6 +188,12 @@ func (c *Config) Validate() error {
 	if c.Credentials == "" {
 		errs = append(errs, errors.New("credentials (a file of hashed bearer credentials) is required; --dev generates one"))
 	}
+	if c.DecisionLogBuffer < 1 || c.DecisionLogUploadLimit < 1 || c.DecisionLogMinDelay <= 0 || c.DecisionLogMinDelay > c.DecisionLogMaxDelay {
+		errs = append(errs, errors.New("decisionLogBuffer and decisionLogUploadLimit must be positive, and 0 < decisionLogMinDelay <= decisionLogMaxDelay"))
+	}
+	if _, err := c.decisionLogLabels(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -197,6 +233,31 @@ type serveFlags struct {
 	// paths are the fields that name files or directories: relative in the
 	// configuration file, they are relative to the file.
 	paths []*string
+	// lists are the list flags, which a new parse starts afresh.
+	lists []*listFlag
+}
+
+// listFlag is a list setting's flag: each use adds its comma-separated
+// items, and the first use on a command line replaces what the default
+// or the configuration file gave (an empty value leaves the list empty).
+type listFlag struct {
+	p     *[]string
+	given bool
+}
+
+func (l *listFlag) String() string {
+	if l == nil || l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l *listFlag) Set(v string) error {
+	if !l.given {
+		*l.p, l.given = []string{}, true
+	}
+	*l.p = append(*l.p, splitList(v)...)
+	return nil
 }
 
 // bindServeFlags registers every flag of serve bound to its field of cfg,
@@ -242,6 +303,17 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.StringVar(&cfg.AuditDir, "audit-dir", "", "audit trail directory (default: DATA-DIR/audit; off: none); checkpoints are signed with --signing-key")
 	fs.StringVar(&cfg.Replica, "replica", "", "this replica's name in the audit trail, stable across restarts and distinct between replicas (default: the host name)")
 	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(30*time.Second), "dispatch token lifetime")
+	fs.StringVar(&cfg.DecisionLogURL, "decision-log-url", "", "URL of a service to export decision logs to in OPA's format (empty: none)")
+	fs.StringVar(&cfg.DecisionLogResource, "decision-log-resource", "/logs", "path under --decision-log-url that decision logs are posted to")
+	path(&cfg.DecisionLogCredentialFile, "decision-log-credential-file", "", "file holding the decision-log service's bearer credential (default: $FCD_DECISION_LOG_CREDENTIAL, else none)")
+	cfg.DecisionLogMask = []string{"/input/formation/arguments"}
+	fl.lists = append(fl.lists, &listFlag{p: &cfg.DecisionLogMask}, &listFlag{p: &cfg.DecisionLogLabels})
+	fs.Var(fl.lists[0], "decision-log-mask", "JSON `pointers` (/input/..., /result/...) to erase from decision-log events, comma-separated or repeated; empty: none")
+	fs.Var(fl.lists[1], "decision-log-labels", "`key=value` labels of every decision-log event, comma-separated or repeated")
+	fs.Int64Var(&cfg.DecisionLogBuffer, "decision-log-buffer", decisionlog.DefaultBufferSize, "decision-log events held for upload; when full, the oldest is dropped")
+	fs.Int64Var(&cfg.DecisionLogUploadLimit, "decision-log-upload-limit", decisionlog.DefaultUploadSizeLimit, "largest decision-log upload in bytes, gzip-compressed")
+	fs.TextVar(&cfg.DecisionLogMinDelay, "decision-log-min-delay", Duration(decisionlog.DefaultMinDelay), "shortest wait between decision-log uploads")
+	fs.TextVar(&cfg.DecisionLogMaxDelay, "decision-log-max-delay", Duration(decisionlog.DefaultMaxDelay), "longest wait between decision-log uploads (and longest retry backoff)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
 	return fl
 }
@@ -249,6 +321,9 @@ func bindServeFlags(cfg *Config) *serveFlags {
 // parse parses args into the bound Config; flags not given keep what the
 // Config holds.
 func (fl *serveFlags) parse(args []string) error {
+	for _, l := range fl.lists {
+		l.given = false
+	}
 	if err := cli.Parse(fl.fs, args); err != nil {
 		return err
 	}
@@ -295,6 +370,19 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// decisionLogLabels are the key=value DecisionLogLabels as a map.
+func (c *Config) decisionLogLabels() (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range c.DecisionLogLabels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || k == "id" || k == "version" {
+			return nil, fmt.Errorf("decisionLogLabels: %q is not key=value with a key other than id and version", kv)
+		}
+		labels[k] = v
+	}
+	return labels, nil
 }
 
 func splitList(s string) []string {

@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
@@ -68,6 +70,8 @@ type server struct {
 	issuer   *authz.TokenIssuer // nil without a signing key: no admission
 	trail    *audit.Trail       // nil without a signing key or with --audit-dir off
 	useCases *authz.UseCases
+	// decisions exports decision logs; nil without --decision-log-url.
+	decisions *decisionlog.Exporter
 
 	http     *http.Server
 	httpLn   net.Listener
@@ -82,8 +86,9 @@ type server struct {
 // build parses the command line and constructs everything serve runs:
 // the store (on the embedded etcd member unless the cluster is external),
 // the policies, the token issuer, the use cases, the HTTP handler and the
-// servers, listening. It starts no goroutine of its own. If it fails, it
-// closes what it built.
+// servers, listening. It starts no goroutine of its own but, with
+// --decision-log-url, the decision-log exporter's uploader, which Close
+// stops. If it fails, it closes what it built.
 func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err error) {
 	cfg, err := parseServeFlags(args)
 	if err != nil {
@@ -195,15 +200,53 @@ func (s *server) buildUseCases(verifier *manifest.Verifier) (*authz.Registry, er
 	if err != nil {
 		return nil, err
 	}
-	s.useCases, err = authz.New(authz.Config{
+	ucCfg := authz.Config{
 		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Logger: s.log, Issuer: s.issuer,
 		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
 		Trail: rec,
-	})
+	}
+	if cfg.DecisionLogURL != "" {
+		if s.decisions, err = s.decisionLog(); err != nil {
+			return nil, err
+		}
+		ucCfg.DecisionLog = s.decisions
+	}
+	s.useCases, err = authz.New(ucCfg)
 	if err != nil {
 		return nil, err
 	}
 	return registry, nil
+}
+
+// decisionLog starts the decision-log exporter --decision-log-url names:
+// its one uploading goroutine runs until Close.
+func (s *server) decisionLog() (*decisionlog.Exporter, error) {
+	cfg := &s.cfg
+	credential := os.Getenv("FCD_DECISION_LOG_CREDENTIAL")
+	if cfg.DecisionLogCredentialFile != "" {
+		data, err := os.ReadFile(cfg.DecisionLogCredentialFile)
+		if err != nil {
+			return nil, fmt.Errorf("decision log credential: %w", err)
+		}
+		credential = strings.TrimSpace(string(data))
+	}
+	labels, err := cfg.decisionLogLabels()
+	if err != nil {
+		return nil, err
+	}
+	dl := decisionlog.Config{
+		URL: cfg.DecisionLogURL, Resource: cfg.DecisionLogResource, Credential: decisionlog.Credential(credential),
+		BufferSize: int(cfg.DecisionLogBuffer), UploadSizeLimit: int(cfg.DecisionLogUploadLimit),
+		MinDelay: time.Duration(cfg.DecisionLogMinDelay), MaxDelay: time.Duration(cfg.DecisionLogMaxDelay),
+		Mask: cfg.DecisionLogMask, Labels: labels, Logger: s.log,
+	}
+	x, err := decisionlog.New(dl)
+	if err != nil {
+		return nil, err
+	}
+	dl.ID = x.ID()
+	s.log.Info("decision logs exported", "config", dl)
+	return x, nil
 }
 
 // openStore starts the embedded etcd member unless the configuration
@@ -419,8 +462,9 @@ func (s *server) reloadOnHUP(ctx context.Context) {
 
 // Close releases what build made, last made first closed: the servers and
 // listeners (already stopped when run returned), the SIGHUP registration,
-// the store, and then the embedded etcd member. Call it once run has
-// returned, or when build fails.
+// the decision-log exporter (uploading what it holds, within the
+// shutdown timeout), the store, and then the embedded etcd member. Call
+// it once run has returned, or when build fails.
 func (s *server) Close() error {
 	var errs []error
 	if s.grpc != nil {
@@ -446,6 +490,16 @@ func (s *server) Close() error {
 		if err := s.trail.Close(); err != nil { // signs the head last
 			errs = append(errs, fmt.Errorf("close audit trail: %w", err))
 		}
+	}
+	if s.decisions != nil {
+		// The servers have stopped: every decision is buffered. What the
+		// service does not take by the deadline is lost, and said so; it
+		// does not fail the shutdown.
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := s.decisions.Close(ctx); err != nil {
+			s.log.Warn("decision log", "err", err)
+		}
+		cancel()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

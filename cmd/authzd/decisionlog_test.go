@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/internal/decisionlogtest"
+	"github.com/fcd-authz/fcd/manifest"
+)
+
+// TestServeExportsDecisionLogs: `serve --decision-log-url` sends the
+// decision of a call formed through the API to a real OPA-compatible
+// receiver, with the bearer credential from its file, the configured
+// labels and the arguments erased — and the credential appears in no log
+// line.
+func TestServeExportsDecisionLogs(t *testing.T) {
+	const secret = "dl-secret-credential-value"
+	r := decisionlogtest.New(t, nil)
+	dir := filepath.Join(t.TempDir(), "data")
+	credFile := filepath.Join(t.TempDir(), "dl-credential")
+	if err := os.WriteFile(credFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url, log, stop := startServerLog(t, dir, "--dev", "--decision-log-url", r.URL(),
+		"--decision-log-credential-file", credFile, "--decision-log-labels", "env=test,team=fcd",
+		"--decision-log-min-delay", "10ms", "--decision-log-max-delay", "50ms", "--log-level", "debug")
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
+	raw, err := os.ReadFile(filepath.Join(dir, "dev-credentials.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dc devCredentials
+	if err := json.Unmarshal(raw, &dc); err != nil {
+		t.Fatal(err)
+	}
+	post := func(role, path string, body []byte) []byte {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+string(dc.Credentials[api.Role(role)]))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, out)
+		}
+		return out
+	}
+	key, err := manifest.LoadPrivateKey(dc.Keys["registrar"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := os.ReadFile("../../examples/github/manifest-v1.4.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := manifest.Sign(bytes.TrimSpace(m), key, manifest.TypManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post("registrar", "/v1/manifests", jws)
+	var snap struct{ ID string }
+	if err := json.Unmarshal(post("host", "/v1/snapshots", []byte(`{"servers":["github"]}`)), &snap); err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		ID       string
+		Decision struct{ PolicyDigest string }
+	}
+	body, _ := json.Marshal(map[string]any{"snapshot": snap.ID, "session": "s", "tool": "github/create_repository",
+		"arguments": map[string]any{"name": "payroll-exports", "private": true}, "principal": map[string]any{"id": "alice"}})
+	if err := json.Unmarshal(post("host", "/v1/formations", body), &f); err != nil {
+		t.Fatal(err)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.Events()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no decision reached the receiver")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	events, rawEvents := r.Events(), r.Raw()
+	ev := events[0]
+	fcd, _ := ev.Custom["fcd"].(map[string]any)
+	if len(events) != 1 || fcd["formation"] != f.ID || ev.Bundles["fcd"].Revision != f.Decision.PolicyDigest || f.Decision.PolicyDigest == "" {
+		t.Fatalf("%d events; first: custom %v bundles %v; formation %s policy %s", len(events), ev.Custom, ev.Bundles, f.ID, f.Decision.PolicyDigest)
+	}
+	if ev.Labels["env"] != "test" || ev.Labels["team"] != "fcd" || ev.Labels["id"] == "" {
+		t.Errorf("labels %v", ev.Labels)
+	}
+	if bytes.Contains(rawEvents[0]["input"], []byte("payroll-exports")) || len(ev.Erased) != 1 {
+		t.Errorf("arguments not erased by default: erased %v", ev.Erased)
+	}
+	if auth := r.Auth(); auth[0] != "Bearer "+secret {
+		t.Errorf("Authorization %q", auth[0])
+	}
+	stop()
+	stopped = true
+	if !strings.Contains(log, "decision logs exported") || !strings.Contains(log, ev.Labels["id"]) {
+		t.Errorf("the exporter's start (with the replica id %s) was not logged:\n%s", ev.Labels["id"], log)
+	}
+	if strings.Contains(log, secret) {
+		t.Fatal("the decision-log credential was logged")
+	}
+}
