@@ -100,31 +100,42 @@ func Verify(root string, keys jwk.Set) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	r := &Report{Checks: slices.Clone(checks), Chains: []ChainReport{}, Problems: []Problem{}}
+	r := &Report{Checks: slices.Concat(checks, propertyChecks), Chains: []ChainReport{}, Problems: []Problem{}}
+	var history []placed
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
-		c, problems, err := verifyChain(filepath.Join(root, e.Name()), e.Name(), keys)
+		c, events, problems, err := verifyChain(filepath.Join(root, e.Name()), e.Name(), keys)
 		if err != nil {
 			return nil, err
 		}
 		r.Chains = append(r.Chains, c)
 		r.Problems = append(r.Problems, problems...)
+		history = append(history, events...)
 	}
 	if len(r.Chains) == 0 {
 		return nil, fmt.Errorf("audit: no replica chain under %s", root)
 	}
+	r.Problems = append(r.Problems, checkProperties(history)...)
 	r.OK = len(r.Problems) == 0
 	return r, nil
 }
 
-func verifyChain(dir, replica string, keys jwk.Set) (ChainReport, []Problem, error) {
+// propertyKinds are the event kinds the property checks read; only those
+// are kept in memory.
+var propertyKinds = map[string]bool{
+	"formation": true, "approval": true, "admission": true, "claim": true, "outcome": true,
+	"resolution": true, "drain": true, "retire": true,
+}
+
+func verifyChain(dir, replica string, keys jwk.Set) (ChainReport, []placed, []Problem, error) {
 	c := ChainReport{Replica: replica}
 	var problems []Problem
+	var events []placed
 	files, err := trailFiles(dir)
 	if err != nil {
-		return c, nil, err
+		return c, nil, nil, err
 	}
 	c.Files = len(files)
 	var seq uint64
@@ -132,7 +143,7 @@ func verifyChain(dir, replica string, keys jwk.Set) (ChainReport, []Problem, err
 	for fi, path := range files {
 		lines, complete, err := readLines(path)
 		if err != nil {
-			return c, nil, err
+			return c, nil, nil, err
 		}
 		name := filepath.Join(replica, filepath.Base(path))
 		bad := func(n int, s uint64, id, format string, args ...any) {
@@ -176,6 +187,9 @@ func verifyChain(dir, replica string, keys jwk.Set) (ChainReport, []Problem, err
 			}
 			seq, head = ev.Seq, ev.Hash
 			c.Events++
+			if propertyKinds[ev.Kind] {
+				events = append(events, placed{Event: *ev, file: name, line: n})
+			}
 		}
 	}
 	c.Head = head
@@ -183,7 +197,7 @@ func verifyChain(dir, replica string, keys jwk.Set) (ChainReport, []Problem, err
 		problems = append(problems, Problem{ID: ProblemUnsigned, Replica: replica, Seq: seq,
 			Detail: fmt.Sprintf("events %d to %d follow the last valid checkpoint", c.Signed+1, seq)})
 	}
-	return c, problems, nil
+	return c, events, problems, nil
 }
 
 // parseLine reads one line: an event or a checkpoint, in canonical form.

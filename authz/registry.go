@@ -125,9 +125,9 @@ func (r *Registry) Leases(ctx context.Context, epoch string) ([]*record.Lease, e
 
 // Drain moves an ACTIVE epoch to DRAINING.
 func (r *Registry) Drain(ctx context.Context, id string) (record.State, error) {
-	st, err := r.store.Drain(ctx, id)
+	st, rev, err := r.store.DrainAt(ctx, id)
 	if err == nil {
-		r.trail.record(ctx, EventDrain, 0, map[string]any{"epoch": id, "state": st})
+		r.trail.record(ctx, EventDrain, rev, map[string]any{"epoch": id, "state": st})
 	}
 	return st, err
 }
@@ -141,9 +141,9 @@ func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (r
 	if wait < 0 || wait > MaxRetireWait {
 		return "", fmt.Errorf("%w: %s (at most %s)", ErrWaitTooLong, wait, MaxRetireWait)
 	}
-	st, err := r.store.Retire(ctx, id, wait)
+	st, rev, err := r.store.RetireAt(ctx, id, wait)
 	if err == nil {
-		r.trail.record(ctx, EventRetire, 0, map[string]any{"epoch": id, "state": st})
+		r.trail.record(ctx, EventRetire, rev, map[string]any{"epoch": id, "state": st})
 	}
 	return st, err
 }

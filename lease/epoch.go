@@ -324,11 +324,18 @@ func (s *Store) countMarkers(ctx context.Context, ep *record.Epoch) error {
 // Drain moves an ACTIVE epoch to DRAINING in one transaction. From its
 // commit on, no admission to the epoch can commit.
 func (s *Store) Drain(ctx context.Context, id string) (record.State, error) {
-	if _, err := s.transition(ctx, "drain", id, record.StateActive, record.StateDraining, nil); err != nil {
-		return "", err
+	st, _, err := s.DrainAt(ctx, id)
+	return st, err
+}
+
+// DrainAt is Drain that also returns the etcd revision of the drain.
+func (s *Store) DrainAt(ctx context.Context, id string) (record.State, int64, error) {
+	resp, err := s.transition(ctx, "drain", id, record.StateActive, record.StateDraining, nil)
+	if err != nil {
+		return "", 0, err
 	}
 	s.log.Info("epoch draining", "epoch", id)
-	return record.StateDraining, nil
+	return record.StateDraining, resp.Header.Revision, nil
 }
 
 // Retire moves a DRAINING epoch to STALE in one transaction that also
@@ -337,32 +344,39 @@ func (s *Store) Drain(ctx context.Context, id string) (record.State, error) {
 // it succeeds or wait has passed; then it returns a *RetireBlockedError
 // with the counts.
 func (s *Store) Retire(ctx context.Context, id string, wait time.Duration) (record.State, error) {
+	st, _, err := s.RetireAt(ctx, id, wait)
+	return st, err
+}
+
+// RetireAt is Retire that also returns the etcd revision of the
+// retirement.
+func (s *Store) RetireAt(ctx context.Context, id string, wait time.Duration) (record.State, int64, error) {
 	deadline := s.now().Add(wait)
 	mprefix := s.k.markers(id)
 	noMarkers := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mprefix), "=", 0).WithPrefix()}
 	for {
 		resp, err := s.transition(ctx, "retire", id, record.StateDraining, record.StateStale, noMarkers, clientv3.OpGet(mprefix, clientv3.WithPrefix()))
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 		if resp.Succeeded {
 			s.log.Info("epoch retired", "epoch", id)
-			return record.StateStale, nil
+			return record.StateStale, resp.Header.Revision, nil
 		}
 		active, uncertain := tallyMarkers(resp.Responses[1].GetResponseRange().Kvs)
 		blocked := &record.RetireBlockedError{Epoch: id, Active: active, Uncertain: uncertain}
 		left := deadline.Sub(s.now())
 		if left <= 0 {
-			return "", blocked
+			return "", 0, blocked
 		}
 		if err := s.waitForChange(ctx, mprefix, resp.Header.Revision, left); err != nil {
 			if ctx.Err() != nil {
-				return "", fmt.Errorf("lease: retire: %w", ctx.Err())
+				return "", 0, fmt.Errorf("lease: retire: %w", ctx.Err())
 			}
 			if err == context.DeadlineExceeded {
-				return "", blocked
+				return "", 0, blocked
 			}
-			return "", s.wrap(ctx, "retire watch", err)
+			return "", 0, s.wrap(ctx, "retire watch", err)
 		}
 	}
 }

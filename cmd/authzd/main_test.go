@@ -127,7 +127,8 @@ func TestREADMEWalkthrough(t *testing.T) {
 	stop()
 	trail := filepath.Join(root, "fcd-data", "audit")
 	var report bytes.Buffer
-	if code := run(t.Context(), []string{"audit", "verify", trail}, nil, &report, &report); code != 0 || !strings.Contains(report.String(), "ok: ") {
+	if code := run(t.Context(), []string{"audit", "verify", trail}, nil, &report, &report); code != 0 || !strings.Contains(report.String(), "ok: ") ||
+		!strings.Contains(report.String(), "property.approval-before-admission") || !strings.Contains(report.String(), "property.successor-after-retire") {
 		t.Fatalf("audit verify exited %d:\n%s", code, report.String())
 	}
 	files, _ := filepath.Glob(filepath.Join(trail, "*", "trail-*.jsonl"))
