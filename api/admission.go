@@ -139,7 +139,8 @@ func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	l, err := s.uc.Leases.Resolve(r.Context(), chi.URLParam(r, "lease"), req.Outcome, req.Reason)
+	caller, _ := CallerFrom(r.Context())
+	l, err := s.uc.Leases.ResolveBy(r.Context(), caller.ID, chi.URLParam(r, "lease"), req.Outcome, req.Reason)
 	if err != nil {
 		s.problem(w, r, err)
 		return

@@ -629,6 +629,12 @@ func (ls *Leases) RunSweeper(ctx context.Context, interval time.Duration) {
 // Resolve is an operator's resolution of an uncertain lease: effect or
 // no_effect; either releases the marker.
 func (ls *Leases) Resolve(ctx context.Context, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
+	return ls.ResolveBy(ctx, "", leaseID, outcome, reason)
+}
+
+// ResolveBy is Resolve by the operator named by (the caller's credential
+// id), which the audit trail keeps with the resolution.
+func (ls *Leases) ResolveBy(ctx context.Context, by, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
 	if outcome != record.OutcomeEffect && outcome != record.OutcomeNoEffect {
 		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}
@@ -637,8 +643,9 @@ func (ls *Leases) Resolve(ctx context.Context, leaseID string, outcome record.Ou
 		return l, fmt.Errorf("authz: resolve %s: %w", leaseID, err)
 	}
 	ls.metrics.outcomes.WithLabelValues(string(outcome), "operator").Inc()
-	ls.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason)
-	ls.trail.record(ctx, EventResolution, 0, outcomeEvent{Lease: leaseID, Formation: l.Formation, Outcome: outcome, By: "operator", Reason: reason})
+	ls.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason, "by", by)
+	ls.trail.record(ctx, EventResolution, 0, outcomeEvent{Lease: leaseID, Formation: l.Formation, Outcome: outcome, By: "operator",
+		Operator: by, Reason: reason})
 	return l, nil
 }
 

@@ -110,6 +110,8 @@ type outcomeEvent struct {
 	Claim     string         `json:"claim,omitempty"`
 	// By is "backend" (under a claim), "release" (no claim: nothing ran),
 	// "operator" (a resolution) or "generation" (a newer pool generation).
-	By     string `json:"by"`
-	Reason string `json:"reason,omitempty"`
+	By string `json:"by"`
+	// Operator is the credential id of the operator who resolved.
+	Operator string `json:"operator,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }

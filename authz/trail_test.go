@@ -116,3 +116,39 @@ func readEvents(t *testing.T, dir string) []audit.Event {
 	}
 	return out
 }
+
+// TestTrailKeepsWhoResolved: an operator's resolution is recorded with the
+// operator's credential id and reason.
+func TestTrailKeepsWhoResolved(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	key, iss := newIssuer(t, e.store, jwa.EdDSA)
+	root := t.TempDir()
+	tr, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr})
+	ae := &admitEnv{env: e, key: key, iss: iss}
+	_, a := ae.admitRead(t, "resolved")
+	if _, err := e.forms.Leases.Claim(testCtx(t), ae.claimRequest(t, a, "cl_r")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Leases.Complete(testCtx(t), authz.CompleteRequest{Lease: a.Lease, Claim: "cl_r", Outcome: record.OutcomeUncertain}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.forms.Leases.ResolveBy(testCtx(t), "ops-1", a.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "test"))
+	last := events[len(events)-1]
+	var d map[string]any
+	if err := json.Unmarshal(last.Data, &d); err != nil {
+		t.Fatal(err)
+	}
+	if last.Kind != authz.EventResolution || d["operator"] != "ops-1" || d["reason"] != "checked the backend" || d["outcome"] != "no_effect" {
+		t.Fatalf("last event %s %s", last.Kind, last.Data)
+	}
+}
