@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/go-chi/chi/v5"
@@ -51,8 +52,17 @@ type Config struct {
 	// 1000 decoded records, so this bounds the memory listings take and
 	// leaves CPU to admissions; zero means 4.
 	ListConcurrency int
+	// Trail is this replica's audit trail, which GET /v1/audit pages; nil
+	// answers that route 404.
+	Trail AuditTrail
 	// Logger receives request logs; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// AuditTrail is a replica's audit trail (an *audit.Trail).
+type AuditTrail interface {
+	Replica() string
+	Page(after uint64, limit int) ([]audit.Event, uint64, error)
 }
 
 type server struct {
@@ -66,6 +76,7 @@ type server struct {
 	metrics      *metrics
 	formations   *limiter // nil: no limit
 	listSlots    chan struct{}
+	trail        AuditTrail
 }
 
 //go:embed openapi.yaml
@@ -79,7 +90,8 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry == nil || cfg.UseCases == nil || cfg.Auth == nil {
 		return nil, errors.New("api: Registry, UseCases and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, uc: cfg.UseCases, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit, readyTimeout: cfg.ReadyTimeout, log: cfg.Logger}
+	s := &server{reg: cfg.Registry, uc: cfg.UseCases, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit,
+		readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, trail: cfg.Trail}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}
@@ -137,6 +149,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/outcomes", s.completeLeases)
 		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)
 		r.With(s.require(RoleOperator)).Post("/pools/{pool}/generation", s.setGeneration)
+		r.With(s.require(RoleOperator)).Get("/audit", s.auditPage)
 		r.With(s.require(RoleRegistrar)).Post("/certificates", s.registerCertificate)
 		r.With(s.require(RoleRegistrar, RoleOperator)).Get("/certificates", s.listCertificates)
 		r.With(s.require(RoleRegistrar, RoleOperator)).Get("/certificates/{certificate}", s.showCertificate)

@@ -525,3 +525,44 @@ func readLines(path string) ([][]byte, bool, error) {
 		}
 	}
 }
+
+// Replica is the name of this trail's chain.
+func (t *Trail) Replica() string { return t.cfg.Replica }
+
+// Page returns up to limit of this chain's events after sequence number
+// after, in order, and next: the after of the following page, 0 when no
+// event follows yet. It reads the files as they are; a line being
+// written at that moment is left for the next page.
+func (t *Trail) Page(after uint64, limit int) ([]Event, uint64, error) {
+	files, err := trailFiles(t.dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	// The first file that can hold event after+1: files are named by
+	// their first sequence number.
+	start := 0
+	for i, path := range files {
+		var first uint64
+		if _, err := fmt.Sscanf(filepath.Base(path), "trail-%020d.jsonl", &first); err == nil && first <= after+1 {
+			start = i
+		}
+	}
+	events := []Event{}
+	for _, path := range files[start:] {
+		lines, _, err := readLines(path)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, line := range lines {
+			var e Event
+			if json.Unmarshal(line, &e) != nil || e.Kind == "" || e.Seq <= after {
+				continue // a checkpoint, a line being written, or before the page
+			}
+			if len(events) == limit {
+				return events, events[len(events)-1].Seq, nil
+			}
+			events = append(events, e)
+		}
+	}
+	return events, 0, nil
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -302,5 +303,44 @@ func TestTrailLinesAreCanonical(t *testing.T) {
 	}
 	if r := mustVerify(t, root, keys); !r.OK || r.Chains[0].Events != 5 {
 		t.Fatalf("%s", r.Summary())
+	}
+}
+
+// TestTrailPages: a chain read in pages gives every event once, in order,
+// across files, and says when none follows.
+func TestTrailPages(t *testing.T) {
+	key, _ := newKey(t, "k1")
+	root := writeTrail(t, key, 30, func(c *audit.Config) { c.MaxFileBytes = 1500 })
+	tr, err := audit.Open(audit.Config{Root: root, Replica: "r1", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for _, limit := range []int{1, 7, 30, 100} {
+		var seqs []uint64
+		after, pages := uint64(0), 0
+		for {
+			page, next, err := tr.Page(after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			if len(page) > limit {
+				t.Fatalf("a page of %d holds %d", limit, len(page))
+			}
+			for _, e := range page {
+				seqs = append(seqs, e.Seq)
+			}
+			if next == 0 {
+				break
+			}
+			after = next
+		}
+		if len(seqs) != 30 || seqs[0] != 1 || seqs[29] != 30 || !slices.IsSorted(seqs) {
+			t.Fatalf("limit %d: %v", limit, seqs)
+		}
+	}
+	if page, next, err := tr.Page(30, 10); err != nil || len(page) != 0 || next != 0 {
+		t.Fatalf("after the last event: %v %d %v", page, next, err)
 	}
 }

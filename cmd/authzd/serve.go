@@ -154,6 +154,9 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 		Logger:         s.log,
 		FormationLimit: api.RateLimit{Rate: cfg.FormationRate, Burst: int(cfg.FormationBurst)},
 	}
+	if s.trail != nil { // a nil *audit.Trail is not a nil AuditTrail
+		apiCfg.Trail = s.trail
+	}
 	if err := s.listen(apiCfg); err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ var allowed = map[string][]string{
 	// The trail stores and checks documents; authz records to it through
 	// an interface of its own, so no server package imports it.
 	"audit": {},
-	"api":   {"authz", "authz/policy", "fencecheck", "record", "manifest"},
+	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest"},
 }
 
 // forbiddenDeps are modules a package must not pull in, even indirectly:
