@@ -88,7 +88,10 @@ func TestReporterFullQueueDrops(t *testing.T) {
 	stub := newAuthzdStub(t)
 	block := make(chan struct{})
 	stub.block.Store(&block)
-	r := newTestReporter(t, stub.URL, fencecheck.ReporterConfig{QueueSize: 2, Workers: 1})
+	// One report a request: a worker that batches takes what is queued
+	// with the report in its hands, and the queue's bound is what this
+	// test counts.
+	r := newTestReporter(t, stub.URL, fencecheck.ReporterConfig{QueueSize: 2, Workers: 1, MaxBatch: 1})
 	start := time.Now()
 	accepted := 0
 	for range 10 {
