@@ -18,7 +18,9 @@
 // either the line is no longer canonical, or its hash (and the next
 // event's link to it) no longer holds. A checkpoint is the chain's head
 // (sequence and hash) and the time, signed with the replica's signing key
-// (the dispatch-token key, published in authzd's JWKS): a trail rewritten
+// (the dispatch-token key, published in authzd's JWKS; signed and checked
+// as the registry's documents are, manifest.Sign and manifest.Verifier):
+// a trail rewritten
 // from some event on cannot be signed again without that key.
 //
 // Durability: a line is written with one write(2) and the file is synced
@@ -45,10 +47,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fcd-authz/fcd/manifest"
 	"github.com/gowebpki/jcs"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
-	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
 // CheckpointType is the "typ" of a checkpoint's JWS header.
@@ -115,7 +116,6 @@ var replicaName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // Trail is one replica's writer. It is safe for concurrent use.
 type Trail struct {
 	cfg Config
-	alg jwa.SignatureAlgorithm
 	dir string
 	log *slog.Logger
 
@@ -142,9 +142,13 @@ func Open(cfg Config) (*Trail, error) {
 	if cfg.Key == nil || cfg.Key.KeyID() == "" {
 		return nil, errors.New("audit: checkpoints need a signing key with a kid")
 	}
-	alg, err := signingAlgorithm(cfg.Key)
-	if err != nil {
-		return nil, err
+	if ok, err := jwk.IsPrivateKey(cfg.Key); err != nil || !ok {
+		return nil, errors.New("audit: the checkpoint key is not a private key")
+	}
+	// A key manifest.Sign refuses (another kind, another curve) is refused
+	// now, not at the first checkpoint.
+	if _, err := manifest.Sign([]byte("{}"), cfg.Key, CheckpointType); err != nil {
+		return nil, fmt.Errorf("audit: checkpoint key: %w", err)
 	}
 	cfg.CheckpointEvery = orDefault(cfg.CheckpointEvery, DefaultCheckpointEvery)
 	cfg.CheckpointInterval = orDefault(cfg.CheckpointInterval, DefaultCheckpointInterval)
@@ -152,7 +156,7 @@ func Open(cfg Config) (*Trail, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &Trail{cfg: cfg, alg: alg, dir: filepath.Join(cfg.Root, cfg.Replica), log: cfg.Logger}
+	t := &Trail{cfg: cfg, dir: filepath.Join(cfg.Root, cfg.Replica), log: cfg.Logger}
 	if t.log == nil {
 		t.log = slog.Default()
 	}
@@ -314,13 +318,7 @@ func (t *Trail) checkpointLocked() error {
 	if err != nil {
 		return fmt.Errorf("audit: checkpoint: %w", err)
 	}
-	hdr := jws.NewHeaders()
-	for k, v := range map[string]any{jws.TypeKey: CheckpointType, jws.KeyIDKey: t.cfg.Key.KeyID()} {
-		if err := hdr.Set(k, v); err != nil {
-			return fmt.Errorf("audit: checkpoint header: %w", err)
-		}
-	}
-	sig, err := jws.Sign(payload, jws.WithKey(t.alg, t.cfg.Key, jws.WithProtectedHeaders(hdr)))
+	sig, err := manifest.Sign(payload, t.cfg.Key, CheckpointType)
 	if err != nil {
 		return fmt.Errorf("audit: sign checkpoint: %w", err)
 	}
@@ -470,23 +468,6 @@ func canonicalLine(v any) ([]byte, error) {
 		return nil, fmt.Errorf("audit: canonical form: %w", err)
 	}
 	return append(c, '\n'), nil
-}
-
-func signingAlgorithm(k jwk.Key) (jwa.SignatureAlgorithm, error) {
-	var raw any
-	if err := k.Raw(&raw); err != nil {
-		return "", fmt.Errorf("audit: signing key: %w", err)
-	}
-	if ok, err := jwk.IsPrivateKey(k); err != nil || !ok {
-		return "", errors.New("audit: the checkpoint key is not a private key")
-	}
-	switch k.KeyType() {
-	case "OKP":
-		return jwa.EdDSA, nil
-	case "EC":
-		return jwa.ES256, nil
-	}
-	return "", fmt.Errorf("audit: signing key type %s is not allowed (use Ed25519 or P-256)", k.KeyType())
 }
 
 // trailFiles lists a replica directory's trail files in chain order.

@@ -10,10 +10,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fcd-authz/fcd/manifest"
 	"github.com/gowebpki/jcs"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
-	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
 // Problem ids: what a failed check is, stable for scripts.
@@ -96,6 +95,10 @@ func Verify(root string, keys jwk.Set) (*Report, error) {
 	if keys == nil {
 		return nil, errors.New("audit: verify needs the published keys")
 	}
+	verifier, err := manifest.NewVerifier(keys)
+	if err != nil {
+		return nil, fmt.Errorf("audit: the published keys: %w", err)
+	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
@@ -106,7 +109,7 @@ func Verify(root string, keys jwk.Set) (*Report, error) {
 		if !e.IsDir() {
 			continue
 		}
-		c, events, problems, err := verifyChain(filepath.Join(root, e.Name()), e.Name(), keys)
+		c, events, problems, err := verifyChain(filepath.Join(root, e.Name()), e.Name(), verifier)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +132,7 @@ var propertyKinds = map[string]bool{
 	"resolution": true, "drain": true, "retire": true,
 }
 
-func verifyChain(dir, replica string, keys jwk.Set) (ChainReport, []placed, []Problem, error) {
+func verifyChain(dir, replica string, keys *manifest.Verifier) (ChainReport, []placed, []Problem, error) {
 	c := ChainReport{Replica: replica}
 	var problems []Problem
 	var events []placed
@@ -242,39 +245,14 @@ func lineHash(line []byte) (string, error) {
 	return hashCanonical(m)
 }
 
-// verifyCheckpoint checks a checkpoint's JWS against keys: an allowed
-// algorithm, its type, a kid the set has, and the signature.
-func verifyCheckpoint(compact string, keys jwk.Set) (*Checkpoint, error) {
-	msg, err := jws.Parse([]byte(compact))
+// verifyCheckpoint checks a checkpoint's JWS with the published keys:
+// one signature, its typ, an allowed algorithm fitting a known kid's key.
+func verifyCheckpoint(compact string, keys *manifest.Verifier) (*Checkpoint, error) {
+	v, err := keys.Verify([]byte(compact), CheckpointType)
 	if err != nil {
-		return nil, fmt.Errorf("not a JWS: %v", err)
+		return nil, err
 	}
-	if len(msg.Signatures()) != 1 {
-		return nil, errors.New("not one signature")
-	}
-	h := msg.Signatures()[0].ProtectedHeaders()
-	if h.Type() != CheckpointType {
-		return nil, fmt.Errorf("typ %q is not %q", h.Type(), CheckpointType)
-	}
-	if alg := h.Algorithm(); alg != jwa.EdDSA && alg != jwa.ES256 {
-		return nil, fmt.Errorf("algorithm %s is not allowed", alg)
-	}
-	if h.KeyID() == "" {
-		return nil, errors.New("no kid")
-	}
-	key, ok := keys.LookupKeyID(h.KeyID())
-	if !ok {
-		return nil, fmt.Errorf("kid %q is not among the published keys", h.KeyID())
-	}
-	pub, err := key.PublicKey()
-	if err != nil {
-		return nil, fmt.Errorf("key %q: %v", h.KeyID(), err)
-	}
-	payload, err := jws.Verify([]byte(compact), jws.WithKey(h.Algorithm(), pub))
-	if err != nil {
-		return nil, fmt.Errorf("signature: %v", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec := json.NewDecoder(bytes.NewReader(v.Payload))
 	dec.DisallowUnknownFields()
 	var p Checkpoint
 	if err := dec.Decode(&p); err != nil {

@@ -125,12 +125,8 @@ func checkpointKeys(ctx context.Context, src, dir string) (jwk.Set, string, erro
 	if err != nil {
 		return nil, "", err
 	}
-	pub, err := key.PublicKey()
+	set, err := manifest.PublicSet(key)
 	if err != nil {
-		return nil, "", err
-	}
-	set := jwk.NewSet()
-	if err := set.AddKey(pub); err != nil {
 		return nil, "", err
 	}
 	return set, dc.Keys["dispatch"] + " (--dev)", nil

@@ -28,9 +28,10 @@ var allowed = map[string][]string{
 	// The decision-log exporter knows OPA's wire format, not fcd's
 	// records: authz hands it documents.
 	"authz/decisionlog": {},
-	// The trail stores and checks documents; authz records to it through
-	// an interface of its own, so no server package imports it.
-	"audit": {},
+	// The trail stores and checks documents (signed as manifests are);
+	// authz records to it through an interface of its own, so no server
+	// package imports it.
+	"audit": {"manifest"},
 	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest"},
 }
 
