@@ -257,7 +257,7 @@ func (s *Store) openLease(ctx context.Context, id string) (*record.Lease, openRe
 	if len(idx.Kvs) == 0 {
 		return nil, openRevs{}, fmt.Errorf("%w: %s", record.ErrLeaseNotFound, id)
 	}
-	epoch, _ := parseIndex(idx.Kvs[0].Value)
+	epoch := indexEpoch(idx.Kvs[0].Value)
 	resp, err := s.cli.Txn(octx).Then(
 		clientv3.OpGet(s.k.marker(epoch, id)),
 		clientv3.OpGet(s.k.claims(id), clientv3.WithPrefix()),
@@ -619,17 +619,16 @@ func indexValue(epoch, formation string) string {
 	return string(b)
 }
 
-// parseIndex reads a lease index value: indexValue's encoding, or the
-// bare epoch id older versions wrote.
-func parseIndex(v []byte) (epoch, formation string) {
+// indexEpoch reads a lease index value's epoch: indexValue's encoding,
+// or the bare epoch id older versions wrote.
+func indexEpoch(v []byte) string {
 	var ix struct {
-		Epoch     string `json:"epoch"`
-		Formation string `json:"formation"`
+		Epoch string `json:"epoch"`
 	}
 	if len(v) > 0 && v[0] == '{' && json.Unmarshal(v, &ix) == nil {
-		return ix.Epoch, ix.Formation
+		return ix.Epoch
 	}
-	return string(v), ""
+	return string(v)
 }
 
 // SetGeneration records a newer backend generation of a pool and releases

@@ -49,6 +49,31 @@ func (e *claimEnv) admit(t *testing.T, gen int64) *record.Lease {
 func (e *claimEnv) admitTo(t *testing.T, ep *record.Epoch, gen int64) *record.Lease {
 	t.Helper()
 	ctx := testCtx(t)
+	p := e.prepareOn(t, ep, fmt.Sprint("s", e.n+1), "github/get_repository", gen)
+	l := p.req.Lease
+	if err := e.s.Admit(ctx, p.req); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.s.OpenLease(ctx, l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != record.LeaseAdmitted || got.Claim != nil || got.Revision != l.Revision {
+		t.Fatalf("admitted lease reads %+v (revision %d, want %d)", got, got.Revision, l.Revision)
+	}
+	return got
+}
+
+// pendingAdmission is a formation stored and ready, and the admission
+// that would open its lease.
+type pendingAdmission struct {
+	req lease.AdmitRequest
+}
+
+// prepareOn stores a ready formation of tool in session and returns its
+// admission to ep at generation gen, not yet run.
+func (e *claimEnv) prepareOn(t *testing.T, ep *record.Epoch, session, tool string, gen int64) *pendingAdmission {
+	t.Helper()
 	e.n++
 	fid, err := lease.NewFormationID()
 	if err != nil {
@@ -58,26 +83,15 @@ func (e *claimEnv) admitTo(t *testing.T, ep *record.Epoch, gen int64) *record.Le
 	if err != nil {
 		t.Fatal(err)
 	}
-	session := fmt.Sprint("s", e.n)
-	f := &record.Formation{Call: record.Call{ID: fid, Session: session, Tool: "github/get_repository",
+	f := &record.Formation{Call: record.Call{ID: fid, Session: session, Tool: tool,
 		CreatedAt: e.t0, ExpiresAt: e.t0.Add(time.Hour)}, Status: record.StatusReady}
-	rev, err := e.s.CreateFormation(ctx, f, time.Hour)
+	rev, err := e.s.CreateFormation(testCtx(t), f, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &record.Lease{ID: lid, Formation: fid, Session: session, Tool: f.Tool, Generation: gen, AdmittedAt: e.t0,
+	l := &record.Lease{ID: lid, Formation: fid, Session: session, Tool: tool, Generation: gen, AdmittedAt: e.t0,
 		Target: record.Target{Epoch: ep.ID, Server: "github", Release: "v1.4.0", Pool: ep.Pool}}
-	if err := e.s.Admit(ctx, lease.AdmitRequest{Formation: f, FormationRev: rev, Lease: l}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := e.s.OpenLease(ctx, lid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.State != record.LeaseAdmitted || got.Claim != nil || got.Revision != l.Revision {
-		t.Fatalf("admitted lease reads %+v (revision %d, want %d)", got, got.Revision, l.Revision)
-	}
-	return got
+	return &pendingAdmission{req: lease.AdmitRequest{Formation: f, FormationRev: rev, Lease: l}}
 }
 
 // req is the claim of l's token under claim, taken at e.t0 plus at.

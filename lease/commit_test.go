@@ -12,35 +12,11 @@ import (
 	"github.com/fcd-authz/fcd/record"
 )
 
-// pendingAdmission is a formation stored and ready, and the admission
-// that would open its lease.
-type pendingAdmission struct {
-	req lease.AdmitRequest
-}
-
 // prepare stores a ready formation of tool in session and returns its
-// admission, not yet run.
+// admission to the env's epoch, not yet run.
 func (e *claimEnv) prepare(t *testing.T, session, tool string) *pendingAdmission {
 	t.Helper()
-	ctx := testCtx(t)
-	e.n++
-	fid, err := lease.NewFormationID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lid, err := lease.NewLeaseID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &record.Formation{Call: record.Call{ID: fid, Session: session, Tool: tool,
-		CreatedAt: e.t0, ExpiresAt: e.t0.Add(time.Hour)}, Status: record.StatusReady}
-	rev, err := e.s.CreateFormation(ctx, f, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &record.Lease{ID: lid, Formation: fid, Session: session, Tool: tool, AdmittedAt: e.t0,
-		Target: record.Target{Epoch: e.ep.ID, Server: "github", Release: "v1.4.0", Pool: e.ep.Pool}}
-	return &pendingAdmission{req: lease.AdmitRequest{Formation: f, FormationRev: rev, Lease: l}}
+	return e.prepareOn(t, e.ep, session, tool, 0)
 }
 
 // concurrently runs every op while the store's commit slots are held, so

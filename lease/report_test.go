@@ -150,3 +150,23 @@ func TestCloseLeasesTogether(t *testing.T) {
 		t.Errorf("%d transactions with %d items batched, want 4 and 5", tx, batched)
 	}
 }
+
+// TestLeaseIndexOfAnOlderVersion: a lease index written by a version that
+// stored the bare epoch id is still read; the common report's compare of
+// the index then fails and the report takes the read path.
+func TestLeaseIndexOfAnOlderVersion(t *testing.T) {
+	e := newClaimEnv(t)
+	l := e.admit(t, 0)
+	e.mustClaim(t, l, "cl_old")
+	e.m.PutRaw(t, "/claims/leases/"+l.ID, l.Target.Epoch)
+	if st, claim, err := e.state(t, l.ID); err != nil || st != record.LeaseRunning || claim != "cl_old" {
+		t.Fatalf("lease under an old index: %s %q %v", st, claim, err)
+	}
+	if _, err := e.s.CloseLease(testCtx(t), lease.CloseRequest{Lease: l.ID, Claim: "cl_old", Outcome: record.OutcomeEffect,
+		Keep: time.Hour, Admission: admissionOf(l)}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(t, l); st != record.StatusCompleted {
+		t.Fatalf("formation %s, want completed", st)
+	}
+}
