@@ -22,15 +22,8 @@ import (
 // against the published key. The formation event carries the argument
 // digest, never the arguments.
 func TestTrailRecordsTheCallsLife(t *testing.T) {
-	e := newEnv(t, nil, nil)
-	key, iss := newIssuer(t, e.store, jwa.EdDSA)
-	root := t.TempDir()
-	tr, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr})
-	ae := &admitEnv{env: e, key: key, iss: iss}
+	ae, tr, root := newTrailEnv(t)
+	e, key := ae.env, ae.key
 
 	f, a := ae.admitRead(t, "trail")
 	req := ae.claimRequest(t, a, "cl_trail")
@@ -94,6 +87,21 @@ func TestTrailRecordsTheCallsLife(t *testing.T) {
 	}
 }
 
+// newTrailEnv is an admission env whose use cases record to a trail in
+// root, signed with the issuer's key.
+func newTrailEnv(t *testing.T) (*admitEnv, *audit.Trail, string) {
+	t.Helper()
+	e := newEnv(t, nil, nil)
+	key, iss := newIssuer(t, e.store, jwa.EdDSA)
+	root := t.TempDir()
+	tr, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr})
+	return &admitEnv{env: e, key: key, iss: iss}, tr, root
+}
+
 // readEvents reads a replica directory's events, in order.
 func readEvents(t *testing.T, dir string) []audit.Event {
 	t.Helper()
@@ -120,15 +128,8 @@ func readEvents(t *testing.T, dir string) []audit.Event {
 // TestTrailKeepsWhoResolved: an operator's resolution is recorded with the
 // operator's credential id and reason.
 func TestTrailKeepsWhoResolved(t *testing.T) {
-	e := newEnv(t, nil, nil)
-	key, iss := newIssuer(t, e.store, jwa.EdDSA)
-	root := t.TempDir()
-	tr, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr})
-	ae := &admitEnv{env: e, key: key, iss: iss}
+	ae, tr, root := newTrailEnv(t)
+	e := ae.env
 	_, a := ae.admitRead(t, "resolved")
 	if _, err := e.forms.Leases.Claim(testCtx(t), ae.claimRequest(t, a, "cl_r")); err != nil {
 		t.Fatal(err)
