@@ -344,3 +344,21 @@ func TestTrailPages(t *testing.T) {
 		t.Fatalf("after the last event: %v %d %v", page, next, err)
 	}
 }
+
+// TestOpenRefusesABrokenChain: a chain whose newest file holds no event
+// after older ones cannot be continued (its head is unknown), and Open
+// says so rather than starting the chain over.
+func TestOpenRefusesABrokenChain(t *testing.T) {
+	key, _ := newKey(t, "k1")
+	root := writeTrail(t, key, 40, func(c *audit.Config) { c.MaxFileBytes = 1500 })
+	files, _ := filepath.Glob(filepath.Join(root, "r1", "trail-*.jsonl"))
+	if len(files) < 2 {
+		t.Fatalf("%d files", len(files))
+	}
+	if err := os.WriteFile(files[len(files)-1], nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := audit.Open(audit.Config{Root: root, Replica: "r1", Key: key}); err == nil || !strings.Contains(err.Error(), "cannot be continued") {
+		t.Fatalf("opened a chain without its head: %v", err)
+	}
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fcd-authz/fcd/audit"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+// TestAuditVerifyKeys: `audit verify` checks checkpoints against the keys
+// it is given — a JWKS file, or authzd's URL — and fails on another key
+// (a forger's, or a rotated-out one); without keys and without the dev
+// credentials beside the trail it is a usage error.
+func TestAuditVerifyKeys(t *testing.T) {
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "audit")
+	tr, err := audit.Open(audit.Config{Root: root, Replica: "r1", Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Record(context.Background(), "drain", 5, map[string]string{"epoch": "e"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	jwks := func(k jwk.Key) []byte {
+		set, err := manifest.PublicSet(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(set)
+		return b
+	}
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.jwks"), filepath.Join(dir, "bad.jwks")
+	os.WriteFile(good, jwks(key), 0o600)
+	os.WriteFile(bad, jwks(other), 0o600)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/.well-known/jwks.json" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(jwks(key))
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"the signer's JWKS file", []string{"--jwks", good}, 0, "ok: "},
+		{"authzd's URL", []string{"--jwks", srv.URL}, 0, "ok: "},
+		{"another key", []string{"--jwks", bad}, 1, audit.ProblemSignature},
+		{"no keys and no dev credentials", nil, 2, "dev-credentials.json"},
+		{"a JWKS file that is not one", []string{"--jwks", filepath.Join(dir, "missing")}, 1, "read --jwks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			code := run(t.Context(), append(append([]string{"audit", "verify"}, tc.args...), root), nil, &out, &out)
+			if code != tc.code || !strings.Contains(out.String(), tc.want) {
+				t.Fatalf("exit %d, want %d with %q:\n%s", code, tc.code, tc.want, out.String())
+			}
+		})
+	}
+}
