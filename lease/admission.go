@@ -142,8 +142,9 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 		clientv3.OpPut(s.k.lease(l.ID), indexValue(l.Target.Epoch, f.ID)),
 		clientv3.OpPut(s.k.admitted(l.Session, l.Tool, l.ID), l.Tool),
 		// Only the small state changes; the call record stays as formed.
+		// (A ready formation has no pending-approval entry: the approval
+		// that made it ready removed it.)
 		clientv3.OpPut(skey, string(state), clientv3.WithIgnoreLease()),
-		clientv3.OpDelete(s.k.pendingApproval(f.ID)),
 	}})
 	if err != nil {
 		return s.wrap(ctx, "admit", err)
