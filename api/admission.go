@@ -140,7 +140,7 @@ func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	l, err := s.uc.Leases.ResolveBy(r.Context(), caller.ID, chi.URLParam(r, "lease"), req.Outcome, req.Reason)
+	l, err := s.uc.Leases.Resolve(r.Context(), caller.ID, chi.URLParam(r, "lease"), req.Outcome, req.Reason)
 	if err != nil {
 		s.problem(w, r, err)
 		return

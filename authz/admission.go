@@ -627,14 +627,9 @@ func (ls *Leases) RunSweeper(ctx context.Context, interval time.Duration) {
 }
 
 // Resolve is an operator's resolution of an uncertain lease: effect or
-// no_effect; either releases the marker.
-func (ls *Leases) Resolve(ctx context.Context, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
-	return ls.ResolveBy(ctx, "", leaseID, outcome, reason)
-}
-
-// ResolveBy is Resolve by the operator named by (the caller's credential
-// id), which the audit trail keeps with the resolution.
-func (ls *Leases) ResolveBy(ctx context.Context, by, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
+// no_effect; either releases the marker. by names the operator (the
+// caller's credential id), which the audit trail keeps with it.
+func (ls *Leases) Resolve(ctx context.Context, by, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
 	if outcome != record.OutcomeEffect && outcome != record.OutcomeNoEffect {
 		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}

@@ -267,10 +267,10 @@ func TestAdmitAgainstLifecycle(t *testing.T) {
 	if _, err := e.complete(a1.Lease, claim, record.OutcomeEffect); !errors.Is(err, record.ErrLeaseUncertain) {
 		t.Fatalf("backend completion of an uncertain lease: %v", err)
 	}
-	if _, err := e.forms.Leases.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
+	if _, err := e.forms.Leases.Resolve(ctx, "ops", a1.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.forms.Leases.Resolve(ctx, a1.Lease, record.OutcomeNoEffect, "again"); !errors.Is(err, record.ErrLeaseClosed) {
+	if _, err := e.forms.Leases.Resolve(ctx, "ops", a1.Lease, record.OutcomeNoEffect, "again"); !errors.Is(err, record.ErrLeaseClosed) {
 		t.Fatalf("second resolution: %v", err)
 	}
 	if st, err := e.store.Retire(ctx, epoch, 0); err != nil || st != record.StateStale {
@@ -862,7 +862,7 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 		t.Fatalf("retire with two unreported leases: %v", err)
 	}
 	for _, id := range leases[:2] {
-		if _, err := e.forms.Leases.Resolve(ctx, id, record.OutcomeNoEffect, "checked the backend"); err != nil {
+		if _, err := e.forms.Leases.Resolve(ctx, "ops", id, record.OutcomeNoEffect, "checked the backend"); err != nil {
 			t.Fatal(err)
 		}
 	}

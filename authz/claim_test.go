@@ -226,7 +226,7 @@ func TestCompleteRules(t *testing.T) {
 			return err
 		}, record.ErrLeaseClaimed},
 		{"running, resolved by an operator", true, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.forms.Leases.Resolve(testCtx(t), a.Lease, record.OutcomeNoEffect, "looked")
+			_, err := e.forms.Leases.Resolve(testCtx(t), "ops", a.Lease, record.OutcomeNoEffect, "looked")
 			return err
 		}, record.ErrLeaseNotUncertain},
 		{"running, an outcome a backend may not report", true, func(t *testing.T, a *authz.Admission) error {
@@ -246,7 +246,7 @@ func TestCompleteRules(t *testing.T) {
 			return err
 		}, record.ErrLeaseNotClaimed},
 		{"unclaimed, resolved by an operator", false, func(t *testing.T, a *authz.Admission) error {
-			_, err := e.forms.Leases.Resolve(testCtx(t), a.Lease, record.OutcomeEffect, "looked")
+			_, err := e.forms.Leases.Resolve(testCtx(t), "ops", a.Lease, record.OutcomeEffect, "looked")
 			return err
 		}, record.ErrLeaseNotUncertain},
 		{"unclaimed, claimed with the token of another epoch", false, func(t *testing.T, a *authz.Admission) error {
@@ -512,7 +512,7 @@ func TestSweeperMarksRunningLeasesByClaimTime(t *testing.T) {
 		t.Fatalf("second sweep marked %v (%v), want %s", marked, err, late.Lease)
 	}
 	for _, id := range []string{early.Lease, late.Lease, idle.Lease} {
-		if _, err := e.forms.Leases.Resolve(ctx, id, record.OutcomeNoEffect, "checked"); err != nil {
+		if _, err := e.forms.Leases.Resolve(ctx, "ops", id, record.OutcomeNoEffect, "checked"); err != nil {
 			t.Fatalf("resolve %s: %v", id, err)
 		}
 	}

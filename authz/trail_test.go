@@ -137,7 +137,7 @@ func TestTrailKeepsWhoResolved(t *testing.T) {
 	if _, err := e.forms.Leases.Complete(testCtx(t), authz.CompleteRequest{Lease: a.Lease, Claim: "cl_r", Outcome: record.OutcomeUncertain}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.forms.Leases.ResolveBy(testCtx(t), "ops-1", a.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
+	if _, err := e.forms.Leases.Resolve(testCtx(t), "ops-1", a.Lease, record.OutcomeNoEffect, "checked the backend"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Close(); err != nil {
