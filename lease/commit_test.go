@@ -262,3 +262,47 @@ func TestGroupCommitRefusedBatchSplits(t *testing.T) {
 		t.Errorf("formation after the refusal: %v", err)
 	}
 }
+
+// TestGroupCommitFailsClosedWhileEtcdIsDown: with etcd down, the writes
+// the committer carries — an admission, a claim, a common report, a
+// batch of reports — fail with ErrUnavailable, and none of them took
+// effect once etcd is back.
+func TestGroupCommitFailsClosedWhileEtcdIsDown(t *testing.T) {
+	e := newClaimEnv(t)
+	ctx := testCtx(t)
+	running := e.admit(t, 0)
+	e.mustClaim(t, running, "cl_run")
+	admitted := e.admit(t, 0)
+	pending := e.prepare(t, "down", "github/get_repository")
+
+	e.m.Stop()
+	report := lease.CloseRequest{Lease: running.ID, Claim: "cl_run", Outcome: record.OutcomeEffect, Keep: time.Hour, Admission: admissionOf(running)}
+	for name, op := range map[string]func() error{
+		"admit": func() error { return e.s.Admit(ctx, pending.req) },
+		"claim": func() error {
+			_, err := e.s.ClaimLease(ctx, e.req(admitted, "cl_down", time.Minute), nil)
+			return err
+		},
+		"report": func() error { _, err := e.s.CloseLease(ctx, report); return err },
+		"reports": func() error {
+			_, errs := e.s.CloseLeases(ctx, []lease.CloseRequest{report})
+			return errs[0]
+		},
+	} {
+		if err := op(); !errors.Is(err, record.ErrUnavailable) {
+			t.Errorf("%s with etcd down: %v, want ErrUnavailable", name, err)
+		}
+	}
+
+	e.m.Restart()
+	eventually(t, "the store to reach etcd again", func() bool { return e.s.Ping(ctx) == nil })
+	if st, claim, err := e.state(t, running.ID); err != nil || st != record.LeaseRunning || claim != "cl_run" {
+		t.Errorf("the reported lease is %s %q %v, want still running", st, claim, err)
+	}
+	if st, claim, err := e.state(t, admitted.ID); err != nil || st != record.LeaseAdmitted || claim != "" {
+		t.Errorf("the claimed lease is %s %q %v, want still admitted", st, claim, err)
+	}
+	if _, err := e.s.OpenLease(ctx, pending.req.Lease.ID); !errors.Is(err, record.ErrLeaseNotFound) {
+		t.Errorf("the admission made while etcd was down: %v, want none", err)
+	}
+}
