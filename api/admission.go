@@ -159,7 +159,8 @@ func (s *server) setGeneration(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pool := chi.URLParam(r, "pool")
-	released, err := s.uc.Leases.SetGeneration(r.Context(), pool, req.Generation)
+	caller, _ := CallerFrom(r.Context())
+	released, err := s.uc.Leases.SetGeneration(r.Context(), caller.ID, pool, req.Generation)
 	if err != nil {
 		s.problem(w, r, err)
 		return

@@ -30,7 +30,8 @@ func (s *server) registerCertificate(w http.ResponseWriter, r *http.Request) {
 
 // revokeCertificate revokes a certificate.
 func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.reg.Certificates.Revoke(r.Context(), chi.URLParam(r, "certificate"))
+	caller, _ := CallerFrom(r.Context())
+	rec, err := s.reg.Certificates.Revoke(r.Context(), caller.ID, chi.URLParam(r, "certificate"))
 	if err != nil {
 		s.problem(w, r, err)
 		return

@@ -98,7 +98,8 @@ func (s *server) epochLeases(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) drainEpoch(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "epoch")
-	st, err := s.reg.Drain(r.Context(), id)
+	caller, _ := CallerFrom(r.Context())
+	st, err := s.reg.Drain(r.Context(), caller.ID, id)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -117,7 +118,8 @@ func (s *server) retireEpoch(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
-	st, err := s.reg.Retire(r.Context(), id, wait)
+	caller, _ := CallerFrom(r.Context())
+	st, err := s.reg.Retire(r.Context(), caller.ID, id, wait)
 	if err != nil {
 		s.problem(w, r, err)
 		return

@@ -21,21 +21,39 @@ const (
 	// PropEpochActive: no admission to an epoch after its drain.
 	PropEpochActive = "property.admission-epoch-active"
 	// PropSuccessor: an admission to a successor only for a call that
-	// captured one, and only after its source epoch retired.
+	// captured one through a certificate, only after its source epoch
+	// retired, and only while that certificate was unrevoked.
 	PropSuccessor = "property.successor-after-retire"
+	// PropSession: in each session, an admission only after every tool
+	// it requires completed, and never while a tool it excludes is
+	// admitted, completed or failed.
+	PropSession = "property.session-dependencies"
 	// PropOneClaim: a lease is claimed under one claim id at most.
 	PropOneClaim = "property.one-claim-per-lease"
 	// PropOneEffect: a lease reports an effect once at most.
 	PropOneEffect = "property.one-effect-per-lease"
+	// PropRetire: an epoch retires only with no open or uncertain lease.
+	PropRetire = "property.retire-with-no-open-lease"
+	// PropUncertain: an uncertain lease is closed only by an operator's
+	// resolution or a newer generation of its pool, and a resolution
+	// closes only an uncertain lease.
+	PropUncertain = "property.uncertain-closed-by-resolution"
+	// PropPolicy: each call was decided by the policy set the replica
+	// that decided it had in force then.
+	PropPolicy = "property.policy-in-force"
 )
 
 var propertyChecks = []string{
 	PropFormed + ": every admission is of a call formed before it",
 	PropApproval + ": every admission follows the approvals its call needed (distinct approvers of its digest, not its principal) and no denial",
 	PropEpochActive + ": no admission to an epoch after its drain",
-	PropSuccessor + ": an admission to a successor only for a call that captured one, after its source retired",
+	PropSuccessor + ": an admission to a successor only for a call that captured one through a certificate, after its source retired, with the certificate unrevoked",
+	PropSession + ": in each session, an admission follows the completion of every tool it requires and no admission, completion or failure of a tool it excludes",
 	PropOneClaim + ": a lease is claimed under one claim id at most",
 	PropOneEffect + ": a lease reports an effect once at most",
+	PropRetire + ": an epoch retires with no open or uncertain lease",
+	PropUncertain + ": an uncertain lease closes only by a resolution or a newer pool generation",
+	PropPolicy + ": each call was decided by the policy set in force on its replica (once the chain records one)",
 }
 
 // placed is an event and where it was read.
@@ -46,7 +64,8 @@ type placed struct {
 }
 
 // The members of the events the properties read; the event kinds and
-// their data are those authz records (authz/trail.go).
+// their data are those authz records (authz/trail.go) and the policy
+// manager's (authz/policy).
 type (
 	formationData struct {
 		ID                string `json:"id"`
@@ -57,8 +76,12 @@ type (
 			Epoch string `json:"epoch"`
 		} `json:"source"`
 		Successor *struct {
-			Epoch string `json:"epoch"`
+			Epoch       string `json:"epoch"`
+			Certificate string `json:"certificate"`
 		} `json:"successor"`
+		Decision struct {
+			PolicyDigest string `json:"policyDigest"`
+		} `json:"decision"`
 	}
 	approvalData struct {
 		Formation string `json:"formation"`
@@ -69,123 +92,309 @@ type (
 	admissionData struct {
 		Formation string `json:"formation"`
 		Lease     string `json:"lease"`
+		Session   string `json:"session"`
+		Tool      string `json:"tool"`
 		Target    struct {
 			Epoch string `json:"epoch"`
+			Pool  string `json:"pool"`
 		} `json:"target"`
-		Successor bool `json:"successor"`
+		Generation  int64    `json:"generation"`
+		Successor   bool     `json:"successor"`
+		Certificate string   `json:"certificate"`
+		Requires    []string `json:"requires"`
+		Exclusive   []string `json:"exclusiveWith"`
 	}
 	leaseData struct {
-		Lease   string `json:"lease"`
-		Claim   string `json:"claim"`
-		Outcome string `json:"outcome"`
+		Lease      string `json:"lease"`
+		Claim      string `json:"claim"`
+		Outcome    string `json:"outcome"`
+		By         string `json:"by"`
+		Generation int64  `json:"generation"`
 	}
 	epochData struct {
 		Epoch string `json:"epoch"`
 	}
+	certificateData struct {
+		Certificate string `json:"certificate"`
+	}
+	policyData struct {
+		Digest string `json:"digest"`
+	}
 )
 
-// checkProperties checks the properties over events of every chain.
+// openLease is a lease the history admitted and has not closed.
+type openLease struct {
+	admissionData
+	uncertain bool
+}
+
+// session is what the history shows of one session, as the admission
+// transaction's compares read the ledger.
+type session struct {
+	completed, failed map[string]bool
+	admitted          map[string]map[string]bool // tool -> open leases
+}
+
+// checker holds the state of the history read so far.
+type checker struct {
+	problems   []Problem
+	formations map[string]*placedFormation
+	approvals  map[string][]approvalData // by formation
+	drained    map[string]int64
+	retired    map[string]int64
+	revoked    map[string]int64 // certificate -> revision
+	registered map[string]int64 // certificate -> revision
+	leases     map[string]*openLease
+	sessions   map[string]*session
+	claims     map[string]string
+	effects    map[string]bool
+}
+
+type placedFormation struct {
+	placed
+	formationData
+}
+
+func (c *checker) bad(ev placed, id, format string, args ...any) {
+	c.problems = append(c.problems, Problem{ID: id, Replica: ev.Replica, File: ev.file, Line: ev.line, Seq: ev.Seq,
+		Detail: fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) decode(ev placed, v any) bool {
+	if err := json.Unmarshal(ev.Data, v); err != nil {
+		c.bad(ev, ProblemLine, "the %s event's data does not decode: %v", ev.Kind, err)
+		return false
+	}
+	return true
+}
+
+func (c *checker) session(id string) *session {
+	s := c.sessions[id]
+	if s == nil {
+		s = &session{completed: map[string]bool{}, failed: map[string]bool{}, admitted: map[string]map[string]bool{}}
+		c.sessions[id] = s
+	}
+	return s
+}
+
+// checkProperties checks the properties over events of every chain, given
+// chain by chain in each chain's order.
 func checkProperties(events []placed) []Problem {
+	c := &checker{
+		formations: map[string]*placedFormation{}, approvals: map[string][]approvalData{},
+		drained: map[string]int64{}, retired: map[string]int64{}, revoked: map[string]int64{}, registered: map[string]int64{},
+		leases: map[string]*openLease{}, sessions: map[string]*session{}, claims: map[string]string{}, effects: map[string]bool{},
+	}
+	c.checkPolicies(events)
 	// etcd's order: the revision; events of one revision (a batch) and
 	// those the store gave no revision keep their chains' order.
 	slices.SortStableFunc(events, func(a, b placed) int { return cmp.Compare(a.Revision, b.Revision) })
-	var problems []Problem
-	bad := func(ev placed, id, format string, args ...any) {
-		problems = append(problems, Problem{ID: id, Replica: ev.Replica, File: ev.file, Line: ev.line, Seq: ev.Seq,
-			Detail: fmt.Sprintf(format, args...)})
-	}
-	decode := func(ev placed, v any) bool {
-		if err := json.Unmarshal(ev.Data, v); err != nil {
-			bad(ev, ProblemLine, "the %s event's data does not decode: %v", ev.Kind, err)
-			return false
-		}
-		return true
-	}
-	type formed struct {
-		placed
-		formationData
-	}
-	formations := map[string]*formed{}
-	approvals := map[string][]approvalData{} // by formation, before the event at hand
-	drained, retired := map[string]int64{}, map[string]int64{}
-	claims, effects := map[string]string{}, map[string]bool{}
 	for _, ev := range events {
 		switch ev.Kind {
 		case "formation":
 			var d formationData
-			if decode(ev, &d) {
-				formations[d.ID] = &formed{ev, d}
+			if c.decode(ev, &d) {
+				c.formations[d.ID] = &placedFormation{ev, d}
 			}
 		case "approval":
 			var d approvalData
-			if decode(ev, &d) {
-				approvals[d.Formation] = append(approvals[d.Formation], d)
+			if c.decode(ev, &d) {
+				c.approvals[d.Formation] = append(c.approvals[d.Formation], d)
 			}
 		case "drain", "retire":
 			var d epochData
-			if decode(ev, &d) {
-				m := drained
-				if ev.Kind == "retire" {
-					m = retired
-				}
-				if _, ok := m[d.Epoch]; !ok {
-					m[d.Epoch] = ev.Revision
-				}
+			if !c.decode(ev, &d) {
+				continue
+			}
+			m := c.drained
+			if ev.Kind == "retire" {
+				m = c.retired
+				c.retire(ev, d.Epoch)
+			}
+			if _, ok := m[d.Epoch]; !ok {
+				m[d.Epoch] = ev.Revision
+			}
+		case "certificate", "revocation":
+			var d certificateData
+			if !c.decode(ev, &d) {
+				continue
+			}
+			m := c.registered
+			if ev.Kind == "revocation" {
+				m = c.revoked
+			}
+			if _, ok := m[d.Certificate]; !ok {
+				m[d.Certificate] = ev.Revision
 			}
 		case "admission":
 			var d admissionData
-			if !decode(ev, &d) {
-				continue
-			}
-			f := formations[d.Formation]
-			if f == nil || f.Revision >= ev.Revision {
-				bad(ev, PropFormed, "lease %s admits formation %s, which the trail does not show formed before revision %d", d.Lease, d.Formation, ev.Revision)
-				continue
-			}
-			given := map[string]bool{}
-			for _, a := range approvals[d.Formation] {
-				switch {
-				case a.Decision == "deny":
-					bad(ev, PropApproval, "lease %s admits formation %s, which %s denied", d.Lease, d.Formation, a.Approver)
-				case a.Digest == f.Digest && !strings.EqualFold(a.Approver, f.Principal):
-					given[strings.ToLower(a.Approver)] = true
-				}
-			}
-			if len(given) < f.ApprovalsRequired {
-				bad(ev, PropApproval, "lease %s admits formation %s (digest %.19s…) with %d distinct approvals of it, %d needed",
-					d.Lease, d.Formation, f.Digest, len(given), f.ApprovalsRequired)
-			}
-			if rev, ok := drained[d.Target.Epoch]; ok && rev < ev.Revision {
-				bad(ev, PropEpochActive, "lease %s admitted at revision %d to epoch %.19s…, drained at revision %d", d.Lease, ev.Revision, d.Target.Epoch, rev)
-			}
-			if d.Successor {
-				switch rev, ok := retired[f.Source.Epoch]; {
-				case f.Successor == nil || f.Successor.Epoch != d.Target.Epoch:
-					bad(ev, PropSuccessor, "lease %s admits formation %s to %.19s…, not a successor it captured", d.Lease, d.Formation, d.Target.Epoch)
-				case !ok || rev >= ev.Revision:
-					bad(ev, PropSuccessor, "lease %s admits formation %s to its successor before its source %.19s… retired", d.Lease, d.Formation, f.Source.Epoch)
-				}
+			if c.decode(ev, &d) {
+				c.admit(ev, d)
 			}
 		case "claim":
 			var d leaseData
-			if !decode(ev, &d) {
+			if !c.decode(ev, &d) {
 				continue
 			}
-			if prev, ok := claims[d.Lease]; ok && prev != d.Claim {
-				bad(ev, PropOneClaim, "lease %s claimed under %q, already claimed under %q", d.Lease, d.Claim, prev)
+			if prev, ok := c.claims[d.Lease]; ok && prev != d.Claim {
+				c.bad(ev, PropOneClaim, "lease %s claimed under %q, already claimed under %q", d.Lease, d.Claim, prev)
 			} else {
-				claims[d.Lease] = d.Claim
+				c.claims[d.Lease] = d.Claim
 			}
 		case "outcome", "resolution":
 			var d leaseData
-			if !decode(ev, &d) || d.Outcome != "effect" {
-				continue
+			if c.decode(ev, &d) {
+				c.close(ev, d)
 			}
-			if effects[d.Lease] {
-				bad(ev, PropOneEffect, "lease %s reports an effect again", d.Lease)
-			}
-			effects[d.Lease] = true
 		}
 	}
-	return problems
+	return c.problems
+}
+
+// checkPolicies checks PropPolicy chain by chain, in each chain's order:
+// a formation's decision names the digest of the last set the chain
+// recorded put in force.
+func (c *checker) checkPolicies(events []placed) {
+	inForce := map[string]string{} // replica -> digest
+	for _, ev := range events {
+		switch ev.Kind {
+		case "policy":
+			var d policyData
+			if c.decode(ev, &d) {
+				inForce[ev.Replica] = d.Digest
+			}
+		case "formation":
+			var d formationData
+			if json.Unmarshal(ev.Data, &d) != nil { // reported by the main pass
+				continue
+			}
+			if cur, ok := inForce[ev.Replica]; ok && d.Decision.PolicyDigest != cur {
+				c.bad(ev, PropPolicy, "formation %s was decided by policy set %.19s…, the set in force was %.19s…",
+					d.ID, d.Decision.PolicyDigest, cur)
+			}
+		}
+	}
+}
+
+// admit checks an admission and opens its lease.
+func (c *checker) admit(ev placed, d admissionData) {
+	f := c.formations[d.Formation]
+	if f == nil || f.Revision >= ev.Revision {
+		c.bad(ev, PropFormed, "lease %s admits formation %s, which the trail does not show formed before revision %d", d.Lease, d.Formation, ev.Revision)
+	} else {
+		c.approved(ev, d, f)
+		c.successor(ev, d, f)
+	}
+	if rev, ok := c.drained[d.Target.Epoch]; ok && rev < ev.Revision {
+		c.bad(ev, PropEpochActive, "lease %s admitted at revision %d to epoch %.19s…, drained at revision %d", d.Lease, ev.Revision, d.Target.Epoch, rev)
+	}
+	s := c.session(d.Session)
+	for _, t := range d.Requires {
+		if !s.completed[t] {
+			c.bad(ev, PropSession, "lease %s admits %s in session %s, which requires %s, not completed there", d.Lease, d.Tool, d.Session, t)
+		}
+	}
+	for _, t := range d.Exclusive {
+		if s.completed[t] || s.failed[t] || len(s.admitted[t]) > 0 {
+			c.bad(ev, PropSession, "lease %s admits %s in session %s, exclusive with %s, which ran or is admitted there", d.Lease, d.Tool, d.Session, t)
+		}
+	}
+	if s.admitted[d.Tool] == nil {
+		s.admitted[d.Tool] = map[string]bool{}
+	}
+	s.admitted[d.Tool][d.Lease] = true
+	c.leases[d.Lease] = &openLease{admissionData: d}
+}
+
+// approved checks PropApproval for an admission of f.
+func (c *checker) approved(ev placed, d admissionData, f *placedFormation) {
+	given := map[string]bool{}
+	for _, a := range c.approvals[d.Formation] {
+		switch {
+		case a.Decision == "deny":
+			c.bad(ev, PropApproval, "lease %s admits formation %s, which %s denied", d.Lease, d.Formation, a.Approver)
+		case a.Digest == f.Digest && !strings.EqualFold(a.Approver, f.Principal):
+			given[strings.ToLower(a.Approver)] = true
+		}
+	}
+	if len(given) < f.ApprovalsRequired {
+		c.bad(ev, PropApproval, "lease %s admits formation %s (digest %.19s…) with %d distinct approvals of it, %d needed",
+			d.Lease, d.Formation, f.Digest, len(given), f.ApprovalsRequired)
+	}
+}
+
+// successor checks PropSuccessor for an admission of f.
+func (c *checker) successor(ev placed, d admissionData, f *placedFormation) {
+	if !d.Successor {
+		return
+	}
+	s := f.Successor
+	switch rev, ok := c.retired[f.Source.Epoch]; {
+	case s == nil || s.Epoch != d.Target.Epoch:
+		c.bad(ev, PropSuccessor, "lease %s admits formation %s to %.19s…, not a successor it captured", d.Lease, d.Formation, d.Target.Epoch)
+	case s.Certificate == "" || d.Certificate != s.Certificate:
+		c.bad(ev, PropSuccessor, "lease %s admits formation %s to its successor through certificate %q, it captured %q",
+			d.Lease, d.Formation, d.Certificate, s.Certificate)
+	case !ok || rev >= ev.Revision:
+		c.bad(ev, PropSuccessor, "lease %s admits formation %s to its successor before its source %.19s… retired", d.Lease, d.Formation, f.Source.Epoch)
+	}
+	if s == nil || s.Certificate == "" {
+		return
+	}
+	if rev, ok := c.revoked[s.Certificate]; ok && rev < ev.Revision {
+		c.bad(ev, PropSuccessor, "lease %s admits formation %s through certificate %s, revoked at revision %d", d.Lease, d.Formation, s.Certificate, rev)
+	}
+	if rev, ok := c.registered[s.Certificate]; ok && rev >= f.Revision {
+		c.bad(ev, PropSuccessor, "formation %s captured certificate %s before its registration at revision %d", d.Formation, s.Certificate, rev)
+	}
+}
+
+// retire checks PropRetire: no lease of the epoch is open.
+func (c *checker) retire(ev placed, epoch string) {
+	var open []string
+	for id, l := range c.leases {
+		if l.Target.Epoch == epoch {
+			open = append(open, id)
+		}
+	}
+	if len(open) > 0 {
+		slices.Sort(open)
+		c.bad(ev, PropRetire, "epoch %.19s… retired at revision %d with open leases %v", epoch, ev.Revision, open)
+	}
+}
+
+// close applies an outcome or resolution: checks PropOneEffect and
+// PropUncertain, and updates the lease and its session.
+func (c *checker) close(ev placed, d leaseData) {
+	if d.Outcome == "effect" {
+		if c.effects[d.Lease] {
+			c.bad(ev, PropOneEffect, "lease %s reports an effect again", d.Lease)
+		}
+		c.effects[d.Lease] = true
+	}
+	l := c.leases[d.Lease]
+	if l == nil {
+		return // admitted before the trail began, or closed already
+	}
+	switch {
+	case l.uncertain && d.By == "generation" && d.Generation <= l.Generation:
+		c.bad(ev, PropUncertain, "uncertain lease %s (generation %d) released by generation %d", d.Lease, l.Generation, d.Generation)
+	case l.uncertain && d.By != "operator" && d.By != "generation":
+		c.bad(ev, PropUncertain, "uncertain lease %s closed %s by %s, not by a resolution or a newer generation", d.Lease, d.Outcome, d.By)
+	case !l.uncertain && ev.Kind == "resolution":
+		c.bad(ev, PropUncertain, "lease %s resolved %s, though it was not uncertain", d.Lease, d.Outcome)
+	}
+	if d.Outcome == "uncertain" {
+		l.uncertain = true
+		return // the marker and the ledger entry stay
+	}
+	s := c.session(l.Session)
+	delete(s.admitted[l.Tool], d.Lease)
+	switch d.Outcome {
+	case "effect":
+		s.completed[l.Tool] = true
+	case "failed":
+		s.failed[l.Tool] = true
+	}
+	delete(c.leases, d.Lease)
 }

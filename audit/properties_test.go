@@ -16,72 +16,140 @@ type ev struct {
 	data map[string]any
 }
 
-// cleanHistory is a history that keeps every property: a write needing
-// one approval, approved by another than its principal, admitted to an
-// ACTIVE epoch, claimed once, one effect; the epoch drained and retired;
-// then a call admitted to the successor it captured.
+type m = map[string]any
+
+// cleanHistory is a history that keeps every property. In session S1:
+// srv/a, a write needing one approval, approved by another than its
+// principal, admitted to an ACTIVE epoch, claimed once, one effect; srv/b,
+// which requires srv/a, admitted after it completed, reported uncertain
+// and resolved by an operator; srv/c marked uncertain by the sweep and
+// released by a newer generation of its pool. Then E1 drained and retired
+// with nothing open, and a call admitted to the successor E2 it captured
+// through certificate C1. Every formation was decided by the policy set
+// the replica had in force.
 func cleanHistory() []ev {
+	formation := func(id, tool string, rev int64, approvals int, successor any) ev {
+		return ev{"formation", rev, m{"id": id, "session": "S1", "tool": tool, "principal": "alice", "digest": "d" + id,
+			"approvalsRequired": approvals, "source": m{"epoch": "E1"}, "successor": successor,
+			"decision": m{"policyDigest": "P1"}}}
+	}
+	admission := func(f, l, tool, epoch string, rev int64, extra m) ev {
+		d := m{"formation": f, "lease": l, "session": "S1", "tool": tool, "target": m{"epoch": epoch, "pool": "p1"},
+			"generation": 0, "successor": false}
+		for k, v := range extra {
+			d[k] = v
+		}
+		return ev{"admission", rev, d}
+	}
 	return []ev{
-		{"formation", 10, map[string]any{"id": "F1", "principal": "alice", "digest": "d1", "approvalsRequired": 1,
-			"source": map[string]any{"epoch": "E1"}, "successor": nil}},
-		{"approval", 11, map[string]any{"formation": "F1", "approver": "bob", "decision": "approve", "digest": "d1"}},
-		{"admission", 12, map[string]any{"formation": "F1", "lease": "L1", "target": map[string]any{"epoch": "E1"}, "successor": false}},
-		{"claim", 12, map[string]any{"lease": "L1", "claim": "c1", "epoch": "E1"}},
-		{"outcome", 0, map[string]any{"lease": "L1", "outcome": "effect", "claim": "c1", "by": "backend"}},
-		{"formation", 13, map[string]any{"id": "F2", "principal": "alice", "digest": "d2", "approvalsRequired": 0,
-			"source": map[string]any{"epoch": "E1"}, "successor": map[string]any{"epoch": "E2"}}},
-		{"drain", 20, map[string]any{"epoch": "E1"}},
-		{"retire", 21, map[string]any{"epoch": "E1"}},
-		{"admission", 23, map[string]any{"formation": "F2", "lease": "L2", "target": map[string]any{"epoch": "E2"}, "successor": true}},
+		{"policy", 0, m{"digest": "P1", "source": "embedded"}},
+		{"certificate", 5, m{"certificate": "C1"}},
+		formation("F1", "srv/a", 10, 1, nil),
+		{"approval", 11, m{"formation": "F1", "approver": "bob", "decision": "approve", "digest": "dF1"}},
+		admission("F1", "L1", "srv/a", "E1", 12, nil),
+		{"claim", 12, m{"lease": "L1", "claim": "c1", "epoch": "E1"}},
+		formation("F2", "srv/a", 13, 0, m{"epoch": "E2", "certificate": "C1"}),
+		{"outcome", 14, m{"lease": "L1", "outcome": "effect", "claim": "c1", "by": "backend"}},
+		formation("F3", "srv/b", 15, 0, nil),
+		admission("F3", "L3", "srv/b", "E1", 16, m{"requires": []string{"srv/a"}, "exclusiveWith": []string{"srv/x"}}),
+		{"outcome", 17, m{"lease": "L3", "outcome": "uncertain", "claim": "c3", "by": "backend"}},
+		{"resolution", 18, m{"lease": "L3", "outcome": "no_effect", "by": "operator", "operator": "ops"}},
+		formation("F4", "srv/c", 18, 0, nil),
+		admission("F4", "L4", "srv/c", "E1", 19, nil),
+		{"outcome", 20, m{"lease": "L4", "outcome": "uncertain", "by": "sweep"}},
+		{"generation", 21, m{"pool": "p1", "generation": 1, "released": []string{"L4"}}},
+		{"outcome", 22, m{"lease": "L4", "outcome": "released", "by": "generation", "generation": 1}},
+		{"drain", 23, m{"epoch": "E1"}},
+		{"retire", 24, m{"epoch": "E1"}},
+		admission("F2", "L2", "srv/a", "E2", 26, m{"successor": true, "certificate": "C1"}),
 	}
 }
 
 // TestPropertiesOverHistory: a clean history verifies; each violation
-// injected into it — a missing, self-made, mismatched or duplicated
-// approval, a denial, a reordered admission, an admission after a drain,
-// a successor before its source retired or never captured, a second
-// claim, a second effect — is named by its property.
+// injected into it is named by its property.
 func TestPropertiesOverHistory(t *testing.T) {
 	key, keys := newKey(t, "k1")
-	at := func(h []ev, kind string, n int) int { // index of the n-th event of kind
+	// find is the index of the event of kind whose member k is v.
+	find := func(h []ev, kind, k, v string) int {
 		for i, e := range h {
-			if e.kind == kind {
-				if n == 0 {
-					return i
-				}
-				n--
+			if e.kind == kind && e.data[k] == v {
+				return i
 			}
 		}
-		t.Fatalf("no %s #%d", kind, n)
+		t.Fatalf("no %s with %s=%s", kind, k, v)
 		return -1
 	}
+	admission := func(h []ev, lease string) m { return h[find(h, "admission", "lease", lease)].data }
 	for _, tc := range []struct {
 		name string
 		edit func(h []ev) []ev
 		want string // "" for a clean history
 	}{
 		{"clean", func(h []ev) []ev { return h }, ""},
-		{"no approval", func(h []ev) []ev { return slices.Delete(h, 1, 2) }, audit.PropApproval},
-		{"approved by its principal", func(h []ev) []ev { h[1].data["approver"] = "ALICE"; return h }, audit.PropApproval},
-		{"approved another digest", func(h []ev) []ev { h[1].data["digest"] = "d0"; return h }, audit.PropApproval},
+
+		{"no approval", func(h []ev) []ev { return slices.Delete(h, 3, 4) }, audit.PropApproval},
+		{"approved by its principal", func(h []ev) []ev { h[3].data["approver"] = "ALICE"; return h }, audit.PropApproval},
+		{"approved another digest", func(h []ev) []ev { h[3].data["digest"] = "d0"; return h }, audit.PropApproval},
 		{"one approver twice for two needed", func(h []ev) []ev {
-			h[0].data["approvalsRequired"] = 2
-			return slices.Insert(h, 2, ev{"approval", 11, map[string]any{"formation": "F1", "approver": "Bob", "decision": "approve", "digest": "d1"}})
+			h[2].data["approvalsRequired"] = 2
+			return slices.Insert(h, 4, ev{"approval", 11, m{"formation": "F1", "approver": "Bob", "decision": "approve", "digest": "dF1"}})
 		}, audit.PropApproval},
 		{"denied, then admitted", func(h []ev) []ev {
-			return slices.Insert(h, 2, ev{"approval", 11, map[string]any{"formation": "F1", "approver": "carol", "decision": "deny", "digest": "d1"}})
+			return slices.Insert(h, 4, ev{"approval", 11, m{"formation": "F1", "approver": "carol", "decision": "deny", "digest": "dF1"}})
 		}, audit.PropApproval},
-		{"admitted before formed", func(h []ev) []ev { h[at(h, "admission", 0)].rev = 9; return h }, audit.PropFormed},
-		{"an unknown formation admitted", func(h []ev) []ev { h[at(h, "admission", 0)].data["formation"] = "F9"; return h }, audit.PropFormed},
-		{"admitted after the drain", func(h []ev) []ev { h[at(h, "drain", 0)].rev = 11; return h }, audit.PropEpochActive},
-		{"successor before the source retired", func(h []ev) []ev { h[at(h, "retire", 0)].rev = 24; return h }, audit.PropSuccessor},
-		{"successor never captured", func(h []ev) []ev { h[5].data["successor"] = nil; return h }, audit.PropSuccessor},
+
+		{"admitted before formed", func(h []ev) []ev { h[find(h, "admission", "lease", "L1")].rev = 9; return h }, audit.PropFormed},
+		{"an unknown formation admitted", func(h []ev) []ev { admission(h, "L1")["formation"] = "F9"; return h }, audit.PropFormed},
+
+		{"admitted after the drain", func(h []ev) []ev { h[find(h, "drain", "epoch", "E1")].rev = 11; return h }, audit.PropEpochActive},
+
+		{"successor before the source retired", func(h []ev) []ev { h[find(h, "retire", "epoch", "E1")].rev = 27; return h }, audit.PropSuccessor},
+		{"successor never captured", func(h []ev) []ev { h[find(h, "formation", "id", "F2")].data["successor"] = nil; return h }, audit.PropSuccessor},
+		{"successor through another certificate", func(h []ev) []ev { admission(h, "L2")["certificate"] = "C9"; return h }, audit.PropSuccessor},
+		{"successor through a revoked certificate", func(h []ev) []ev {
+			return append(h[:len(h)-1], ev{"revocation", 25, m{"certificate": "C1"}}, h[len(h)-1])
+		}, audit.PropSuccessor},
+		{"a certificate captured before it was registered", func(h []ev) []ev { h[find(h, "certificate", "certificate", "C1")].rev = 13; return h }, audit.PropSuccessor},
+
+		{"admitted before what it requires completed", func(h []ev) []ev { admission(h, "L3")["requires"] = []string{"srv/z"}; return h }, audit.PropSession},
+		{"admitted after an exclusive tool completed", func(h []ev) []ev { admission(h, "L3")["exclusiveWith"] = []string{"srv/a"}; return h }, audit.PropSession},
+		{"admitted while an exclusive tool is admitted", func(h []ev) []ev {
+			admission(h, "L4")["exclusiveWith"] = []string{"srv/b"}
+			h[find(h, "resolution", "lease", "L3")].rev = 30
+			return h
+		}, audit.PropSession},
+
 		{"a second claim", func(h []ev) []ev {
-			return slices.Insert(h, 4, ev{"claim", 12, map[string]any{"lease": "L1", "claim": "c2", "epoch": "E1"}})
+			return slices.Insert(h, 6, ev{"claim", 12, m{"lease": "L1", "claim": "c2", "epoch": "E1"}})
 		}, audit.PropOneClaim},
 		{"a second effect", func(h []ev) []ev {
-			return slices.Insert(h, 5, ev{"outcome", 0, map[string]any{"lease": "L1", "outcome": "effect", "claim": "c1", "by": "backend"}})
+			return slices.Insert(h, 8, ev{"outcome", 14, m{"lease": "L1", "outcome": "effect", "claim": "c1", "by": "backend"}})
 		}, audit.PropOneEffect},
+
+		{"retired with an open lease", func(h []ev) []ev {
+			return slices.Delete(h, find(h, "outcome", "lease", "L1"), find(h, "outcome", "lease", "L1")+1)
+		}, audit.PropRetire},
+		{"retired with an uncertain lease", func(h []ev) []ev { h[find(h, "resolution", "lease", "L3")].rev = 25; return h }, audit.PropRetire},
+
+		{"an uncertain lease closed by its backend", func(h []ev) []ev {
+			h[find(h, "resolution", "lease", "L3")] = ev{"outcome", 18, m{"lease": "L3", "outcome": "effect", "claim": "c3", "by": "backend"}}
+			return h
+		}, audit.PropUncertain},
+		{"an uncertain lease released by its own generation", func(h []ev) []ev {
+			h[find(h, "outcome", "by", "generation")].data["generation"] = 0
+			return h
+		}, audit.PropUncertain},
+		{"a resolution of a lease not uncertain", func(h []ev) []ev {
+			return slices.Delete(h, find(h, "outcome", "lease", "L3"), find(h, "outcome", "lease", "L3")+1)
+		}, audit.PropUncertain},
+
+		{"decided by a set not in force", func(h []ev) []ev {
+			h[find(h, "formation", "id", "F3")].data["decision"] = m{"policyDigest": "P0"}
+			return h
+		}, audit.PropPolicy},
+		{"decided before a reload put another set in force", func(h []ev) []ev {
+			return slices.Insert(h, 7, ev{"policy", 0, m{"digest": "P2"}})
+		}, audit.PropPolicy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()

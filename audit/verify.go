@@ -129,7 +129,7 @@ func Verify(root string, keys jwk.Set) (*Report, error) {
 // are kept in memory.
 var propertyKinds = map[string]bool{
 	"formation": true, "approval": true, "admission": true, "claim": true, "outcome": true,
-	"resolution": true, "drain": true, "retire": true,
+	"resolution": true, "drain": true, "retire": true, "certificate": true, "revocation": true, "policy": true,
 }
 
 func verifyChain(dir, replica string, keys *manifest.Verifier) (ChainReport, []placed, []Problem, error) {

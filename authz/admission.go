@@ -266,7 +266,8 @@ func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev in
 	a, err := ad.token(l, now)
 	if err == nil {
 		ad.trail.record(ctx, EventAdmission, l.Revision, admissionEvent{Formation: rec.ID, Lease: lid, Session: l.Session,
-			Tool: l.Tool, Target: l.Target, Generation: l.Generation, Successor: cert != nil, Expires: a.ExpiresAt})
+			Tool: l.Tool, Target: l.Target, Generation: l.Generation, Successor: cert != nil, Certificate: l.Certificate,
+			Requires: req.Requires, Exclusive: req.Exclusive, Expires: a.ExpiresAt})
 	}
 	return a, err
 }
@@ -363,8 +364,12 @@ func (ad *Admissions) reissue(ctx context.Context, rec *record.Formation, now ti
 		return nil, err
 	}
 	if cutoff := now.Add(-ad.grace); l.State == record.LeaseAdmitted && l.AdmittedAt.Before(cutoff) {
-		if _, err := ad.store.MarkLeaseUnreported(ctx, l.ID, cutoff); err != nil {
+		marked, err := ad.store.MarkLeaseUnreported(ctx, l.ID, cutoff)
+		if err != nil {
 			return nil, err
+		}
+		if marked != nil {
+			ad.trail.recordUnreported(ctx, marked)
 		}
 		return nil, fmt.Errorf("%w: admitted %s ago and never reported", record.ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
 	}
@@ -454,7 +459,7 @@ func (ls *Leases) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, e
 	if err != nil {
 		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)
 	}
-	ls.trail.record(ctx, EventClaim, req.Revision, claimEvent{Lease: req.Lease, Claim: c.ID, Epoch: req.Epoch})
+	ls.trail.record(ctx, EventClaim, c.Revision, claimEvent{Lease: req.Lease, Claim: c.ID, Epoch: req.Epoch, Admission: req.Revision})
 	return c, nil
 }
 
@@ -584,7 +589,7 @@ func (ls *Leases) completed(ctx context.Context, req CompleteRequest, l *record.
 	}
 	ls.metrics.outcomes.WithLabelValues(string(req.Outcome), by).Inc()
 	ls.log.Info("lease outcome", "lease", req.Lease, "outcome", req.Outcome, "detail", req.Detail)
-	ls.trail.record(ctx, EventOutcome, 0, outcomeEvent{Lease: req.Lease, Formation: l.Formation, Outcome: req.Outcome, Claim: req.Claim, By: by})
+	ls.trail.record(ctx, EventOutcome, l.Closed, outcomeEvent{Lease: req.Lease, Formation: l.Formation, Outcome: req.Outcome, Claim: req.Claim, By: by})
 	return l, nil
 }
 
@@ -602,10 +607,15 @@ func (ls *Leases) SweepUnreported(ctx context.Context) ([]string, error) {
 	}
 	marked, err := ls.store.MarkUnreported(ctx, ls.now().UTC().Add(-wait))
 	ls.metrics.outcomes.WithLabelValues(string(record.OutcomeUncertain), "sweeper").Add(float64(len(marked)))
-	if err != nil {
-		return marked, fmt.Errorf("authz: sweep unreported leases: %w", err)
+	ids := make([]string, len(marked))
+	for i, l := range marked {
+		ids[i] = l.ID
+		ls.trail.recordUnreported(ctx, l)
 	}
-	return marked, nil
+	if err != nil {
+		return ids, fmt.Errorf("authz: sweep unreported leases: %w", err)
+	}
+	return ids, nil
 }
 
 // RunSweeper calls SweepUnreported every interval until ctx ends.
@@ -639,7 +649,7 @@ func (ls *Leases) Resolve(ctx context.Context, by, leaseID string, outcome recor
 	}
 	ls.metrics.outcomes.WithLabelValues(string(outcome), "operator").Inc()
 	ls.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason, "by", by)
-	ls.trail.record(ctx, EventResolution, 0, outcomeEvent{Lease: leaseID, Formation: l.Formation, Outcome: outcome, By: "operator",
+	ls.trail.record(ctx, EventResolution, l.Closed, outcomeEvent{Lease: leaseID, Formation: l.Formation, Outcome: outcome, By: "operator",
 		Operator: by, Reason: reason})
 	return l, nil
 }
@@ -647,18 +657,24 @@ func (ls *Leases) Resolve(ctx context.Context, by, leaseID string, outcome recor
 // SetGeneration records a newer backend generation of pool and releases
 // the pool's open leases (admitted or uncertain) of older generations: the
 // old backends are gone, no effect or report can come from them. Repeating
-// the current generation finishes an interrupted release.
-func (ls *Leases) SetGeneration(ctx context.Context, pool string, gen int64) ([]string, error) {
+// the current generation finishes an interrupted release. by names the
+// operator, which the audit trail keeps.
+func (ls *Leases) SetGeneration(ctx context.Context, by, pool string, gen int64) ([]string, error) {
 	if pool == "" || len(pool) > maxIDLength {
 		return nil, fmt.Errorf("%w: pool", ErrBadRequest)
 	}
 	if gen <= 0 {
 		return nil, fmt.Errorf("%w: generation must be a positive integer", ErrBadRequest)
 	}
-	released, err := ls.store.SetGeneration(ctx, pool, gen, ls.retention)
+	ch, err := ls.store.SetGeneration(ctx, pool, gen, ls.retention)
 	ls.generations.Delete(pool)
-	if err == nil || len(released) > 0 {
-		ls.trail.record(ctx, EventGeneration, 0, map[string]any{"pool": pool, "generation": gen, "released": released})
+	released := ch.IDs()
+	if ch.Revision > 0 {
+		ls.trail.record(ctx, EventGeneration, ch.Revision, map[string]any{"pool": pool, "generation": gen, "released": released, "by": by})
+	}
+	for _, l := range ch.Released {
+		ls.trail.record(ctx, EventOutcome, l.Closed, outcomeEvent{Lease: l.ID, Formation: l.Formation, Outcome: record.OutcomeReleased,
+			By: "generation", Generation: gen})
 	}
 	ls.metrics.outcomes.WithLabelValues(string(record.OutcomeReleased), "generation").Add(float64(len(released)))
 	if err != nil {

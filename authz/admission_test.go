@@ -299,14 +299,14 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 		t.Fatalf("generation %d before any was recorded", c.Generation)
 	}
 	e.report(t, a, record.OutcomeUncertain)
-	released, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 2)
+	released, err := e.forms.Leases.SetGeneration(ctx, "ops", "github-v1-4", 2)
 	if err != nil || len(released) != 1 || released[0] != a.Lease {
 		t.Fatalf("generation 2 released %v, %v", released, err)
 	}
-	if again, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 2); err != nil || len(again) != 0 {
+	if again, err := e.forms.Leases.SetGeneration(ctx, "ops", "github-v1-4", 2); err != nil || len(again) != 0 {
 		t.Fatalf("same generation again (finishing a release) = %v, %v", again, err)
 	}
-	if _, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 1); !errors.Is(err, record.ErrStaleGeneration) {
+	if _, err := e.forms.Leases.SetGeneration(ctx, "ops", "github-v1-4", 1); !errors.Is(err, record.ErrStaleGeneration) {
 		t.Fatalf("older generation: %v", err)
 	}
 	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
@@ -322,12 +322,12 @@ func TestNewerGenerationReleasesUncertainLeases(t *testing.T) {
 	if c := e.claims(t, a2.Token); c.Generation != 2 {
 		t.Fatalf("generation in token %d, want 2", c.Generation)
 	}
-	if _, err := e.forms.Leases.SetGeneration(ctx, "github-v1-4", 0); !errors.Is(err, authz.ErrBadRequest) {
+	if _, err := e.forms.Leases.SetGeneration(ctx, "ops", "github-v1-4", 0); !errors.Is(err, authz.ErrBadRequest) {
 		t.Fatalf("generation 0: %v", err)
 	}
 	// An admitted lease whose backend vanished without reporting is
 	// released by the next generation too.
-	released, err = e.forms.Leases.SetGeneration(ctx, "github-v1-4", 10)
+	released, err = e.forms.Leases.SetGeneration(ctx, "ops", "github-v1-4", 10)
 	if err != nil || len(released) != 1 || released[0] != a2.Lease {
 		t.Fatalf("generation 10 released %v, %v", released, err)
 	}

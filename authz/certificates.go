@@ -35,6 +35,7 @@ type Certificates struct {
 	issuers *manifest.Verifier
 	now     func() time.Time
 	log     *slog.Logger
+	trail   trail
 }
 
 // Register verifies a signed compatibility certificate against
@@ -76,14 +77,22 @@ func (cs *Certificates) Register(ctx context.Context, jws []byte) (*record.Certi
 	}
 	if created {
 		cs.log.Info("certificate registered", "certificate", rec.ID, "source", c.Source, "target", c.Target, "tool", c.Tool, "signer", sc.KeyID)
+		cs.trail.record(ctx, EventCertificate, rec.Revision, map[string]any{"certificate": rec.ID, "source": c.Source,
+			"target": c.Target, "tool": c.Tool, "signer": sc.KeyID, "expiresAt": c.ExpiresAt})
 	}
 	return rec, created, nil
 }
 
 // Revoke revokes a certificate. A formation that captured its
 // successor through it loses that successor: admission checks it again.
-func (cs *Certificates) Revoke(ctx context.Context, id string) (*record.Certificate, error) {
-	return cs.store.RevokeCertificate(ctx, id)
+// by names the operator, which the audit trail keeps.
+func (cs *Certificates) Revoke(ctx context.Context, by, id string) (*record.Certificate, error) {
+	rec, err := cs.store.RevokeCertificate(ctx, id)
+	if err == nil {
+		cs.log.Info("certificate revoked", "certificate", id, "by", by)
+		cs.trail.record(ctx, EventRevocation, rec.Revision, map[string]any{"certificate": id, "by": by})
+	}
+	return rec, err
 }
 
 // Get returns a registered certificate, revoked or not.

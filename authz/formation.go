@@ -79,6 +79,7 @@ type Formations struct {
 	ready      *readyCache
 	metrics    *metrics
 	decisions  DecisionLogger
+	trailArgs  TrailArguments
 	ttl        time.Duration
 	// keep is how long a formation's record is stored from its creation:
 	// see formationKeep.
@@ -228,7 +229,12 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
 	f.ready.put(rec, rev)
-	f.trail.record(ctx, EventFormation, rev, newFormationEvent(rec))
+	ev := newFormationEvent(rec)
+	if ev.Arguments, err = trailArguments(f.trailArgs, rec.Arguments, d.InputSchema); err != nil {
+		// The record is stored: the event keeps the digest alone.
+		f.log.Error("audit trail: arguments not kept", "formation", rec.ID, "err", err)
+	}
+	f.trail.record(ctx, EventFormation, rev, ev)
 	var successor string
 	if rec.Successor != nil {
 		successor = rec.Successor.Epoch

@@ -46,10 +46,14 @@ func newMetrics() *metrics {
 }
 
 // Collectors returns the use cases' Prometheus collectors, for the
-// server's registry.
+// server's registry: with them the decision log's, when it has one.
 func (u *UseCases) Collectors() []prometheus.Collector {
 	m := u.metrics
-	return []prometheus.Collector{m.formations, m.approvals, m.admissions, m.claims, m.outcomes}
+	cs := []prometheus.Collector{m.formations, m.approvals, m.admissions, m.claims, m.outcomes}
+	if c, ok := u.decisions.(interface{ Collector() prometheus.Collector }); ok {
+		cs = append(cs, c.Collector())
+	}
+	return cs
 }
 
 // Admission results, the values of fcd_admissions_total's result label.

@@ -64,9 +64,10 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	t := trail{cfg.Trail, cfg.Logger}
 	return &Registry{
-		Certificates: &Certificates{store: cfg.Store, issuers: cfg.Certificates, now: cfg.Now, log: cfg.Logger},
-		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger},
+		Certificates: &Certificates{store: cfg.Store, issuers: cfg.Certificates, now: cfg.Now, log: cfg.Logger, trail: t},
+		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger, trail: t,
 	}, nil
 }
 
@@ -123,11 +124,12 @@ func (r *Registry) Leases(ctx context.Context, epoch string) ([]*record.Lease, e
 	return r.store.EpochLeases(ctx, epoch)
 }
 
-// Drain moves an ACTIVE epoch to DRAINING.
-func (r *Registry) Drain(ctx context.Context, id string) (record.State, error) {
+// Drain moves an ACTIVE epoch to DRAINING. by names the operator (the
+// caller's credential id), which the audit trail keeps.
+func (r *Registry) Drain(ctx context.Context, by, id string) (record.State, error) {
 	st, rev, err := r.store.DrainAt(ctx, id)
 	if err == nil {
-		r.trail.record(ctx, EventDrain, rev, map[string]any{"epoch": id, "state": st})
+		r.trail.record(ctx, EventDrain, rev, map[string]any{"epoch": id, "state": st, "by": by})
 	}
 	return st, err
 }
@@ -136,14 +138,14 @@ func (r *Registry) Drain(ctx context.Context, id string) (record.State, error) {
 var ErrWaitTooLong = errors.New("authz: retire wait too long")
 
 // Retire moves a DRAINING epoch to STALE once no lease marker remains,
-// waiting up to wait for markers to clear.
-func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (record.State, error) {
+// waiting up to wait for markers to clear. by names the operator.
+func (r *Registry) Retire(ctx context.Context, by, id string, wait time.Duration) (record.State, error) {
 	if wait < 0 || wait > MaxRetireWait {
 		return "", fmt.Errorf("%w: %s (at most %s)", ErrWaitTooLong, wait, MaxRetireWait)
 	}
 	st, rev, err := r.store.RetireAt(ctx, id, wait)
 	if err == nil {
-		r.trail.record(ctx, EventRetire, rev, map[string]any{"epoch": id, "state": st})
+		r.trail.record(ctx, EventRetire, rev, map[string]any{"epoch": id, "state": st, "by": by})
 	}
 	return st, err
 }
@@ -152,7 +154,7 @@ func (r *Registry) Retire(ctx context.Context, id string, wait time.Duration) (r
 func (r *Registry) CreateSnapshot(ctx context.Context, servers []string) (*record.Snapshot, error) {
 	s, created, err := r.store.CreateSnapshot(ctx, servers)
 	if err == nil && created {
-		r.trail.record(ctx, EventSnapshot, 0, map[string]any{"snapshot": s.ID, "servers": servers})
+		r.trail.record(ctx, EventSnapshot, s.Revision, map[string]any{"snapshot": s.ID, "servers": servers})
 	}
 	return s, err
 }

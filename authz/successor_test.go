@@ -178,7 +178,7 @@ func TestSuccessorCapture(t *testing.T) {
 		{"no certificate", func(t *testing.T, s *succEnv) string { return "" }, yes},
 		{"revoked before formation", func(t *testing.T, s *succEnv) string {
 			id := s.certify(t, cert{})
-			if _, err := s.registry.Certificates.Revoke(context.Background(), id); err != nil {
+			if _, err := s.registry.Certificates.Revoke(context.Background(), "ops", id); err != nil {
 				t.Fatal(err)
 			}
 			return ""
@@ -469,7 +469,7 @@ func TestSuccessorAuthorityOnlyNarrows(t *testing.T) {
 		t.Fatalf("successors at formation: %v %v %v", fr.Successor, fe.Successor, fl.Successor)
 	}
 	late := s.certify(t, cert{envelope: prefixed("l"), profile: "l"})
-	if _, err := s.registry.Certificates.Revoke(ctx, revoked); err != nil {
+	if _, err := s.registry.Certificates.Revoke(ctx, "ops", revoked); err != nil {
 		t.Fatal(err)
 	}
 	s.clock.Advance(11 * time.Minute) // past the "e" certificate, not the formations
@@ -518,7 +518,7 @@ func TestRevocationRacesAdmission(t *testing.T) {
 			// purpose: the race is what is under test, and nothing relies
 			// on it to order the two calls.
 			time.Sleep(time.Duration(i%4) * time.Millisecond)
-			rec, err := s.registry.Certificates.Revoke(ctx, id)
+			rec, err := s.registry.Certificates.Revoke(ctx, "ops", id)
 			if err != nil {
 				t.Error(err)
 				return

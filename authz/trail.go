@@ -2,9 +2,11 @@ package authz
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"time"
 
+	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/record"
 )
 
@@ -30,6 +32,14 @@ const (
 	EventGeneration = "generation"
 	EventDrain      = "drain"
 	EventRetire     = "retire"
+	// EventCertificate and EventRevocation: a compatibility certificate
+	// registered, revoked.
+	EventCertificate = "certificate"
+	EventRevocation  = "revocation"
+	// EventPolicy and EventPolicyRefused: a policy set loaded (put in
+	// force on this replica), or refused (the one in force stays).
+	EventPolicy        = policy.EventLoaded
+	EventPolicyRefused = policy.EventRefused
 )
 
 // trail records events; its zero value records nothing.
@@ -47,23 +57,26 @@ func (t trail) record(ctx context.Context, kind string, revision int64, data any
 	}
 }
 
-// formationEvent is a formation and its decision. The arguments are not
-// in it — their digest is — so the trail holds no argument values.
+// formationEvent is a formation and its decision. Its arguments are their
+// digest, and the arguments themselves only as configured.
 type formationEvent struct {
-	ID               string            `json:"id"`
-	Session          string            `json:"session"`
-	Principal        string            `json:"principal"`
-	Host             string            `json:"host,omitempty"`
-	Tool             string            `json:"tool"`
-	Snapshot         string            `json:"snapshot"`
-	DescriptorDigest string            `json:"descriptorDigest"`
-	ArgumentDigest   string            `json:"argumentDigest"`
-	Source           record.Target     `json:"source"`
-	Successor        *record.Successor `json:"successor"`
-	Digest           string            `json:"digest"`
-	Status           record.Status     `json:"status"`
-	Approvals        int               `json:"approvalsRequired"`
-	Decision         record.Decision   `json:"decision"`
+	ID               string `json:"id"`
+	Session          string `json:"session"`
+	Principal        string `json:"principal"`
+	Host             string `json:"host,omitempty"`
+	Tool             string `json:"tool"`
+	Snapshot         string `json:"snapshot"`
+	DescriptorDigest string `json:"descriptorDigest"`
+	ArgumentDigest   string `json:"argumentDigest"`
+	// Arguments are kept only as Config.TrailArguments says (none by
+	// default), their sensitive members masked.
+	Arguments json.RawMessage   `json:"arguments,omitempty"`
+	Source    record.Target     `json:"source"`
+	Successor *record.Successor `json:"successor"`
+	Digest    string            `json:"digest"`
+	Status    record.Status     `json:"status"`
+	Approvals int               `json:"approvalsRequired"`
+	Decision  record.Decision   `json:"decision"`
 }
 
 func newFormationEvent(rec *record.Formation) formationEvent {
@@ -94,13 +107,21 @@ type admissionEvent struct {
 	Target     record.Target `json:"target"`
 	Generation int64         `json:"generation"`
 	Successor  bool          `json:"successor"`
-	Expires    time.Time     `json:"tokenExpires"`
+	// Certificate is the certificate a successor admission relied on.
+	Certificate string `json:"certificate,omitempty"`
+	// Requires and Exclusive are the session dependencies the admission
+	// checked ("server/tool" names).
+	Requires  []string  `json:"requires,omitempty"`
+	Exclusive []string  `json:"exclusiveWith,omitempty"`
+	Expires   time.Time `json:"tokenExpires"`
 }
 
 type claimEvent struct {
 	Lease string `json:"lease"`
 	Claim string `json:"claim"`
 	Epoch string `json:"epoch"`
+	// Admission is the admission's revision (the token's fcd_revision).
+	Admission int64 `json:"admission"`
 }
 
 type outcomeEvent struct {
@@ -109,9 +130,19 @@ type outcomeEvent struct {
 	Outcome   record.Outcome `json:"outcome"`
 	Claim     string         `json:"claim,omitempty"`
 	// By is "backend" (under a claim), "release" (no claim: nothing ran),
-	// "operator" (a resolution) or "generation" (a newer pool generation).
+	// "sweep" (never reported: marked uncertain), "operator" (a
+	// resolution) or "generation" (a newer pool generation).
 	By string `json:"by"`
 	// Operator is the credential id of the operator who resolved.
 	Operator string `json:"operator,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// Generation is the pool generation that released the lease.
+	Generation int64 `json:"generation,omitempty"`
+}
+
+// recordUnreported records a lease the sweep (or a late repeat of its
+// admission) marked uncertain: its backend never reported.
+func (t trail) recordUnreported(ctx context.Context, l *record.Lease) {
+	t.record(ctx, EventOutcome, l.Closed, outcomeEvent{Lease: l.ID, Formation: l.Formation, Outcome: record.OutcomeUncertain,
+		Claim: l.ClaimID(), By: "sweep"})
 }

@@ -17,8 +17,8 @@ import (
 
 // TestTrailRecordsTheCallsLife: with a trail, a call's formation,
 // admission, claim and outcome are recorded in that order, each with the
-// etcd revision that ordered it where the store tells it — the admission
-// and the claim with the token's fcd_revision — and the trail verifies
+// etcd revision that ordered it — the admission with the token's
+// fcd_revision, the claim and the outcome after it — and the trail verifies
 // against the published key. The formation event carries the argument
 // digest, never the arguments.
 func TestTrailRecordsTheCallsLife(t *testing.T) {
@@ -52,8 +52,8 @@ func TestTrailRecordsTheCallsLife(t *testing.T) {
 		}
 	}
 	formed, admitted, claimed, reported := events[0], events[1], events[2], events[3]
-	if admitted.Revision != req.Revision || claimed.Revision != req.Revision {
-		t.Errorf("admission and claim at revisions %d and %d, the token's is %d", admitted.Revision, claimed.Revision, req.Revision)
+	if admitted.Revision != req.Revision || claimed.Revision <= req.Revision || reported.Revision <= claimed.Revision {
+		t.Errorf("admission, claim and outcome at revisions %d, %d and %d; the token's is %d", admitted.Revision, claimed.Revision, reported.Revision, req.Revision)
 	}
 	if formed.Revision <= 0 || formed.Revision >= admitted.Revision {
 		t.Errorf("formation at revision %d, admission at %d", formed.Revision, admitted.Revision)
@@ -91,6 +91,12 @@ func TestTrailRecordsTheCallsLife(t *testing.T) {
 // root, signed with the issuer's key.
 func newTrailEnv(t *testing.T) (*admitEnv, *audit.Trail, string) {
 	t.Helper()
+	return newTrailEnvWith(t, "")
+}
+
+// newTrailEnvWith is newTrailEnv keeping arguments as args says.
+func newTrailEnvWith(t *testing.T, args authz.TrailArguments) (*admitEnv, *audit.Trail, string) {
+	t.Helper()
 	e := newEnv(t, nil, nil)
 	key, iss := newIssuer(t, e.store, jwa.EdDSA)
 	root := t.TempDir()
@@ -98,8 +104,35 @@ func newTrailEnv(t *testing.T) (*admitEnv, *audit.Trail, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr})
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr,
+		TrailArguments: args})
 	return &admitEnv{env: e, key: key, iss: iss}, tr, root
+}
+
+// TestTrailKeepsArgumentsAsConfigured: with TrailArguments set, the
+// formation event holds the arguments (masked as the mode says; the
+// masking itself is TestTrailArguments') beside their digest.
+func TestTrailKeepsArgumentsAsConfigured(t *testing.T) {
+	ae, tr, root := newTrailEnvWith(t, authz.TrailArgumentsRedacted)
+	f, _ := ae.admitRead(t, "kept")
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "test"))
+	if len(events) == 0 || events[0].Kind != authz.EventFormation {
+		t.Fatalf("events %+v", events)
+	}
+	var fd struct {
+		ID             string
+		ArgumentDigest string
+		Arguments      json.RawMessage
+	}
+	if err := json.Unmarshal(events[0].Data, &fd); err != nil {
+		t.Fatal(err)
+	}
+	if fd.ID != f.ID || fd.ArgumentDigest != f.ArgumentDigest || string(fd.Arguments) != `{"owner":"o","repo":"kept"}` {
+		t.Fatalf("formation event %s", events[0].Data)
+	}
 }
 
 // readEvents reads a replica directory's events, in order.

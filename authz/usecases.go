@@ -47,6 +47,9 @@ type Config struct {
 	// Trail records every state change (the audit trail); nil records
 	// nothing.
 	Trail Recorder
+	// TrailArguments says what the trail keeps of a call's arguments
+	// beside their digest; zero means TrailArgumentsNone.
+	TrailArguments TrailArguments
 	// DecisionLog receives every policy decision (OPA's decision log:
 	// authz/decisionlog); nil logs none.
 	DecisionLog DecisionLogger
@@ -64,6 +67,7 @@ type UseCases struct {
 	Leases     *Leases
 	Gate       *Gate
 	metrics    *metrics
+	decisions  DecisionLogger
 }
 
 // New returns the use cases configured by cfg.
@@ -96,10 +100,11 @@ func New(cfg Config) (*UseCases, error) {
 	generations := &sync.Map{}
 	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, inputs: inputs, log: cfg.Logger}
 	succ.verified.entries.max = maxVerifiedCache
-	u := &UseCases{metrics: m}
+	u := &UseCases{metrics: m, decisions: cfg.DecisionLog}
 	u.Formations = &Formations{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, inputs: inputs, ready: ready, metrics: m,
 		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger}, decisions: cfg.DecisionLog,
+		trailArgs: cfg.TrailArguments,
 	}
 	u.Admissions = &Admissions{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, inputs: inputs, ready: ready, generations: generations,

@@ -486,6 +486,7 @@ func (s *Store) finishFast(ctx context.Context, req CloseRequest, f *fastClose, 
 	if !resp.Succeeded {
 		return nil, nil
 	}
+	f.l.Closed = resp.Header.Revision
 	s.log.Info("lease closed", "lease", req.Lease, "outcome", req.Outcome, "formation", f.l.Formation)
 	return f.l, nil
 }
@@ -563,6 +564,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 			return nil, s.wrap(ctx, "close lease", err)
 		}
 		if resp.Succeeded {
+			l.Closed = resp.Header.Revision
 			s.log.Info("lease closed", "lease", id, "outcome", outcome, "formation", fid)
 			return l, nil
 		}
@@ -637,10 +639,13 @@ func indexEpoch(v []byte) string {
 // uncertain: the old backends are gone, so no effect and no report can
 // come from them any more. Setting the current generation again repeats
 // the release (finishing one that was interrupted); an older one is
-// refused. It returns the ids of the leases it released.
-func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep time.Duration) ([]string, error) {
+// refused. It returns the revision that set the generation and the leases
+// it released, each with the revision that closed it — those released
+// before an error, with the error.
+func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep time.Duration) (GenerationChange, error) {
+	var ch GenerationChange
 	if gen <= 0 {
-		return nil, fmt.Errorf("%w: generation must be positive", record.ErrStaleGeneration)
+		return ch, fmt.Errorf("%w: generation must be positive", record.ErrStaleGeneration)
 	}
 	gkey := s.k.generation(pool)
 	octx, cancel := s.op(ctx)
@@ -655,17 +660,18 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 		Commit()
 	cancel()
 	if err != nil {
-		return nil, s.wrap(ctx, "set generation", err)
+		return ch, s.wrap(ctx, "set generation", err)
 	}
+	ch.Revision = resp.Header.Revision
 	if !resp.Succeeded {
 		inner := resp.Responses[0].GetResponseTxn()
 		if !inner.Succeeded {
 			cur, err := parseGeneration(inner.Responses[0].GetResponseRange().Kvs[0].Value)
 			if err != nil {
-				return nil, err
+				return ch, err
 			}
 			if cur > gen {
-				return nil, fmt.Errorf("%w: pool %s is at %d", record.ErrStaleGeneration, pool, cur)
+				return ch, fmt.Errorf("%w: pool %s is at %d", record.ErrStaleGeneration, pool, cur)
 			}
 		}
 	}
@@ -675,24 +681,42 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	all, err := s.cli.Get(octx, s.k.allMarkers(), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
-		return nil, s.wrap(ctx, "scan markers", err)
+		return ch, s.wrap(ctx, "scan markers", err)
 	}
-	released := []string{}
+	ch.Released = []*record.Lease{}
 	for _, kv := range all.Kvs {
 		var l record.Lease
 		if json.Unmarshal(kv.Value, &l) != nil || l.Target.Pool != pool || l.Generation >= gen {
 			continue
 		}
-		_, err := s.closeLease(ctx, l.ID, record.OutcomeReleased, keep, func(*record.Lease) error { return nil })
+		closed, err := s.closeLease(ctx, l.ID, record.OutcomeReleased, keep, func(*record.Lease) error { return nil })
 		switch {
 		case errors.Is(err, record.ErrLeaseClosed):
 			continue // closed meanwhile by its report
 		case err != nil:
-			return released, err
+			return ch, err
 		}
-		released = append(released, l.ID)
+		ch.Released = append(ch.Released, closed)
 	}
-	return released, nil
+	return ch, nil
+}
+
+// GenerationChange is what SetGeneration did.
+type GenerationChange struct {
+	// Revision is the etcd revision of the transaction that set the
+	// generation (or found it set).
+	Revision int64
+	// Released are the leases released, each with its Closed revision.
+	Released []*record.Lease
+}
+
+// IDs are the ids of the released leases.
+func (g GenerationChange) IDs() []string {
+	ids := make([]string, len(g.Released))
+	for i, l := range g.Released {
+		ids[i] = l.ID
+	}
+	return ids
 }
 
 // MarkUnreported marks uncertain every admitted lease admitted before
@@ -702,36 +726,38 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 // until an operator resolves the lease or a newer pool generation releases
 // it, as for a reported "uncertain". Each change is the compare-and-swap
 // of CloseLease: a report that lands first wins, and replicas sweeping at
-// once mark a lease once. It returns the ids it marked.
-func (s *Store) MarkUnreported(ctx context.Context, cutoff time.Time) ([]string, error) {
+// once mark a lease once. It returns the leases it marked, each with the
+// revision that marked it (Closed).
+func (s *Store) MarkUnreported(ctx context.Context, cutoff time.Time) ([]*record.Lease, error) {
 	octx, cancel := s.op(ctx)
 	all, err := s.cli.Get(octx, s.k.allMarkers(), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
 		return nil, s.wrap(ctx, "scan markers", err)
 	}
-	marked := []string{}
+	marked := []*record.Lease{}
 	for _, kv := range all.Kvs {
 		var l record.Lease
 		if json.Unmarshal(kv.Value, &l) != nil || !unreported(&l, cutoff) {
 			continue
 		}
-		ok, err := s.MarkLeaseUnreported(ctx, l.ID, cutoff)
+		m, err := s.MarkLeaseUnreported(ctx, l.ID, cutoff)
 		if err != nil {
 			return marked, err
 		}
-		if ok {
-			marked = append(marked, l.ID)
+		if m != nil {
+			marked = append(marked, m)
 		}
 	}
 	return marked, nil
 }
 
 // MarkLeaseUnreported marks one lease uncertain if it is still an
-// admission made before cutoff with no outcome reported, and says whether
-// it did. A lease closed or marked meanwhile is left as it is.
-func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.Time) (bool, error) {
-	_, err := s.closeLease(ctx, id, record.OutcomeUncertain, 0, func(cur *record.Lease) error {
+// admission made before cutoff with no outcome reported, and returns it
+// (with the revision that marked it, Closed) if it did, nil if not. A
+// lease closed or marked meanwhile is left as it is.
+func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.Time) (*record.Lease, error) {
+	l, err := s.closeLease(ctx, id, record.OutcomeUncertain, 0, func(cur *record.Lease) error {
 		if !unreported(cur, cutoff) {
 			return errReported
 		}
@@ -739,12 +765,12 @@ func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.
 	})
 	switch {
 	case errors.Is(err, record.ErrLeaseClosed), errors.Is(err, errReported):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, err
+		return nil, err
 	}
 	s.log.Warn("lease outcome never reported; marked uncertain", "lease", id)
-	return true, nil
+	return l, nil
 }
 
 // unreported: an admitted lease admitted before cutoff, or a running one

@@ -85,6 +85,7 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 	}
 	if resp.Succeeded {
 		s.log.Debug("lease claimed", "lease", req.Lease, "claim", req.Claim)
+		c.Revision = resp.Header.Revision
 		return c, nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -95,6 +96,7 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 		if cur.ID == req.Claim {
 			// Our own claim, whose answer was lost; still open?
 			if m := resp.Responses[1].GetResponseRange().Kvs; len(m) > 0 && m[0].CreateRevision == req.Revision {
+				cur.Revision = kvs[0].ModRevision
 				return &cur, nil
 			}
 		} else {

@@ -150,8 +150,8 @@ func TestClaimLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	uncertain := e.admit(t, 0)
-	if ok, err := e.s.MarkLeaseUnreported(ctx, uncertain.ID, e.t0.Add(time.Hour)); !ok || err != nil {
-		t.Fatalf("mark uncertain: %v %v", ok, err)
+	if m, err := e.s.MarkLeaseUnreported(ctx, uncertain.ID, e.t0.Add(time.Hour)); m == nil || err != nil {
+		t.Fatalf("mark uncertain: %v %v", m, err)
 	}
 	admitted := e.admit(t, 0)
 	other := register(t, e.s, testManifest(t, "github", "v1.5.0", "private"))
@@ -287,9 +287,15 @@ func TestSetGenerationReleasesRunningLeases(t *testing.T) {
 	if _, err := e.s.CloseLease(ctx, lease.CloseRequest{Lease: uncertain.ID, Outcome: record.OutcomeUncertain, Claim: "cl_u"}); err != nil {
 		t.Fatal(err)
 	}
-	released, err := e.s.SetGeneration(ctx, e.ep.Pool, 1, time.Hour)
+	ch, err := e.s.SetGeneration(ctx, e.ep.Pool, 1, time.Hour)
 	if err != nil {
 		t.Fatal(err)
+	}
+	released := ch.IDs()
+	for _, l := range ch.Released {
+		if ch.Revision <= 0 || l.Closed <= ch.Revision {
+			t.Fatalf("generation set at revision %d, %s released at %d", ch.Revision, l.ID, l.Closed)
+		}
 	}
 	want := map[string]bool{admitted.ID: true, running.ID: true, uncertain.ID: true}
 	if len(released) != len(want) {
@@ -320,7 +326,7 @@ func TestSetGenerationReleasesRunningLeases(t *testing.T) {
 	// A running lease of the current generation stays.
 	current := e.admit(t, 1)
 	e.mustClaim(t, current, "cl_c")
-	if again, err := e.s.SetGeneration(ctx, e.ep.Pool, 1, time.Hour); err != nil || len(again) != 0 {
+	if again, err := e.s.SetGeneration(ctx, e.ep.Pool, 1, time.Hour); err != nil || len(again.Released) != 0 {
 		t.Fatalf("the current generation again released %v (%v)", again, err)
 	}
 	if st, claim, err := e.state(t, current.ID); err != nil || st != record.LeaseRunning || claim != "cl_c" {

@@ -153,8 +153,8 @@ func claimFirstWins(t *testing.T, x *fixture) {
 	closed := x.admit(t, call{ep: ep})
 	x.release(t, closed)
 	uncertain := x.admit(t, call{ep: ep})
-	if ok, err := x.s.MarkLeaseUnreported(ctx, uncertain.ID, x.t0.Add(time.Second)); err != nil || !ok {
-		t.Fatalf("mark unreported: %v %v", ok, err)
+	if m, err := x.s.MarkLeaseUnreported(ctx, uncertain.ID, x.t0.Add(time.Second)); err != nil || m == nil {
+		t.Fatalf("mark unreported: %v %v", m, err)
 	}
 	fresh := x.admit(t, call{ep: ep})
 	unknown, _ := lease.NewLeaseID()
@@ -469,7 +469,8 @@ func generationReleasesOlder(t *testing.T, x *fixture) {
 	}
 	other := x.admit(t, call{ep: elsewhere})
 
-	released, err := x.s.SetGeneration(ctx, ep.Pool, 1, time.Hour)
+	ch, err := x.s.SetGeneration(ctx, ep.Pool, 1, time.Hour)
+	released := ch.IDs()
 	if err != nil || !sameSet(released, ids(admitted, running, uncertain)) {
 		t.Fatalf("set generation 1 released %v (%v), want %v", released, err, ids(admitted, running, uncertain))
 	}
@@ -507,8 +508,8 @@ func generationReleasesOlder(t *testing.T, x *fixture) {
 	if _, err := x.raw.Put(ctx, string(gkey.Key), string(gkey.Value)); err != nil {
 		t.Fatal(err)
 	}
-	if released, err := x.s.SetGeneration(ctx, ep.Pool, 1, time.Hour); err != nil || !sameSet(released, ids(stray)) {
-		t.Fatalf("set generation 1 again released %v (%v), want the stray %s", released, err, stray.ID)
+	if ch, err := x.s.SetGeneration(ctx, ep.Pool, 1, time.Hour); err != nil || !sameSet(ch.IDs(), ids(stray)) {
+		t.Fatalf("set generation 1 again released %v (%v), want the stray %s", ch.IDs(), err, stray.ID)
 	}
 	if st, claim, err := e.state(t, current.ID); err != nil || st != record.LeaseRunning || claim != "cl_c" {
 		t.Fatalf("a lease of the current generation: %s %q %v", st, claim, err)
@@ -521,8 +522,8 @@ func generationReleasesOlder(t *testing.T, x *fixture) {
 	}
 	// Nothing recorded: the pool without a generation still admits at none.
 	x.release(t, x.admit(t, call{ep: elsewhere, gen: 0}))
-	if released, err := x.s.SetGeneration(ctx, ep.Pool, 2, time.Hour); err != nil || !sameSet(released, ids(current)) {
-		t.Fatalf("set generation 2 released %v (%v)", released, err)
+	if ch, err := x.s.SetGeneration(ctx, ep.Pool, 2, time.Hour); err != nil || !sameSet(ch.IDs(), ids(current)) {
+		t.Fatalf("set generation 2 released %v (%v)", ch.IDs(), err)
 	}
 	_, err = x.s.SetGeneration(ctx, ep.Pool, 1, time.Hour)
 	check(t, "an older generation", err, is(record.ErrStaleGeneration))
@@ -544,7 +545,8 @@ func generationReleasesOlder(t *testing.T, x *fixture) {
 		go func() {
 			defer wg.Done()
 			<-start
-			got[i], errs[i] = x.s.SetGeneration(ctx, ep.Pool, 3, time.Hour)
+			ch, err := x.s.SetGeneration(ctx, ep.Pool, 3, time.Hour)
+			got[i], errs[i] = ch.IDs(), err
 		}()
 	}
 	close(start)
@@ -586,8 +588,13 @@ func unreportedSweep(t *testing.T, x *fixture) {
 	alreadyRev := x.rawKeyOfMarker(t, ep.ID, already.ID)
 
 	marked, err := x.s.MarkUnreported(ctx, cutoff)
-	if err != nil || !sameSet(marked, ids(early, runEarly)) {
-		t.Fatalf("sweep marked %v (%v), want %v", marked, err, ids(early, runEarly))
+	if err != nil || !sameSet(ids(marked...), ids(early, runEarly)) {
+		t.Fatalf("sweep marked %v (%v), want %v", ids(marked...), err, ids(early, runEarly))
+	}
+	for _, m := range marked {
+		if m.Closed <= m.Revision || m.State != record.LeaseUncertain {
+			t.Fatalf("%s admitted at revision %d, marked %s at %d", m.ID, m.Revision, m.State, m.Closed)
+		}
 	}
 	for _, want := range []struct {
 		l      *record.Lease
@@ -627,8 +634,8 @@ func unreportedSweep(t *testing.T, x *fixture) {
 		l    *record.Lease
 		note string
 	}{{closed, "closed"}, {late, "admitted after the cutoff"}, {already, "uncertain"}} {
-		if ok, err := x.s.MarkLeaseUnreported(ctx, tc.l.ID, cutoff); ok || err != nil {
-			t.Fatalf("marking a lease %s: %v, %v", tc.note, ok, err)
+		if m, err := x.s.MarkLeaseUnreported(ctx, tc.l.ID, cutoff); m != nil || err != nil {
+			t.Fatalf("marking a lease %s: %v, %v", tc.note, m, err)
 		}
 	}
 	unknown, _ := lease.NewLeaseID()
@@ -650,7 +657,8 @@ func unreportedSweep(t *testing.T, x *fixture) {
 		go func() {
 			defer wg.Done()
 			<-start
-			got[i], errs[i] = x.s.MarkUnreported(ctx, cutoff)
+			m, err := x.s.MarkUnreported(ctx, cutoff)
+			got[i], errs[i] = ids(m...), err
 		}()
 	}
 	close(start)

@@ -79,6 +79,9 @@ func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*record.S
 	if err != nil {
 		return nil, false, s.wrap(ctx, "create snapshot", err)
 	}
+	if resp.Succeeded {
+		snap.Revision = resp.Header.Revision
+	}
 	return &snap, resp.Succeeded, nil
 }
 

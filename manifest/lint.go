@@ -282,6 +282,11 @@ func (l *linter) lintSecrets() {
 
 var secretKeyPattern = regexp.MustCompile(`(?i)secret|password|passwd|token|api[_-]?key|private[_-]?key|credential`)
 
+// SecretName reports whether a member name looks like it holds a secret
+// (secret, password, token, API key, private key, credential): the rule
+// the lint applies to config values, and the audit trail to arguments.
+func SecretName(name string) bool { return secretKeyPattern.MatchString(name) }
+
 func (l *linter) lintConfig() {
 	var walk func(v any, path string, secretKey bool)
 	walk = func(v any, path string, secretKey bool) {

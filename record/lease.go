@@ -37,6 +37,9 @@ type Lease struct {
 	// cluster id: together the fencing token. Filled on read.
 	Revision int64  `json:"-"`
 	Cluster  string `json:"-"`
+	// Closed is the etcd revision of the transaction that closed the
+	// lease, or marked it uncertain. Set by the close that made it.
+	Closed int64 `json:"-"`
 }
 
 // ClaimID is the id of the lease's claim, "" when no backend claimed it.
@@ -58,6 +61,9 @@ type Claim struct {
 	ID string `json:"id"`
 	// At is when the claim was taken.
 	At time.Time `json:"at"`
+	// Revision is the etcd revision of the transaction that took the
+	// claim. Set by the claim (or its repeat).
+	Revision int64 `json:"-"`
 }
 
 // Outcome is how a lease closes.

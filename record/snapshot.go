@@ -10,6 +10,9 @@ import "github.com/fcd-authz/fcd/manifest"
 type Snapshot struct {
 	ID    string         `json:"id"`
 	Tools []SnapshotTool `json:"tools"`
+	// Revision is the etcd revision that created the snapshot, set by
+	// the create that did.
+	Revision int64 `json:"-"`
 }
 
 // SnapshotTool is one catalog entry. Name is "server/tool".

@@ -49,7 +49,24 @@ type ManagerConfig struct {
 	Logger *slog.Logger
 	// Now stamps decisions and status; nil means time.Now.
 	Now func() time.Time
+	// Trail, if set, records every set put in force (EventLoaded) and
+	// every set refused (EventRefused) to the audit trail, so that the
+	// trail shows which set decided each call.
+	Trail Recorder
 }
+
+// Recorder appends an event to the audit trail (an *audit.Trail; the
+// same method as authz.Recorder). Policy sets are local to a replica, so
+// their events carry no etcd revision.
+type Recorder interface {
+	Record(ctx context.Context, kind string, revision int64, data any) error
+}
+
+// Event kinds a Manager records.
+const (
+	EventLoaded  = "policy"
+	EventRefused = "policy-refused"
+)
 
 // Status is what /readyz shows about policies: the set in force and the
 // last reload failure, if the most recent attempt failed.
@@ -69,10 +86,11 @@ type Status struct {
 // load or fails its tests never replaces the working one. All methods are
 // safe for concurrent use.
 type Manager struct {
-	src  Source
-	fsys fs.FS
-	log  *slog.Logger
-	now  func() time.Time
+	src   Source
+	fsys  fs.FS
+	log   *slog.Logger
+	now   func() time.Time
+	trail Recorder
 
 	cur atomic.Pointer[Set]
 
@@ -95,7 +113,7 @@ func NewManager(ctx context.Context, src Source, opts ManagerConfig) (*Manager, 
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{src: src, fsys: fsys, log: opts.Logger, now: opts.Now}
+	m := &Manager{src: src, fsys: fsys, log: opts.Logger, now: opts.Now, trail: opts.Trail}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -165,6 +183,7 @@ func (m *Manager) applyLocked(ctx context.Context, pf *policyFiles, readErr erro
 			})
 			if old == nil || old.digest != s.digest {
 				m.log.Info("policy set loaded", "source", m.src.String(), "digest", s.digest, "files", s.files)
+				m.record(ctx, EventLoaded, map[string]any{"source": m.src.String(), "digest": s.digest, "files": s.files})
 			}
 			return nil
 		}
@@ -176,8 +195,20 @@ func (m *Manager) applyLocked(ctx context.Context, pf *policyFiles, readErr erro
 	if cur := m.cur.Load(); cur != nil {
 		m.log.Error("policy reload failed; keeping the set in force",
 			"source", m.src.String(), "digest", cur.digest, "err", err)
+		m.record(ctx, EventRefused, map[string]any{"source": m.src.String(), "inForce": cur.digest, "error": err.Error()})
 	}
 	return err
+}
+
+// record appends an event to the trail, if there is one; a failure is
+// logged and changes nothing.
+func (m *Manager) record(ctx context.Context, kind string, data any) {
+	if m.trail == nil {
+		return
+	}
+	if err := m.trail.Record(context.WithoutCancel(ctx), kind, 0, data); err != nil {
+		m.log.Error("audit trail: event not recorded", "kind", kind, "err", err)
+	}
 }
 
 // fingerprintOf is what Watch compares between polls: the digest of the

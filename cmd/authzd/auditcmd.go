@@ -23,10 +23,15 @@ import (
 // which).
 var errTrailFailed = errors.New("the audit trail does not verify")
 
-// auditCommand runs `authzd audit verify [--jwks FILE|URL] [--json] [DIR]`.
+// auditCommand runs `authzd audit verify [--jwks FILE|URL] [--json] [DIR]`
+// and `authzd audit formation ID [DIR]`.
 func auditCommand(ctx context.Context, sub string, args []string, stdout io.Writer) error {
-	if sub != "verify" {
-		return fmt.Errorf("%w: unknown audit command %q (verify)", cli.ErrUsage, sub)
+	switch sub {
+	case "verify":
+	case "formation":
+		return auditFormation(args, stdout)
+	default:
+		return fmt.Errorf("%w: unknown audit command %q (verify, formation)", cli.ErrUsage, sub)
 	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	jwks := fs.String("jwks", "", "the published signing keys: a JWKS file, or authzd's URL (its /.well-known/jwks.json); default: the dispatch key --dev keeps beside DIR")
@@ -66,6 +71,35 @@ func auditCommand(ctx context.Context, sub string, args []string, stdout io.Writ
 	}
 	if !r.OK {
 		return errTrailFailed
+	}
+	return nil
+}
+
+// errNoSuchFormation: the trail holds nothing of the formation asked for.
+var errNoSuchFormation = errors.New("the audit trail holds no event of that formation")
+
+// auditFormation prints the trail's events of one formation, one JSON
+// object a line, in etcd's order.
+func auditFormation(args []string, stdout io.Writer) error {
+	if len(args) < 1 || len(args) > 2 || strings.HasPrefix(args[0], "-") {
+		return fmt.Errorf("%w: audit formation ID [DIR]", cli.ErrUsage)
+	}
+	dir := filepath.Join("fcd-data", "audit")
+	if len(args) == 2 {
+		dir = args[1]
+	}
+	events, err := audit.FormationHistory(dir, args[0])
+	if err != nil {
+		return err
+	}
+	if len(events) == 0 {
+		return fmt.Errorf("%w: %s under %s", errNoSuchFormation, args[0], dir)
+	}
+	enc := json.NewEncoder(stdout)
+	for _, ev := range events {
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
 	}
 	return nil
 }

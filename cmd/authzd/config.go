@@ -86,6 +86,10 @@ type Config struct {
 	// FormationTTL is how long a formation may wait for approval and
 	// admission.
 	FormationTTL Duration `json:"formationTTL"`
+	// FormationRetention is how long etcd keeps a formation after its
+	// lease closed (or it expired unadmitted); the audit trail keeps it
+	// after that.
+	FormationRetention Duration `json:"formationRetention"`
 	// SigningKey is the private JWK (Ed25519 or P-256, with a kid) that
 	// signs dispatch tokens; --dev generates one. Without it the server
 	// registers and forms but does not admit.
@@ -102,6 +106,9 @@ type Config struct {
 	// Replica names this replica's chain in the trail: stable across its
 	// restarts, distinct between replicas; empty means the host name.
 	Replica string `json:"replica"`
+	// AuditArguments is what the trail keeps of a call's arguments beside
+	// their digest: none, redacted, digested or all (authz.TrailArguments).
+	AuditArguments string `json:"auditArguments"`
 	// TokenLifetime is how long a dispatch token is valid.
 	TokenLifetime Duration `json:"tokenLifetime"`
 	// ReportGrace is how long after an admission its token may be issued
@@ -164,8 +171,11 @@ func (c *Config) Validate() error {
 	if c.BodyLimit <= 0 {
 		errs = append(errs, errors.New("bodyLimit must be positive"))
 	}
-	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 || c.ReportGrace <= 0 {
-		errs = append(errs, errors.New("policyPoll, formationTTL and reportGrace must be positive"))
+	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 || c.ReportGrace <= 0 || c.FormationRetention <= 0 {
+		errs = append(errs, errors.New("policyPoll, formationTTL, formationRetention and reportGrace must be positive"))
+	}
+	if _, err := authz.ParseTrailArguments(c.AuditArguments); err != nil {
+		errs = append(errs, fmt.Errorf("auditArguments %q: want none, redacted, digested or all", c.AuditArguments))
 	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		errs = append(errs, errors.New("etcdCert and etcdKey go together"))
@@ -295,12 +305,14 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	path(&cfg.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
 	fs.TextVar(&cfg.PolicyPoll, "policy-poll", Duration(2*time.Second), "how often to check the policy directory for changes")
 	fs.TextVar(&cfg.FormationTTL, "formation-ttl", Duration(15*time.Minute), "how long a formation may wait for approval and admission")
+	fs.TextVar(&cfg.FormationRetention, "formation-retention", Duration(24*time.Hour), "how long etcd keeps a formation after its lease closed or it expired; the audit trail keeps it after (authzd audit formation)")
 	fs.TextVar(&cfg.ReportGrace, "report-grace", Duration(5*time.Minute), "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
 	fs.StringVar(&cfg.GatewayCaller, "gateway-caller", string(authz.CallerPrincipal), "bind gateway admissions to the caller the gateway authenticated (its Fcd-Caller header): principal (a formation runs only for its principal) or off")
 	path(&cfg.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
 	fs.StringVar(&cfg.SigningAlg, "signing-alg", "EdDSA", "algorithm of the key --dev generates: EdDSA or ES256")
 	fs.StringVar(&cfg.Issuer, "issuer", "fcd", "iss claim of dispatch tokens")
 	fs.StringVar(&cfg.AuditDir, "audit-dir", "", "audit trail directory (default: DATA-DIR/audit; off: none); checkpoints are signed with --signing-key")
+	fs.StringVar(&cfg.AuditArguments, "audit-arguments", "none", "what the audit trail keeps of a call's arguments beside their digest: none, redacted or digested (sensitive members — writeOnly in the input schema, or named like a secret — replaced by [redacted] or their digest), or all")
 	fs.StringVar(&cfg.Replica, "replica", "", "this replica's name in the audit trail, stable across restarts and distinct between replicas (default: the host name)")
 	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(30*time.Second), "dispatch token lifetime")
 	fs.StringVar(&cfg.DecisionLogURL, "decision-log-url", "", "URL of a service to export decision logs to in OPA's format (empty: none)")

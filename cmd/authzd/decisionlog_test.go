@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,25 @@ func TestServeExportsDecisionLogs(t *testing.T) {
 	}
 	if auth := r.Auth(); auth[0] != "Bearer "+secret {
 		t.Errorf("Authorization %q", auth[0])
+	}
+	// The exporter's counts are on /metrics once the upload's answer is in.
+	want := []string{"fcd_decision_log_events_sent_total 1\n", `fcd_decision_log_uploads_total{result="ok"} 1` + "\n",
+		"fcd_decision_log_events_pending 0\n", "fcd_decision_log_events_dropped_total 0\n"}
+	for metrics := ""; ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(metrics, w) })
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %q:\n%s", missing, metrics)
+		}
 	}
 	stop()
 	stopped = true

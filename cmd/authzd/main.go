@@ -11,6 +11,7 @@
 //	authzd policy eval --input FILE [--policy-dir DIR]
 //	authzd credential new --role ROLE [--id ID] [--pool POOL ...]
 //	authzd audit verify [--jwks FILE|URL] [--json] [DIR]
+//	authzd audit formation ID [DIR]
 //
 // Every command reads a file or stdin and writes stdout; errors go to
 // stderr with a non-zero exit status.
@@ -50,6 +51,8 @@ const usage = `usage:
                                             verify the audit trail's hash chains and signed
                                             checkpoints (default DIR: fcd-data/audit); exit 1
                                             naming each problem
+  authzd audit formation ID [DIR]           print what the trail holds of one formation (also
+                                            once etcd collected it), as JSON lines
 `
 
 func main() {
@@ -87,7 +90,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return policyCommand(ctx, args[1], args[2:], stdin, stdout)
 	case "audit":
 		if len(args) < 2 {
-			return fmt.Errorf("%w: audit needs verify", cli.ErrUsage)
+			return fmt.Errorf("%w: audit needs verify or formation", cli.ErrUsage)
 		}
 		return auditCommand(ctx, args[1], args[2:], stdout)
 	case "credential":

@@ -129,17 +129,7 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 	if err := s.openStore(ctx); err != nil {
 		return nil, err
 	}
-	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
-	if s.policies, err = policy.NewManager(ctx, src, policy.ManagerConfig{Logger: s.log}); err != nil {
-		return nil, err
-	}
-	s.log.Info("policies loaded", "source", src.String(), "digest", s.policies.Status().Digest)
-	// Registered now, so that a SIGHUP once the server listens reloads
-	// the policies instead of ending the process.
-	s.hup = make(chan os.Signal, 1)
-	signal.Notify(s.hup, syscall.SIGHUP)
-
-	registry, err := s.buildUseCases(verifier)
+	registry, err := s.buildUseCases(ctx, verifier)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +160,7 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 
 // buildUseCases builds the registry, the token issuer (with a signing
 // key) and the use cases on the store and the policies.
-func (s *server) buildUseCases(verifier *manifest.Verifier) (*authz.Registry, error) {
+func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier) (*authz.Registry, error) {
 	cfg := &s.cfg
 	var certificates *manifest.Verifier
 	var err error
@@ -198,13 +188,25 @@ func (s *server) buildUseCases(verifier *manifest.Verifier) (*authz.Registry, er
 	if s.trail != nil {
 		rec = s.trail
 	}
+	// The policies load once the trail is open: it records the set put in
+	// force, which the audit checks each decision against.
+	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
+	if s.policies, err = policy.NewManager(ctx, src, policy.ManagerConfig{Logger: s.log, Trail: rec}); err != nil {
+		return nil, err
+	}
+	s.log.Info("policies loaded", "source", src.String(), "digest", s.policies.Status().Digest)
+	// Registered now, so that a SIGHUP once the server listens reloads
+	// the policies instead of ending the process.
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
 	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: s.store, Manifests: verifier, Certificates: certificates,
 		Logger: s.log, Trail: rec})
 	if err != nil {
 		return nil, err
 	}
 	ucCfg := authz.Config{
-		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Logger: s.log, Issuer: s.issuer,
+		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Retention: time.Duration(cfg.FormationRetention), Logger: s.log,
+		TrailArguments: authz.TrailArguments(cfg.AuditArguments), Issuer: s.issuer,
 		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
 		Trail: rec,
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
@@ -196,11 +197,19 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	issuer := manifesttest.NewSigner(t)
 	s.issuerKey = issuer.Key
 	log := slog.New(slog.DiscardHandler)
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
+	sigKey, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sigKey, err := manifest.GenerateKey(jwa.EdDSA)
+	// Every stack keeps an audit trail; when the test ends, the trail of
+	// its run must verify clean: every chain intact, every property held.
+	trailRoot := t.TempDir()
+	trail, err := audit.Open(audit.Config{Root: trailRoot, Replica: "e2e", Key: sigKey, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { verifyTrail(t, trail, trailRoot, sigKey) })
+	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log, Trail: trail})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +221,10 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	t.Cleanup(cancel)
 	go iss.Publish(ctx, store)
 	h, err := api.New(api.Config{
-		Registry:     authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log, Certificates: issuer.Verifier}),
-		UseCases:     authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuer.Verifier}),
+		Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log,
+			Certificates: issuer.Verifier, Trail: trail}),
+		UseCases: authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuer.Verifier,
+			Trail: trail}),
 		PolicyStatus: pm.Status, Auth: auth, Logger: log,
 	})
 	if err != nil {
@@ -285,6 +296,32 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		}
 	})
 	return s
+}
+
+// verifyTrail closes a stack's trail once its servers stopped and requires
+// audit verify's report over it to be clean.
+func verifyTrail(t *testing.T, trail *audit.Trail, root string, key jwk.Key) {
+	t.Helper()
+	if err := trail.Close(); err != nil {
+		t.Errorf("close the audit trail: %v", err)
+		return
+	}
+	keys, err := manifest.PublicSet(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := audit.Verify(root, keys)
+	if err != nil {
+		t.Errorf("audit verify: %v", err)
+		return
+	}
+	if !r.OK {
+		t.Errorf("the audit trail of the run does not verify:\n%s", r.Summary())
+	}
+	// At least the two manifests and the policy set are in it.
+	if len(r.Chains) != 1 || r.Chains[0].Events < 3 {
+		t.Errorf("the audit trail of the run holds %+v", r.Chains)
+	}
 }
 
 func jtiOf(token string) string {
