@@ -175,3 +175,57 @@ func TestPropertiesOverHistory(t *testing.T) {
 		})
 	}
 }
+
+// TestPropertiesAcrossReplicas: the properties are checked over the
+// chains of every replica merged by etcd revision — a call formed and
+// drained on one replica and admitted on another verifies, and the same
+// admission placed after the other replica's drain is named.
+func TestPropertiesAcrossReplicas(t *testing.T) {
+	key, keys := newKey(t, "k1")
+	for _, tc := range []struct {
+		name     string
+		admitted int64
+		want     string
+	}{
+		{"admitted before the drain", 12, ""},
+		{"admitted after the drain", 21, audit.PropEpochActive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			chains := map[string][]ev{
+				"r1": {
+					{"formation", 10, m{"id": "F1", "session": "S", "tool": "srv/a", "principal": "alice", "digest": "d",
+						"approvalsRequired": 0, "source": m{"epoch": "E1"}, "successor": nil, "decision": m{"policyDigest": "P"}}},
+					{"drain", 20, m{"epoch": "E1"}},
+				},
+				"r2": {
+					{"admission", tc.admitted, m{"formation": "F1", "lease": "L1", "session": "S", "tool": "srv/a",
+						"target": m{"epoch": "E1", "pool": "p"}, "generation": 0, "successor": false}},
+				},
+			}
+			for replica, events := range chains {
+				tr, err := audit.Open(audit.Config{Root: root, Replica: replica, Key: key, CheckpointInterval: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range events {
+					if err := tr.Record(context.Background(), e.kind, e.rev, e.data); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := tr.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := mustVerify(t, root, keys)
+			switch {
+			case len(r.Chains) != 2:
+				t.Fatalf("%d chains verified", len(r.Chains))
+			case tc.want == "" && !r.OK:
+				t.Fatalf("a clean history fails:\n%s", r.Summary())
+			case tc.want != "" && !hasProblem(r, tc.want):
+				t.Fatalf("want %s, got:\n%s", tc.want, r.Summary())
+			}
+		})
+	}
+}
