@@ -52,6 +52,7 @@ type completeRequest struct {
 	Detail    string            `json:"detail"`
 	Claim     string            `json:"claim"`
 	Admission *record.Admission `json:"admission"`
+	Failure   *record.Failure   `json:"failure"`
 }
 
 func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +64,7 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 	caller, _ := CallerFrom(r.Context())
 	l, err := s.uc.Leases.Complete(r.Context(), authz.CompleteRequest{
 		Lease: chi.URLParam(r, "lease"), Outcome: req.Outcome, Detail: req.Detail, Claim: req.Claim, Pools: caller.Pools,
-		Admission: req.Admission,
+		Admission: req.Admission, Failure: req.Failure,
 	})
 	if err != nil {
 		s.problem(w, r, err)
@@ -108,7 +109,7 @@ func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
 	reqs := make([]authz.CompleteRequest, len(req.Reports))
 	for i, rep := range req.Reports {
 		reqs[i] = authz.CompleteRequest{Lease: rep.Lease, Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim,
-			Pools: caller.Pools, Admission: rep.Admission}
+			Pools: caller.Pools, Admission: rep.Admission, Failure: rep.Failure}
 	}
 	leases, errs := s.uc.Leases.CompleteAll(r.Context(), reqs)
 	results := make([]outcomeResult, len(reqs))

@@ -49,6 +49,38 @@ func (s *server) createFormation(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, f)
 }
 
+// recoverRequest is the body of POST /v1/formations/{id}/recover: empty
+// for a retry, the alternative call for a fallback, new arguments (or
+// none) for prompt_user.
+type recoverRequest struct {
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// recoverFormation forms a call that recovers a failed, refused or
+// uncertain-resolved one, as its declared failure mode allows; it is
+// answered as a formation is.
+func (s *server) recoverFormation(w http.ResponseWriter, r *http.Request) {
+	var req recoverRequest
+	if err := decodeJSON(r, &req, true); err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	caller, _ := CallerFrom(r.Context())
+	f, err := s.uc.Formations.Recover(r.Context(), authz.RecoverRequest{Formation: chi.URLParam(r, "formation"), Host: caller.ID,
+		Tool: req.Tool, Arguments: req.Arguments})
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/formations/"+f.ID)
+	status := http.StatusCreated
+	if f.Status == record.StatusDenied {
+		status = http.StatusForbidden
+	}
+	writeJSON(w, status, f)
+}
+
 func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
 	f, err := s.uc.Formations.Get(r.Context(), chi.URLParam(r, "formation"))
 	if err != nil {

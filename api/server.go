@@ -139,6 +139,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}", s.showSnapshot)
 		r.With(s.require(RoleHost)).Get("/snapshots/{snapshot}/tools/{server}/{tool}", s.showSnapshotTool)
 		r.With(s.require(RoleHost), s.limitCaller(s.formations)).Post("/formations", s.createFormation)
+		r.With(s.require(RoleHost), s.limitCaller(s.formations)).Post("/formations/{formation}/recover", s.recoverFormation)
 		r.With(s.require(RoleHost, RoleApprover, RoleOperator)).Get("/formations", s.listFormations)
 		r.With(s.require(RoleHost, RoleApprover, RoleOperator)).Get("/formations/{formation}", s.showFormation)
 		r.With(s.require(RoleApprover)).Post("/formations/{formation}/approvals", s.approveFormation)

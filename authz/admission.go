@@ -240,6 +240,9 @@ func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev in
 		ID: lid, Formation: rec.ID, Session: rec.Session, Tool: rec.Tool, ArgumentDigest: rec.ArgumentDigest,
 		Target: target, Generation: gen, AdmittedAt: now,
 	}
+	if rec.Recovery != nil {
+		l.RecoveryOf = rec.Recovery.Root
+	}
 	req := lease.AdmitRequest{Formation: rec, FormationRev: rev, Lease: l}
 	if cert != nil {
 		l.Certificate = cert.ID
@@ -413,7 +416,7 @@ func (ad *Admissions) token(l *record.Lease, now time.Time) (*Admission, error) 
 		Formation: l.Formation, Tool: l.Tool, ArgumentDigest: l.ArgumentDigest,
 		Epoch: l.Target.Epoch, Artifact: l.Target.Artifact.ID(), Config: l.Target.ConfigDigest,
 		Generation: l.Generation, Revision: l.Revision, Cluster: l.Cluster,
-		Admitted: l.AdmittedAt.UnixMilli(),
+		Admitted: l.AdmittedAt.UnixMilli(), RecoveryOf: l.RecoveryOf,
 	}, now)
 	if err != nil {
 		return nil, err
@@ -494,6 +497,9 @@ type CompleteRequest struct {
 	// transaction and no read. The store proves them; wrong facts only
 	// cost the read they would have saved.
 	Admission *record.Admission
+	// Failure is what the backend answered a failed or refused call (kept
+	// for its recovery); only with outcome failed or rejected.
+	Failure *record.Failure
 	// Pools, when not empty, limits the reporter to leases of these pools:
 	// a lease of another pool is refused with ErrLeaseOutOfScope and left
 	// as it is, so a backend of one pool cannot release (or hold) the
@@ -520,6 +526,10 @@ func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (*record.Le
 
 // MaxCompleteBatch bounds the reports of one CompleteAll.
 const MaxCompleteBatch = 256
+
+// MaxFailureText bounds a reported failure's error name and message (the
+// fence cuts them to 256 bytes; this leaves room for other reporters).
+const MaxFailureText = 1024
 
 // CompleteAll applies many outcomes, each as Complete would, with its
 // own answer (the lease or the error, by index). The common reports
@@ -560,6 +570,14 @@ func (ls *Leases) closeRequest(req CompleteRequest) (lease.CloseRequest, error) 
 	if len(req.Claim) > lease.MaxClaimIDLength {
 		return lease.CloseRequest{}, fmt.Errorf("%w: claim longer than %d bytes", ErrBadRequest, lease.MaxClaimIDLength)
 	}
+	if f := req.Failure; f != nil {
+		if req.Outcome != record.OutcomeFailed && req.Outcome != record.OutcomeRejected {
+			return lease.CloseRequest{}, fmt.Errorf("%w: a failure goes with outcome failed or rejected", ErrBadRequest)
+		}
+		if len(f.Error) > MaxFailureText || len(f.Message) > MaxFailureText {
+			return lease.CloseRequest{}, fmt.Errorf("%w: failure error and message are at most %d bytes", ErrBadRequest, MaxFailureText)
+		}
+	}
 	var allow func(string) error
 	if len(req.Pools) > 0 {
 		allow = func(pool string) error {
@@ -571,7 +589,7 @@ func (ls *Leases) closeRequest(req CompleteRequest) (lease.CloseRequest, error) 
 	}
 	return lease.CloseRequest{
 		Lease: req.Lease, Outcome: req.Outcome, Claim: req.Claim, Keep: ls.retention, AllowPool: allow,
-		Admission: req.Admission,
+		Admission: req.Admission, Failure: req.Failure,
 	}, nil
 }
 

@@ -140,6 +140,11 @@ func (r *FormRequest) validate() error {
 // stored too (status denied, kept for audit) and returned without error;
 // the caller tells the outcome from Status.
 func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formation, error) {
+	return f.form(ctx, req, nil)
+}
+
+// form is Form, of a recovery when recovery is set.
+func (f *Formations) form(ctx context.Context, req FormRequest, recovery *record.Recovery) (*record.Formation, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
@@ -202,7 +207,7 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 			Summary: d.Summary, SideEffects: d.SideEffects, RequiresApproval: d.RequiresApproval,
 			FailureModes: d.FailureModes, Dependencies: d.Dependencies,
 		},
-		CreatedAt: now, ExpiresAt: now.Add(f.ttl),
+		CreatedAt: now, ExpiresAt: now.Add(f.ttl), Recovery: recovery,
 	}, Approvals: []record.Approval{}}
 	in := &policy.Input{
 		Phase:   policy.PhaseFormation,
@@ -226,6 +231,9 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 	rec.UpdatedAt = now
 	rev, err := f.store.CreateFormation(ctx, rec, f.keep)
 	if err != nil {
+		if errors.Is(err, record.ErrRecoveryExists) {
+			return nil, fmt.Errorf("authz: recover: %w", err)
+		}
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
 	f.ready.put(rec, rev)
@@ -251,10 +259,17 @@ func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formati
 // write or delete. This is the code-level MCP+ invariant.
 func requiredApprovals(f *record.Formation) int {
 	n := f.Decision.Approvals
-	if (f.Metadata.RequiresApproval || f.Metadata.SideEffects.Mutating()) && n < 1 {
+	if (f.Metadata.RequiresApproval || f.Metadata.SideEffects.Mutating() || promptsUser(f)) && n < 1 {
 		n = 1
 	}
 	return n
+}
+
+// promptsUser: f recovers a call whose failure mode says to ask the user,
+// so it runs only once a person approved it.
+func promptsUser(f *record.Formation) bool {
+	r := f.Recovery
+	return r != nil && r.FailureMode != nil && r.FailureMode.Recovery == manifest.RecoveryPromptUser
 }
 
 // approvedBy counts the distinct approvers that approved f.

@@ -52,11 +52,28 @@ type Claims struct {
 	// fence without authzd refuses tokens of leases admitted before its
 	// process started.
 	Admitted int64 `json:"fcd_admitted"`
+	// RecoveryOf is set on the token of a recovery only (the one claim a
+	// token may lack): the first formation of the recovery chain, the same
+	// on every attempt's token. A backend deduplicates on it — on
+	// Formation when it is empty — so a recovered effect that did run
+	// once is not run again ([Claims.IdempotencyKey]).
+	RecoveryOf string `json:"fcd_recovery_of,omitempty"`
 
 	// ClaimID is not a claim of the token: [Verifier.Verify] sets it when
 	// it claimed the lease in authzd for this call (a [Verifier.Claimer]
 	// is set). Report the call's outcome under it.
 	ClaimID string `json:"-"`
+}
+
+// IdempotencyKey is the key a backend deduplicates a call's effect on
+// across recovery attempts: RecoveryOf for a recovery, else Formation.
+// The upstream of `fencecheck proxy` receives it as the RecoveryHeader
+// (only for a recovery).
+func (c *Claims) IdempotencyKey() string {
+	if c.RecoveryOf != "" {
+		return c.RecoveryOf
+	}
+	return c.Formation
 }
 
 // Validate reports the first required claim that is missing or empty,

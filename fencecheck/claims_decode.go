@@ -8,7 +8,11 @@ var claimNames = [...]string{
 	"iss", "aud", "sub", "jti", "iat", "nbf", "exp",
 	"fcd_formation", "fcd_tool", "fcd_args", "fcd_epoch", "fcd_artifact", "fcd_config",
 	"fcd_generation", "fcd_revision", "fcd_cluster", "fcd_admitted",
+	"fcd_recovery_of",
 }
+
+// optionalClaims is the presence mask of the claims a token may lack.
+const optionalClaims = 1 << 17
 
 // decodeClaims decodes a token payload strictly: one JSON object whose
 // members are exactly the claims of Claims, each present once, names
@@ -43,9 +47,12 @@ func decodeClaims(payload []byte) (*Claims, error) {
 		return nil, fmt.Errorf("payload: %w", err)
 	}
 	for i, n := range claimNames {
-		if seen&(1<<i) == 0 {
+		if seen&(1<<i) == 0 && optionalClaims&(1<<i) == 0 {
 			return nil, fmt.Errorf("claim %s is missing", n)
 		}
+	}
+	if seen&optionalClaims != 0 && c.RecoveryOf == "" {
+		return nil, fmt.Errorf("claim fcd_recovery_of is empty")
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -91,6 +98,8 @@ func (c *Claims) field(name []byte) (int, *string, *int64) {
 		return 15, &c.Cluster, nil
 	case "fcd_admitted":
 		return 16, nil, &c.Admitted
+	case "fcd_recovery_of":
+		return 17, &c.RecoveryOf, nil
 	}
 	return -1, nil, nil
 }

@@ -26,6 +26,10 @@ const (
 	// before the first write (or with nothing written); the middleware
 	// removes it from the response.
 	OutcomeHeader = "Fcd-Outcome"
+	// RecoveryHeader carries a verified recovery's [Claims.RecoveryOf] to
+	// the handler: the middleware sets it on the request it passes on (so
+	// `fencecheck proxy` sends it upstream) and removes any a client sent.
+	RecoveryHeader = "Fcd-Recovery-Of"
 	// DefaultMaxBodyBytes bounds a request body when MaxBodyBytes is zero.
 	DefaultMaxBodyBytes = 1 << 20
 )
@@ -128,6 +132,8 @@ type middleware struct {
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Only a verified token says a call is a recovery.
+	r.Header.Del(RecoveryHeader)
 	// Every request with a body is classified, whatever its method: a
 	// lenient server might run a JSON-RPC body that came with PUT.
 	if r.ContentLength == 0 && !headerSaysCall(r) {
@@ -234,21 +240,24 @@ func (m *middleware) release(r *http.Request, token string, rerr *RejectError) {
 // from the evidence of the backend's answer.
 func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *Claims, tool string, id json.RawMessage) {
 	var reported atomic.Bool
-	report := func(o Outcome, detail string) {
+	report := func(o Outcome, detail string, failure *Failure) {
 		if !reported.CompareAndSwap(false, true) {
 			return
 		}
 		m.log.Info("fencecheck: call outcome", "jti", claims.ID, "tool", tool, "outcome", o, "detail", detail)
 		if m.opts.Reporter != nil {
 			m.opts.Reporter.Report(OutcomeReport{Lease: claims.ID, Claim: claims.ClaimID, Outcome: o, Detail: detail,
-				Admission: claims.Admission()})
+				Admission: claims.Admission(), Failure: failure})
 		}
+	}
+	if claims.RecoveryOf != "" {
+		r.Header.Set(RecoveryHeader, claims.RecoveryOf)
 	}
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), claimsKey{}, claims))
 	defer cancel()
 	if m.opts.Timeout > 0 {
 		timer := time.AfterFunc(m.opts.Timeout, func() {
-			report(OutcomeUncertain, "handler exceeded "+m.opts.Timeout.String())
+			report(OutcomeUncertain, "handler exceeded "+m.opts.Timeout.String(), nil)
 			cancel()
 		})
 		defer timer.Stop()
@@ -264,9 +273,9 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 			// have run: uncertain.
 			if p == http.ErrAbortHandler && ow.scan.got != answeredNone {
 				o, d := classify(ow, "; then the relay was aborted")
-				report(o, d)
+				report(o, d, ow.scan.failureFor(o))
 			} else {
-				report(OutcomeUncertain, "handler panicked before answering the call")
+				report(OutcomeUncertain, "handler panicked before answering the call", nil)
 			}
 			panic(p)
 		}
@@ -278,7 +287,8 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 		ow.WriteHeader(http.StatusOK)
 	}
 	ow.scan.finish()
-	report(classify(ow, ""))
+	o, d := classify(ow, "")
+	report(o, d, ow.scan.failureFor(o))
 }
 
 // classify is the outcome table of the package README: what the handler

@@ -35,6 +35,8 @@ type completion struct {
 	Auth     string
 	// Admission is what the report repeated of the token's admission.
 	Admission *fencecheck.Admission
+	// Failure is what the report said the backend answered.
+	Failure *fencecheck.Failure
 }
 
 // claimBody is the body of POST /v1/leases/{lease}/claim (API.md).
@@ -99,6 +101,7 @@ func newAuthzdStub(t *testing.T) *authzdStub {
 			Detail    string                `json:"detail"`
 			Claim     *string               `json:"claim"`
 			Admission *fencecheck.Admission `json:"admission"`
+			Failure   *fencecheck.Failure   `json:"failure"`
 		}
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
@@ -107,7 +110,7 @@ func newAuthzdStub(t *testing.T) *authzdStub {
 			return
 		}
 		c := completion{Lease: r.PathValue("lease"), Outcome: body.Outcome, Detail: body.Detail,
-			Auth: r.Header.Get("Authorization"), HasClaim: body.Claim != nil, Admission: body.Admission}
+			Auth: r.Header.Get("Authorization"), HasClaim: body.Claim != nil, Admission: body.Admission, Failure: body.Failure}
 		if body.Claim != nil {
 			c.Claim = *body.Claim
 		}

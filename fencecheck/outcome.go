@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"mime"
 	"strconv"
+	"unicode/utf8"
 )
 
 // answer is what the backend answered a call, as its response shows.
@@ -40,6 +41,17 @@ type answerScanner struct {
 	data     []byte // SSE: the data of the event being read
 	overflow bool
 	got      answer
+	// failure is what a JSON-RPC error or a tool error said.
+	failure *Failure
+}
+
+// failureFor is what the answer said of a failure, for an outcome that
+// is one (failed, rejected); nil otherwise.
+func (a *answerScanner) failureFor(o Outcome) *Failure {
+	if o != OutcomeFailed && o != OutcomeRejected {
+		return nil
+	}
+	return a.failure
 }
 
 // start is called with the response's Content-Type before the body.
@@ -139,16 +151,58 @@ func (a *answerScanner) message(b []byte) {
 	switch {
 	case len(m.Error) > 0 && !bytes.Equal(m.Error, []byte("null")):
 		a.got = answeredError
+		var e struct {
+			Code    int64           `json:"code"`
+			Message string          `json:"message"`
+			Data    json.RawMessage `json:"data"`
+		}
+		if json.Unmarshal(m.Error, &e) == nil {
+			a.failure = &Failure{Code: e.Code, Error: errorName(e.Data), Message: cut(e.Message)}
+		}
 	case len(m.Result) > 0:
 		var r struct {
-			IsError bool `json:"isError"`
+			IsError           bool `json:"isError"`
+			Content           []struct{ Type, Text string }
+			StructuredContent json.RawMessage `json:"structuredContent"`
 		}
 		if json.Unmarshal(m.Result, &r) == nil && r.IsError {
 			a.got = answeredToolError
+			f := &Failure{Error: errorName(r.StructuredContent)}
+			for _, c := range r.Content {
+				if c.Type == "text" {
+					f.Message = cut(c.Text)
+					break
+				}
+			}
+			a.failure = f
 		} else {
 			a.got = answeredResult
 		}
 	}
+}
+
+// errorName is the "error" member of an object, when it is a string.
+func errorName(obj json.RawMessage) string {
+	var o struct {
+		Error any `json:"error"`
+	}
+	if json.Unmarshal(obj, &o) != nil {
+		return ""
+	}
+	s, _ := o.Error.(string)
+	return cut(s)
+}
+
+// cut shortens s to MaxFailureMessage bytes, on a rune boundary.
+func cut(s string) string {
+	if len(s) <= MaxFailureMessage {
+		return s
+	}
+	s = s[:MaxFailureMessage]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // sameID reports whether two JSON-RPC ids are the same value: equal

@@ -3,8 +3,11 @@ package fencecheck_test
 import (
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
 )
@@ -227,6 +230,90 @@ func TestMiddlewareOutcomeFromEvidence(t *testing.T) {
 			got := b.drained(t)
 			if len(got) != 1 || got[0].Lease != claims.ID || got[0].Claim != claim || got[0].Outcome != tc.want {
 				t.Fatalf("authzd received %+v, want one %s for lease %s under claim %s", got, tc.want, claims.ID, claim)
+			}
+			if f := got[0].Failure; f != nil && tc.want != fencecheck.OutcomeFailed && tc.want != fencecheck.OutcomeRejected {
+				t.Fatalf("a %s outcome reported failure %+v", tc.want, f)
+			}
+		})
+	}
+}
+
+// TestMiddlewareReportsTheFailure: a tool error or a JSON-RPC error is
+// reported with what it says — the error's code, the error name it states
+// (data.error, structuredContent.error) and its message or first text,
+// cut to MaxFailureMessage bytes — for authzd to match against the tool's
+// failure modes; a result reports none.
+func TestMiddlewareReportsTheFailure(t *testing.T) {
+	const args = `{"name":"payroll-exports"}`
+	long := strings.Repeat("é", 200) // 400 bytes
+	for _, tc := range []struct {
+		note   string
+		answer string
+		want   fencecheck.Outcome
+		fail   *fencecheck.Failure
+	}{
+		{"tool error with a stated name", `{"jsonrpc":"2.0","id":7,"result":{"isError":true,"structuredContent":{"error":"rate_limited"},"content":[{"type":"image","data":"x"},{"type":"text","text":"rate_limited: slow down"}]}}`,
+			fencecheck.OutcomeFailed, &fencecheck.Failure{Error: "rate_limited", Message: "rate_limited: slow down"}},
+		{"tool error, text only", toolErrData, fencecheck.OutcomeFailed, &fencecheck.Failure{Message: "quota exceeded"}},
+		{"JSON-RPC error with data.error", `{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"the name is taken","data":{"error":"name_taken"}}}`,
+			fencecheck.OutcomeRejected, &fencecheck.Failure{Code: -32000, Error: "name_taken", Message: "the name is taken"}},
+		{"JSON-RPC error, a non-string data.error", `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"unknown tool","data":{"error":7}}}`,
+			fencecheck.OutcomeRejected, &fencecheck.Failure{Code: -32602, Message: "unknown tool"}},
+		{"a long message is cut on a rune", `{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"` + long + `"}}`,
+			fencecheck.OutcomeRejected, &fencecheck.Failure{Code: 1, Message: strings.Repeat("é", fencecheck.MaxFailureMessage/2)}},
+		{"a result", resultData, fencecheck.OutcomeEffect, nil},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			b := newBackend(t, backendConfig{online: true, call: answerJSON(200, tc.answer)})
+			tok, claims := b.token(t, "create_repository", args)
+			if _, err := do(t, "POST", b.url, callWithID("7", "create_repository", args), tok); err != nil {
+				t.Fatal(err)
+			}
+			got := b.drained(t)
+			if len(got) != 1 || got[0].Lease != claims.ID || got[0].Outcome != tc.want {
+				t.Fatalf("authzd received %+v, want one %s", got, tc.want)
+			}
+			if !reflect.DeepEqual(got[0].Failure, tc.fail) {
+				t.Fatalf("failure %+v, want %+v", got[0].Failure, tc.fail)
+			}
+		})
+	}
+}
+
+// TestMiddlewarePassesTheRecoveryOn: the handler of a recovery's call sees
+// the chain's first formation as the RecoveryHeader and in its claims; a
+// RecoveryHeader a client sent never reaches it, on a first call or on a
+// request that is no call at all.
+func TestMiddlewarePassesTheRecoveryOn(t *testing.T) {
+	const args = `{"name":"payroll-exports"}`
+	var seen atomic.Value
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get(fencecheck.RecoveryHeader))
+		answerJSON(200, resultData)(w, r)
+	}
+	for _, tc := range []struct {
+		note       string
+		recoveryOf string
+	}{{"a recovery", "fm_first"}, {"a first call", ""}} {
+		t.Run(tc.note, func(t *testing.T) {
+			b := newBackend(t, backendConfig{online: true, call: handler})
+			c := claimsFor(t, "github/create_repository", args)
+			now := time.Now()
+			c.IssuedAt, c.NotBefore, c.Expiry, c.Admitted = now.Unix(), now.Unix(), now.Unix()+30, now.UnixMilli()
+			c.RecoveryOf = tc.recoveryOf
+			req, _ := http.NewRequest("POST", b.url, strings.NewReader(callWithID("7", "create_repository", args)))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set(fencecheck.Header, b.key.Issue(t, c))
+			req.Header.Set(fencecheck.RecoveryHeader, "fm_forged")
+			if res, err := doRequest(req); err != nil || res.status != 200 {
+				t.Fatalf("call: %+v %v", res, err)
+			}
+			if got := seen.Load(); got != tc.recoveryOf {
+				t.Fatalf("the handler saw %s %q, want %q", fencecheck.RecoveryHeader, got, tc.recoveryOf)
+			}
+			if cl := b.claims.Load(); cl == nil || cl.RecoveryOf != tc.recoveryOf {
+				t.Fatalf("the handler's claims %+v", cl)
 			}
 		})
 	}

@@ -52,7 +52,26 @@ type OutcomeReport struct {
 	// without reading the lease first. It proves each fact, so wrong ones
 	// cost only that read.
 	Admission *Admission
+	// Failure is what the backend answered a failed or refused call (a
+	// tool error, a JSON-RPC error), for authzd to match against the
+	// tool's declared failure modes when the call is recovered.
+	Failure *Failure
 }
+
+// Failure is what a backend answered when a call failed or was refused:
+// a JSON-RPC error's code (none for a tool error: a result with
+// isError); the error name the answer states (the error's data.error, or
+// the result's structuredContent.error); and its message (the error's
+// message, or the result's first text content), cut to
+// MaxFailureMessage bytes.
+type Failure struct {
+	Code    int64  `json:"code,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// MaxFailureMessage bounds a reported failure's error name and message.
+const MaxFailureMessage = 256
 
 // Admission is what a dispatch token states of its lease's admission.
 type Admission struct {
@@ -295,11 +314,12 @@ type reportBody struct {
 	Detail    string     `json:"detail"`
 	Claim     string     `json:"claim,omitempty"`
 	Admission *Admission `json:"admission,omitempty"`
+	Failure   *Failure   `json:"failure,omitempty"`
 }
 
 // deliver posts one report, retrying transient failures.
 func (r *Reporter) deliver(rep OutcomeReport) {
-	body := reportBody{Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission}
+	body := reportBody{Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission, Failure: rep.Failure}
 	err := retry(r.stop, r.opts.MaxAttempts, r.opts.Backoff, r.opts.MaxBackoff, func() error {
 		if r.stop.Err() != nil {
 			return errGiveUp{errors.New("abandoned at close")}
@@ -324,7 +344,7 @@ func (r *Reporter) deliverBatch(batch []OutcomeReport) {
 		Reports []reportBody `json:"reports"`
 	}{make([]reportBody, len(batch))}
 	for i, rep := range batch {
-		body.Reports[i] = reportBody{Lease: rep.Lease, Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission}
+		body.Reports[i] = reportBody{Lease: rep.Lease, Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission, Failure: rep.Failure}
 	}
 	r.requests.Add(1)
 	a, err := r.authzd.post(r.stop, "/v1/leases/outcomes", body, 1<<20)

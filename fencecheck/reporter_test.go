@@ -213,6 +213,7 @@ func TestReporterBatches(t *testing.T) {
 		Detail    string                `json:"detail"`
 		Claim     string                `json:"claim"`
 		Admission *fencecheck.Admission `json:"admission"`
+		Failure   *fencecheck.Failure   `json:"failure"`
 	}
 	var (
 		mu      sync.Mutex

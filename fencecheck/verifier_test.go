@@ -85,6 +85,7 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 		want    fencecheck.Reason // "" accepts
 	}{
 		{note: "valid token", token: with(func(*fencecheck.Claims) {})},
+		{note: "a recovery's token (fcd_recovery_of)", token: with(func(c *fencecheck.Claims) { c.RecoveryOf = "fm_first" })},
 		{note: "signed the way authzd signs (jwx with the private JWK, as manifest.Sign)", token: func(t *testing.T) string {
 			h := jws.NewHeaders()
 			_ = h.Set(jws.TypeKey, fencecheck.TokenType)
@@ -210,6 +211,16 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			return key.Issue(t, m)
 		}},
 		{note: "zero fcd_admitted", want: fencecheck.ReasonClaims, token: with(func(c *fencecheck.Claims) { c.Admitted = 0 })},
+		{note: "empty fcd_recovery_of", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
+			m := claimsMap(t, validClaims(t))
+			m["fcd_recovery_of"] = ""
+			return key.Issue(t, m)
+		}},
+		{note: "fcd_recovery_of a number", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
+			m := claimsMap(t, validClaims(t))
+			m["fcd_recovery_of"] = 7
+			return key.Issue(t, m)
+		}},
 		{note: "fcd_admitted in seconds with a fraction", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["fcd_admitted"] = float64(testEpoch.Unix()) + 0.5
@@ -299,6 +310,13 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 				}
 				if claims.Tool != testTool || claims.Audience != testPool {
 					t.Fatalf("claims = %+v", claims)
+				}
+				if want := claims.Formation; claims.RecoveryOf != "" {
+					if claims.RecoveryOf != "fm_first" || claims.IdempotencyKey() != "fm_first" {
+						t.Fatalf("recovery claims = %+v", claims)
+					}
+				} else if claims.IdempotencyKey() != want {
+					t.Fatalf("idempotency key %q, want the formation %q", claims.IdempotencyKey(), want)
 				}
 				return
 			}

@@ -305,6 +305,9 @@ type CloseRequest struct {
 	// admission, and a report whose facts do not hold is handled as one
 	// without them. Never trusted beyond what the compares prove.
 	Admission *record.Admission
+	// Failure is what the backend answered a failed or refused call, kept
+	// with the formation's outcome for its recovery.
+	Failure *record.Failure
 	// Resolve marks an operator's resolution: the only way to close an
 	// uncertain lease (besides a newer generation), and only such a lease.
 	Resolve bool
@@ -339,7 +342,7 @@ func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease
 // closeRead is CloseLease by reading the lease first.
 func (s *Store) closeRead(ctx context.Context, req CloseRequest) (*record.Lease, error) {
 	id := req.Lease
-	return s.closeLease(ctx, id, req.Outcome, req.Keep, func(l *record.Lease) error {
+	return s.closeLease(ctx, id, req.Outcome, req.Failure, req.Keep, func(l *record.Lease) error {
 		if req.AllowPool != nil {
 			if err := req.AllowPool(l.Target.Pool); err != nil {
 				return err
@@ -459,7 +462,7 @@ func (s *Store) prepareFast(ctx context.Context, req CloseRequest) (*fastClose, 
 	} else {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.claim(id, req.Claim)), ">", 0))
 	}
-	oval, err := s.outcomeValue(req.Outcome)
+	oval, err := s.outcomeValue(req.Outcome, req.Failure)
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +495,7 @@ func (s *Store) finishFast(ctx context.Context, req CloseRequest, f *fastClose, 
 }
 
 // closeLease closes an open lease if check accepts it, reading it first.
-func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, keep time.Duration, check func(*record.Lease) error) (*record.Lease, error) {
+func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, failure *record.Failure, keep time.Duration, check func(*record.Lease) error) (*record.Lease, error) {
 	for range 16 {
 		l, revs, err := s.openLease(ctx, id)
 		if err != nil {
@@ -521,7 +524,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		if !gone {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k.formationOutcome(fid)), "=", sf.outcomeRev()))
 		}
-		oval, err := s.outcomeValue(outcome)
+		oval, err := s.outcomeValue(outcome, failure)
 		if err != nil {
 			return nil, err
 		}
@@ -574,7 +577,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 
 // outcomeValue is the formation's outcome key's value for a lease's
 // outcome: the status it gives the formation, and when.
-func (s *Store) outcomeValue(outcome record.Outcome) (string, error) {
+func (s *Store) outcomeValue(outcome record.Outcome, failure *record.Failure) (string, error) {
 	var status record.Status
 	switch outcome {
 	case record.OutcomeEffect:
@@ -588,7 +591,7 @@ func (s *Store) outcomeValue(outcome record.Outcome) (string, error) {
 	default:
 		return "", fmt.Errorf("lease: unknown outcome %q", outcome)
 	}
-	b, err := json.Marshal(&formationOutcome{Status: status, UpdatedAt: s.now().UTC()})
+	b, err := json.Marshal(&formationOutcome{Status: status, Outcome: outcome, Failure: failure, UpdatedAt: s.now().UTC()})
 	if err != nil {
 		return "", fmt.Errorf("lease: encode outcome: %w", err)
 	}
@@ -689,7 +692,7 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 		if json.Unmarshal(kv.Value, &l) != nil || l.Target.Pool != pool || l.Generation >= gen {
 			continue
 		}
-		closed, err := s.closeLease(ctx, l.ID, record.OutcomeReleased, keep, func(*record.Lease) error { return nil })
+		closed, err := s.closeLease(ctx, l.ID, record.OutcomeReleased, nil, keep, func(*record.Lease) error { return nil })
 		switch {
 		case errors.Is(err, record.ErrLeaseClosed):
 			continue // closed meanwhile by its report
@@ -757,7 +760,7 @@ func (s *Store) MarkUnreported(ctx context.Context, cutoff time.Time) ([]*record
 // (with the revision that marked it, Closed) if it did, nil if not. A
 // lease closed or marked meanwhile is left as it is.
 func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.Time) (*record.Lease, error) {
-	l, err := s.closeLease(ctx, id, record.OutcomeUncertain, 0, func(cur *record.Lease) error {
+	l, err := s.closeLease(ctx, id, record.OutcomeUncertain, nil, 0, func(cur *record.Lease) error {
 		if !unreported(cur, cutoff) {
 			return errReported
 		}

@@ -64,14 +64,16 @@ type formationState struct {
 
 // formationOutcome is the status a lease's outcome gave its formation.
 type formationOutcome struct {
-	Status    record.Status `json:"status"`
-	UpdatedAt time.Time     `json:"updatedAt"`
+	Status    record.Status   `json:"status"`
+	Outcome   record.Outcome  `json:"outcome,omitempty"`
+	Failure   *record.Failure `json:"failure,omitempty"`
+	UpdatedAt time.Time       `json:"updatedAt"`
 }
 
 // splitFormation encodes f's immutable part and its state.
 func splitFormation(f *record.Formation) (call, state []byte, err error) {
 	c := *f
-	c.Status, c.Approvals, c.Lease, c.UpdatedAt = "", nil, "", time.Time{}
+	c.Status, c.Approvals, c.Lease, c.Outcome, c.Failure, c.UpdatedAt = "", nil, "", "", nil, time.Time{}
 	if call, err = json.Marshal(&c); err != nil {
 		return nil, nil, fmt.Errorf("lease: encode formation: %w", err)
 	}
@@ -110,7 +112,7 @@ func (sf storedFormation) decode() (*record.Formation, error) {
 		if err := json.Unmarshal(sf.outcome.Value, &o); err != nil {
 			return nil, fmt.Errorf("%w: formation outcome %s", record.ErrCorrupt, sf.outcome.Key)
 		}
-		f.Status, f.UpdatedAt = o.Status, o.UpdatedAt
+		f.Status, f.Outcome, f.Failure, f.UpdatedAt = o.Status, o.Outcome, o.Failure, o.UpdatedAt
 	}
 	return &f, nil
 }
@@ -143,15 +145,26 @@ func (s *Store) CreateFormation(ctx context.Context, f *record.Formation, keep t
 	if f.Status == record.StatusPendingApproval {
 		ops = append(ops, clientv3.OpPut(s.k.pendingApproval(f.ID), "", clientv3.WithLease(lid)))
 	}
-	resp, err := s.txn(ctx, txn{
-		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		then: ops,
-	})
+	t := txn{cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, then: ops}
+	if r := f.Recovery; r != nil {
+		// One live recovery of a formation: its key lives as long as the
+		// recovery's record.
+		rkey := s.k.recovery(r.Of)
+		t.cmps = append(t.cmps, clientv3.Compare(clientv3.CreateRevision(rkey), "=", 0))
+		t.then = append(t.then, clientv3.OpPut(rkey, f.ID, clientv3.WithLease(lid)))
+		t.els = []clientv3.Op{clientv3.OpGet(rkey)}
+	}
+	resp, err := s.txn(ctx, t)
 	if err != nil {
 		s.retention.forgetOn(err)
 		return 0, s.wrap(ctx, "create formation", err)
 	}
 	if !resp.Succeeded {
+		if f.Recovery != nil {
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				return 0, fmt.Errorf("%w: %s is recovered by %s", record.ErrRecoveryExists, f.Recovery.Of, kvs[0].Value)
+			}
+		}
 		return 0, fmt.Errorf("lease: formation id %s already used", f.ID)
 	}
 	return resp.Header.Revision, nil
@@ -545,6 +558,9 @@ func (k keys) formationStates() string           { return k.p + "formation-state
 func (k keys) formationState(id string) string   { return k.formationStates() + id }
 func (k keys) formationOutcomes() string         { return k.p + "formation-outcomes/" }
 func (k keys) formationOutcome(id string) string { return k.formationOutcomes() + id }
+
+// recovery is the key naming a formation's live recovery.
+func (k keys) recovery(id string) string { return k.p + "recoveries/" + id }
 func (k keys) pendingApprovals() string          { return k.p + "pending-approval/" }
 func (k keys) pendingApproval(id string) string  { return k.pendingApprovals() + id }
 func (k keys) session(id string) string          { return k.p + "sessions/" + url.PathEscape(id) + "/" }

@@ -55,6 +55,35 @@ approvals contains {"rule": "allow-delete-repo-admin", "count": 2, "reason": del
 	is_admin
 }
 
+# --- recovery ----------------------------------------------------------------
+#
+# input.formation.recovery is present when the call recovers an earlier one
+# (POST /v1/formations/{id}/recover): of, root, attempt (the first call is 1),
+# outcome (how the recovered lease ended) and failureMode (the declared one the
+# backend's answer matched, or null). A write recovering a call whose effect
+# was uncertain (resolved no_effect, or released by a newer pool generation)
+# needs two approvers; no chain runs more than max_attempts calls.
+
+max_attempts := 3
+
+uncertain_write_reason := "the recovered call's effect was uncertain: two approvers confirm the retry of a write"
+
+recovering_uncertain_write if {
+	side_effects == "write"
+	input.formation.recovery.outcome in {"no_effect", "released"}
+}
+
+allow contains {"rule": "recover-uncertain-write", "reason": uncertain_write_reason} if recovering_uncertain_write
+
+approvals contains {"rule": "recover-uncertain-write", "count": 2, "reason": uncertain_write_reason} if recovering_uncertain_write
+
+deny contains {
+	"rule": "deny-recovery-attempts",
+	"reason": sprintf("a call is attempted at most %d times; this recovery would be attempt %d", [max_attempts, input.formation.recovery.attempt]),
+} if {
+	input.formation.recovery.attempt > max_attempts
+}
+
 # --- deny: any element denies, whatever allows -----------------------------
 
 deny contains {

@@ -262,3 +262,48 @@ test_unpinned_source_does_not_refuse_a_pinned_successor if {
 	rules(authz.deny) == {"deny-artifact-unpinned"} with input as x
 	count(authz.deny_successor) == 0 with input as x
 }
+
+# --- recovery ----------------------------------------------------------------
+
+recovery(attempt, outcome) := {"formation": {"recovery": {
+	"of": "f0", "root": "f0", "attempt": attempt, "outcome": outcome,
+	"failureMode": {"error": "rate_limited", "recovery": "retry"},
+}}}
+
+write_recovery(attempt, outcome) := object.union(call("create_repository", "write", {}), recovery(attempt, outcome))
+
+test_recovery_of_a_read_needs_nothing_more if {
+	doc := object.union(base, recovery(2, "failed"))
+	rules(authz.allow) == {"allow-read"} with input as doc
+	count(authz.deny) == 0 with input as doc
+	obligation(authz.approvals) == 0 with input as doc
+}
+
+test_recovery_of_a_failed_write_needs_one_approval if {
+	doc := write_recovery(2, "failed")
+	rules(authz.allow) == {"allow-write"} with input as doc
+	obligation(authz.approvals) == 1 with input as doc
+}
+
+uncertain_write_needs_two(outcome) if {
+	doc := write_recovery(3, outcome)
+	rules(authz.allow) == {"allow-write", "recover-uncertain-write"} with input as doc
+	count(authz.deny) == 0 with input as doc
+	obligation(authz.approvals) == 2 with input as doc
+}
+
+test_recovery_of_a_write_resolved_no_effect_needs_two_approvals if uncertain_write_needs_two("no_effect")
+
+test_recovery_of_a_write_released_needs_two_approvals if uncertain_write_needs_two("released")
+
+test_recovery_past_three_attempts_denied if {
+	doc := object.union(base, recovery(4, "failed"))
+	rules(authz.deny) == {"deny-recovery-attempts"} with input as doc
+	some d in authz.deny with input as doc
+	contains(d.reason, "attempt 4")
+}
+
+test_third_attempt_allowed if {
+	doc := object.union(base, recovery(3, "rejected"))
+	count(authz.deny) == 0 with input as doc
+}

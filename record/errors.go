@@ -64,6 +64,9 @@ var (
 var (
 	// ErrFormationNotFound: no formation has this id (or it was collected).
 	ErrFormationNotFound = errors.New("lease: formation not found")
+	// ErrRecoveryExists: the formation already has a live recovery (one
+	// at a time: recover that one instead, once it ended).
+	ErrRecoveryExists = errors.New("lease: the formation already has a live recovery")
 	// ErrConflict: a compare-and-swap update lost to concurrent writers too
 	// many times in a row.
 	ErrConflict = errors.New("lease: too many concurrent updates")

@@ -87,6 +87,41 @@ type Call struct {
 	Metadata  Metadata   `json:"metadata"`
 	CreatedAt time.Time  `json:"createdAt"`
 	ExpiresAt time.Time  `json:"expiresAt"`
+	// Recovery links a recovery to the call it recovers; nil for a first
+	// call. Part of the digest: an approver approves a recovery as one.
+	Recovery *Recovery `json:"recovery,omitempty"`
+}
+
+// Recovery is what a recovery formation recovers from.
+type Recovery struct {
+	// Of is the formation recovered (the previous attempt); Root is the
+	// first formation of the chain, which every attempt's token carries so
+	// a backend can deduplicate across attempts.
+	Of   string `json:"of"`
+	Root string `json:"root"`
+	// Attempt numbers the calls of the chain: the first call is 1, its
+	// first recovery 2.
+	Attempt int `json:"attempt"`
+	// Outcome is how the recovered call's lease ended: rejected, failed,
+	// no_effect (uncertain, resolved) or released (uncertain, released by
+	// a newer pool generation).
+	Outcome Outcome `json:"outcome"`
+	// FailureMode is the declared failure mode the backend's answer
+	// matched, nil when none matched (or nothing ran).
+	FailureMode *manifest.FailureMode `json:"failureMode"`
+}
+
+// Failure is what a backend answered when a call failed or was refused,
+// as the fence reported it with the outcome: a JSON-RPC error's code, or
+// for a tool error (a result with isError) none; the error name the
+// answer states (the error's data.error, or the result's
+// structuredContent.error); and its message (the error's message, or the
+// result's first text), cut short. Recovery matches it against the
+// tool's declared failure modes.
+type Failure struct {
+	Code    int64  `json:"code,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Successor is the one target a call may run on once its source epoch is
@@ -209,7 +244,11 @@ type Formation struct {
 	ApprovalsRequired int        `json:"approvalsRequired"`
 	Approvals         []Approval `json:"approvals"`
 	// Lease is the lease id once admitted.
-	Lease     string    `json:"lease,omitempty"`
+	Lease string `json:"lease,omitempty"`
+	// Outcome is how the lease ended (or that it is uncertain), and
+	// Failure what the backend answered when it failed or refused.
+	Outcome   Outcome   `json:"outcome,omitempty"`
+	Failure   *Failure  `json:"failure,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 

@@ -30,6 +30,10 @@ type Lease struct {
 	// Certificate is set when the lease admits the formation's successor:
 	// the id of the certificate the substitution relied on.
 	Certificate string `json:"certificate,omitempty"`
+	// RecoveryOf is set when the lease admits a recovery: the first
+	// formation of its recovery chain, which the token carries
+	// (fcd_recovery_of) for the backend to deduplicate on.
+	RecoveryOf string `json:"recoveryOf,omitempty"`
 	// Claim is the backend's claim, once it claimed the lease before the
 	// effect (State is then running). Filled on read.
 	Claim *Claim `json:"claim,omitempty"`

@@ -250,6 +250,17 @@ func cedarRequest(doc *Document) (cedar.EntityMap, cedar.Request, error) {
 		"descriptorDigest": cedar.String(f.DescriptorDigest),
 		"source":           cedar.NewRecord(cedarTarget(&f.Source)),
 		"hasSuccessor":     cedar.Boolean(f.Successor != nil),
+		"hasRecovery":      cedar.Boolean(f.Recovery != nil),
+	}
+	if r := f.Recovery; r != nil {
+		mode := cedar.RecordMap{"error": cedar.String(""), "recovery": cedar.String("")}
+		if m := r.FailureMode; m != nil {
+			mode = cedar.RecordMap{"error": cedar.String(m.Error), "recovery": cedar.String(m.Recovery)}
+		}
+		formation["recovery"] = cedar.NewRecord(cedar.RecordMap{
+			"of": cedar.String(r.Of), "root": cedar.String(r.Root), "attempt": cedar.Long(r.Attempt),
+			"outcome": cedar.String(r.Outcome), "failureMode": cedar.NewRecord(mode),
+		})
 	}
 	reqContext := cedar.RecordMap{
 		"arguments": args,

@@ -134,22 +134,30 @@ func formationValue(f *FormationInput) (ast.Value, error) {
 		return nil, err
 	}
 	str := ast.StringTerm
-	return ast.NewObject(
-		[2]*ast.Term{str("id"), str(f.ID)},
-		[2]*ast.Term{str("session"), str(f.Session)},
-		[2]*ast.Term{str("principal"), ast.NewTerm(principal)},
-		[2]*ast.Term{str("snapshot"), str(f.Snapshot)},
-		[2]*ast.Term{str("tool"), str(f.Tool)},
-		[2]*ast.Term{str("descriptorDigest"), str(f.DescriptorDigest)},
-		[2]*ast.Term{str("arguments"), ast.NewTerm(args)},
-		[2]*ast.Term{str("argumentDigest"), str(f.ArgumentDigest)},
-		[2]*ast.Term{str("source"), ast.NewTerm(f.source)},
-		[2]*ast.Term{str("successor"), ast.NewTerm(successor)},
-		[2]*ast.Term{str("metadata"), ast.NewTerm(f.metadata)},
-		[2]*ast.Term{str("createdAt"), ast.NewTerm(created)},
-		[2]*ast.Term{str("expiresAt"), ast.NewTerm(expires)},
-		[2]*ast.Term{str("digest"), str(f.Digest)},
-	), nil
+	members := [][2]*ast.Term{
+		{str("id"), str(f.ID)},
+		{str("session"), str(f.Session)},
+		{str("principal"), ast.NewTerm(principal)},
+		{str("snapshot"), str(f.Snapshot)},
+		{str("tool"), str(f.Tool)},
+		{str("descriptorDigest"), str(f.DescriptorDigest)},
+		{str("arguments"), ast.NewTerm(args)},
+		{str("argumentDigest"), str(f.ArgumentDigest)},
+		{str("source"), ast.NewTerm(f.source)},
+		{str("successor"), ast.NewTerm(successor)},
+		{str("metadata"), ast.NewTerm(f.metadata)},
+		{str("createdAt"), ast.NewTerm(created)},
+		{str("expiresAt"), ast.NewTerm(expires)},
+		{str("digest"), str(f.Digest)},
+	}
+	if f.Recovery != nil {
+		recovery, err := toAST(f.Recovery)
+		if err != nil {
+			return nil, err
+		}
+		members = append(members, [2]*ast.Term{str("recovery"), ast.NewTerm(recovery)})
+	}
+	return ast.NewObject(members...), nil
 }
 
 // timeValue is t as encoding/json writes it.
