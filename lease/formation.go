@@ -560,7 +560,7 @@ func (k keys) formationOutcomes() string         { return k.p + "formation-outco
 func (k keys) formationOutcome(id string) string { return k.formationOutcomes() + id }
 
 // recovery is the key naming a formation's live recovery.
-func (k keys) recovery(id string) string { return k.p + "recoveries/" + id }
+func (k keys) recovery(id string) string         { return k.p + "recoveries/" + id }
 func (k keys) pendingApprovals() string          { return k.p + "pending-approval/" }
 func (k keys) pendingApproval(id string) string  { return k.pendingApprovals() + id }
 func (k keys) session(id string) string          { return k.p + "sessions/" + url.PathEscape(id) + "/" }
