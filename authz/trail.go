@@ -73,6 +73,7 @@ type formationEvent struct {
 	Arguments json.RawMessage   `json:"arguments,omitempty"`
 	Source    record.Target     `json:"source"`
 	Successor *record.Successor `json:"successor"`
+	Recovery  *record.Recovery  `json:"recovery,omitempty"`
 	Digest    string            `json:"digest"`
 	Status    record.Status     `json:"status"`
 	Approvals int               `json:"approvalsRequired"`
@@ -83,7 +84,7 @@ func newFormationEvent(rec *record.Formation) formationEvent {
 	return formationEvent{
 		ID: rec.ID, Session: rec.Session, Principal: rec.Principal.ID, Host: rec.Principal.Host, Tool: rec.Tool,
 		Snapshot: rec.Snapshot, DescriptorDigest: rec.DescriptorDigest, ArgumentDigest: rec.ArgumentDigest,
-		Source: rec.Source, Successor: rec.Successor, Digest: rec.Digest, Status: rec.Status,
+		Source: rec.Source, Successor: rec.Successor, Recovery: rec.Recovery, Digest: rec.Digest, Status: rec.Status,
 		Approvals: rec.ApprovalsRequired, Decision: rec.Decision,
 	}
 }

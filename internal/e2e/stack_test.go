@@ -87,6 +87,26 @@ type stack struct {
 	// (fixtures.Config.Hold); see setHold.
 	holdMu sync.Mutex
 	holdFn func(ctx context.Context, tool string)
+	failFn func(ctx context.Context, tool string) string
+}
+
+// fail is the fixtures' Config.Fail: it asks the function setFail set.
+func (s *stack) fail(ctx context.Context, tool string) string {
+	s.holdMu.Lock()
+	f := s.failFn
+	s.holdMu.Unlock()
+	if f == nil {
+		return ""
+	}
+	return f(ctx, tool)
+}
+
+// setFail makes every fixture call of the stack answer the declared error
+// f returns, if any, instead of acting; nil stops it.
+func (s *stack) setFail(f func(ctx context.Context, tool string) string) {
+	s.holdMu.Lock()
+	defer s.holdMu.Unlock()
+	s.failFn = f
 }
 
 // hold is the fixtures' Config.Hold: it runs the function setHold set.
@@ -270,7 +290,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		if err := v.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		fx := fixtures.MustNew("github", name, fixtures.Config{Sink: s.Rec, Logger: log, Hold: s.hold})
+		fx := fixtures.MustNew("github", name, fixtures.Config{Sink: s.Rec, Logger: log, Hold: s.hold, Fail: s.fail})
 		guarded := v.Middleware(fx, fencecheck.MiddlewareConfig{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log})
 		hits := &atomic.Int64{}
 		s.hits[rel.Pool] = hits
