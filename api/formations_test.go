@@ -398,3 +398,63 @@ func TestReadyzAndMetricsShowStoreHealth(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoverOverHTTP: POST /v1/formations/{id}/recover answers a
+// recovery as a formation (201, Location), with the failure the backend
+// reported kept on the original; the refusals are problems: a blocked
+// recovery (lease open, Retry-After), one not allowed (naming the mode),
+// a second one (recovery-exists), another role, a malformed body, an
+// unknown formation; a failure with an outcome that has none is refused.
+func TestRecoverOverHTTP(t *testing.T) {
+	f, snap := newReadyFixture(t)
+	body := formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"gone"}`, "")
+	form := func() string {
+		r := f.do("POST", "/v1/formations", api.RoleHost, body)
+		f.expect(r, http.StatusCreated, "")
+		return r.Body["id"].(string)
+	}
+	id := form()
+	adm := f.do("POST", "/v1/formations/"+id+"/admit", api.RoleHost, nil)
+	f.expect(adm, http.StatusOK, "")
+	blocked := f.do("POST", "/v1/formations/"+id+"/recover", api.RoleHost, nil)
+	f.expect(blocked, http.StatusConflict, "recovery-blocked")
+	if blocked.Header.Get("Retry-After") == "" {
+		t.Errorf("recovery-blocked without Retry-After")
+	}
+	f.ranWith(adm, `{"outcome":"failed","claim":"cl_test","failure":{"error":"not_found","message":"no repository octo/gone"}}`)
+	got := f.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
+	if fl, _ := got.Body["failure"].(map[string]any); got.Body["outcome"] != "failed" || fl["error"] != "not_found" {
+		t.Fatalf("the failed formation: %s", got.Raw)
+	}
+
+	path := "/v1/formations/" + id + "/recover"
+	f.expect(f.do("POST", path, api.RoleApprover, nil), http.StatusForbidden, "forbidden-role")
+	f.expect(f.do("POST", path, api.RoleHost, []byte(`{"tool":"github/get_repository","extra":1}`)), http.StatusBadRequest, "malformed-json")
+	f.expect(f.do("POST", "/v1/formations/fm_nope/recover", api.RoleHost, nil), http.StatusNotFound, "formation-not-found")
+	rec := f.do("POST", path, api.RoleHost, []byte(`{"arguments":{"owner":"octo","repo":"found"}}`))
+	f.expect(rec, http.StatusCreated, "")
+	r, _ := rec.Body["recovery"].(map[string]any)
+	if rec.Header.Get("Location") != "/v1/formations/"+rec.Body["id"].(string) || rec.Body["status"] != "pending_approval" ||
+		r["of"] != id || r["attempt"] != float64(2) || r["outcome"] != "failed" {
+		t.Fatalf("the recovery: %v %s", rec.Header, rec.Raw)
+	}
+	f.expect(f.do("POST", path, api.RoleHost, nil), http.StatusConflict, "recovery-exists")
+
+	// A failure no declared mode matches: not allowed, "none" named.
+	other := form()
+	adm = f.do("POST", "/v1/formations/"+other+"/admit", api.RoleHost, nil)
+	f.expect(adm, http.StatusOK, "")
+	f.ranWith(adm, `{"outcome":"failed","claim":"cl_test","failure":{"error":"disk_full"}}`)
+	no := f.do("POST", "/v1/formations/"+other+"/recover", api.RoleHost, nil)
+	f.expect(no, http.StatusConflict, "recovery-not-allowed")
+	if !strings.Contains(fmt.Sprint(no.Body["detail"]), "failure mode: none") {
+		t.Errorf("detail %v", no.Body["detail"])
+	}
+
+	third := form()
+	adm = f.do("POST", "/v1/formations/"+third+"/admit", api.RoleHost, nil)
+	f.expect(adm, http.StatusOK, "")
+	lease, _ := adm.Body["lease"].(string)
+	f.expect(f.do("POST", "/v1/leases/"+lease+"/complete", api.RoleBackend, []byte(`{"outcome":"effect","failure":{"error":"x"}}`)),
+		http.StatusBadRequest, "invalid-request")
+}

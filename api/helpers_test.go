@@ -98,6 +98,12 @@ func newReadyFixture(t *testing.T) (*fixture, string) {
 // reports the effect under its claim.
 func (f *fixture) ranWithEffect(admission reply) {
 	f.t.Helper()
+	f.ranWith(admission, `{"outcome":"effect","claim":"cl_test"}`)
+}
+
+// ranWith is ranWithEffect reporting report (claimed under cl_test).
+func (f *fixture) ranWith(admission reply, report string) {
+	f.t.Helper()
 	tok, _ := admission.Body["token"].(string)
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
@@ -117,5 +123,5 @@ func (f *fixture) ranWithEffect(admission reply) {
 	}
 	body, _ := json.Marshal(map[string]any{"claim": "cl_test", "epoch": claims.Epoch, "revision": claims.Revision})
 	f.expect(f.do("POST", "/v1/leases/"+claims.Lease+"/claim", api.RoleBackend, body), http.StatusOK, "")
-	f.expect(f.do("POST", "/v1/leases/"+claims.Lease+"/complete", api.RoleBackend, []byte(`{"outcome":"effect","claim":"cl_test"}`)), http.StatusOK, "")
+	f.expect(f.do("POST", "/v1/leases/"+claims.Lease+"/complete", api.RoleBackend, []byte(report)), http.StatusOK, "")
 }

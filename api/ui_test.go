@@ -448,6 +448,29 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("recovery is shown", func(t *testing.T) {
+		f.t = t
+		defer func() { f.t = parent }()
+		orig := f.do("POST", "/v1/formations", api.RoleHost, formBody(snap, "ui-r", "github/get_repository", `{"owner":"octo","repo":"gone"}`, "alice", dev))
+		f.expect(orig, http.StatusCreated, "")
+		id := orig.Body["id"].(string)
+		adm := f.do("POST", "/v1/formations/"+id+"/admit", api.RoleHost, nil)
+		f.expect(adm, http.StatusOK, "")
+		f.ranWith(adm, `{"outcome":"failed","claim":"cl_test","failure":{"error":"not_found"}}`)
+		rec := f.do("POST", "/v1/formations/"+id+"/recover", api.RoleHost, []byte(`{"arguments":{"owner":"octo","repo":"found"}}`))
+		f.expect(rec, http.StatusCreated, "")
+		u := f.openTab(t, browser)
+		u.signIn(f.creds[api.RoleApprover])
+		card := cardOf(rec.Body["id"].(string))
+		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+		got := u.text(card + " .recovery")
+		for _, want := range []string{id, "2", "failed", "not_found", "prompt_user"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("recovery does not show %q: %q", want, got)
+			}
+		}
+	})
+
 	// Last: from here on, private create_repository calls capture a successor.
 	t.Run("successor is shown", func(t *testing.T) {
 		f.t = t

@@ -318,6 +318,21 @@ function successorSection(f) {
     el("p", null, "Modeled effects:"), el("pre", null, pretty(s.effects))));
 }
 
+// recoverySection shows what a recovery recovers: the approver decides on
+// a retry knowing how the earlier attempt ended.
+function recoverySection(f) {
+  const r = f.recovery;
+  if (!r) return "";
+  const fm = r.failureMode;
+  return section("Recovery of an earlier call", el("div", { className: "recovery" }, rows([
+    ["Recovers", mono(r.of)],
+    ["First call", mono(r.root)],
+    ["Attempt", text(String(r.attempt))],
+    ["Earlier outcome", text(r.outcome)],
+    ["Failure mode", fm ? [text(fm.error), " → ", text(fm.recovery)] : "none (the earlier outcome was uncertain)"],
+  ])));
+}
+
 function metadataSection(m = {}) {
   const deps = m.dependencies ?? {};
   const modes = Array.isArray(m.failureModes) && m.failureModes.length
@@ -409,6 +424,7 @@ function buildCard(f) {
         rows([["Argument digest", mono(f.argumentDigest)], ["Descriptor digest", mono(f.descriptorDigest)]])),
       section("Source (runs here)", el("div", { className: "source" }, rows(target(f.source ?? {})))),
       successorSection(f),
+      recoverySection(f),
       metadataSection(m),
       decisionSection(f.decision)),
     section("Approvals", el("p", null, p.tallies[1], " so far"), p.approvals),
