@@ -1,11 +1,16 @@
 package lease
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -17,13 +22,19 @@ import (
 type EmbedConfig struct {
 	// Dir is the etcd data directory. Required.
 	Dir string
-	// ClientURL is where the member serves clients; empty means
-	// http://127.0.0.1:2379. Only loopback addresses are accepted: the
-	// embedded member is a private detail of one authzd.
+	// ClientURL is where the member serves clients; empty means the URL
+	// recorded in the directory by an earlier start (EndpointsFile), else
+	// a free loopback port, recorded for the next start and for tools that
+	// need it. Only loopback addresses are accepted: the embedded member is
+	// a private detail of one authzd.
 	ClientURL string
-	// PeerURL is the member's peer address; empty means
-	// http://127.0.0.1:2380 (loopback only, as above).
+	// PeerURL is the member's peer address; empty means as for ClientURL
+	// (loopback only, as above).
 	PeerURL string
+	// LockTimeout bounds the wait for the data directory's lock, held by
+	// another process that runs a member on it; zero means 5 seconds.
+	// Past it StartEmbedded fails with ErrDataDirLocked naming the owner.
+	LockTimeout time.Duration
 	// CompactionRetention is the periodic auto-compaction window; empty
 	// means "1h". etcd's own default is no compaction at all, under which
 	// every revision of every record is kept and the database only grows.
@@ -70,6 +81,18 @@ type Embedded struct {
 	etcd      *embed.Etcd
 	endpoints []string
 	quota     int64
+	lock      *dirLock
+}
+
+// EndpointsFile is the file in an embedded member's directory that
+// records the URLs it listens on ({"clientURL", "peerURL"}), chosen on its
+// first start when not given, and kept for the next ones.
+const EndpointsFile = "fcd-embedded.json"
+
+// recordedURLs are the contents of EndpointsFile.
+type recordedURLs struct {
+	ClientURL string `json:"clientURL"`
+	PeerURL   string `json:"peerURL"`
 }
 
 // StartEmbedded starts a single-node etcd in cfg.Dir and waits until it
@@ -78,16 +101,35 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("lease: embedded etcd needs a data directory")
 	}
-	client, err := loopbackURL(cfg.ClientURL, "http://127.0.0.1:2379", cfg.ClientTLS != nil)
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("lease: embedded etcd dir: %w", err)
+	}
+	lock, err := lockDir(ctx, cfg.Dir, cmp.Or(cfg.LockTimeout, 5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	e, err := startEmbedded(ctx, cfg)
+	if err != nil {
+		lock.unlock()
+		return nil, err
+	}
+	e.lock = lock
+	return e, nil
+}
+
+// startEmbedded is StartEmbedded once the directory is locked.
+func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
+	urls, err := embeddedURLs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := loopbackURL(urls.ClientURL, cfg.ClientTLS != nil)
 	if err != nil {
 		return nil, fmt.Errorf("lease: embedded etcd client URL: %w", err)
 	}
-	peer, err := loopbackURL(cfg.PeerURL, "http://127.0.0.1:2380", false)
+	peer, err := loopbackURL(urls.PeerURL, false)
 	if err != nil {
 		return nil, fmt.Errorf("lease: embedded etcd peer URL: %w", err)
-	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("lease: embedded etcd dir: %w", err)
 	}
 	ec := embed.NewConfig()
 	ec.Name = orDefault(cfg.Name, "fcd")
@@ -109,16 +151,40 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	ec.LogLevel = orDefault(cfg.LogLevel, "warn")
 	ec.LogOutputs = []string{orDefault(cfg.LogFile, "stderr")}
 
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("lease: start embedded etcd: %w", err)
-	}
 	timeout := cfg.StartTimeout
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	// etcd's start takes no context and may wait (for its database's
+	// lock, held by a process that is not fcd's): wait for it here, so
+	// that ctx (a signal) and the timeout still end the wait.
+	type started struct {
+		e   *embed.Etcd
+		err error
+	}
+	startc := make(chan started, 1)
+	go func() {
+		e, err := embed.StartEtcd(ec)
+		startc <- started{e, err}
+	}()
+	var e *embed.Etcd
+	select {
+	case s := <-startc:
+		if s.err != nil {
+			return nil, fmt.Errorf("lease: start embedded etcd (client %s, peer %s): %w", client, peer, s.err)
+		}
+		e = s.e
+	case <-timer.C:
+		return nil, fmt.Errorf("lease: embedded etcd did not start within %s (is %s in use by a process outside fcd?)", timeout, cfg.Dir)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := recordURLs(cfg.Dir, recordedURLs{ClientURL: client.String(), PeerURL: peer.String()}); err != nil {
+		e.Close()
+		return nil, err
+	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
@@ -141,11 +207,67 @@ func (e *Embedded) Quota() int64 { return e.quota }
 // Endpoints returns the client URLs to pass to [Open].
 func (e *Embedded) Endpoints() []string { return e.endpoints }
 
-// Close stops the member; its data stays in the directory.
-func (e *Embedded) Close() { e.etcd.Close() }
+// Close stops the member and releases its directory; its data stays.
+func (e *Embedded) Close() {
+	e.etcd.Close()
+	e.lock.unlock()
+}
 
-func loopbackURL(s, def string, secure bool) (*url.URL, error) {
-	u, err := url.Parse(orDefault(s, def))
+// embeddedURLs are the URLs the member listens on: those configured, else
+// those an earlier start recorded, else free loopback ports.
+func embeddedURLs(cfg EmbedConfig) (recordedURLs, error) {
+	u := recordedURLs{ClientURL: cfg.ClientURL, PeerURL: cfg.PeerURL}
+	if u.ClientURL != "" && u.PeerURL != "" {
+		return u, nil
+	}
+	var rec recordedURLs
+	switch b, err := os.ReadFile(filepath.Join(cfg.Dir, EndpointsFile)); {
+	case err == nil:
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return u, fmt.Errorf("lease: %s: %w", filepath.Join(cfg.Dir, EndpointsFile), err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return u, fmt.Errorf("lease: %w", err)
+	}
+	scheme := "http"
+	if cfg.ClientTLS != nil {
+		scheme = "https"
+	}
+	var err error
+	if u.ClientURL == "" {
+		if u.ClientURL = rec.ClientURL; u.ClientURL == "" {
+			u.ClientURL, err = freeLoopbackURL(scheme)
+		}
+	}
+	if u.PeerURL == "" && err == nil {
+		if u.PeerURL = rec.PeerURL; u.PeerURL == "" {
+			u.PeerURL, err = freeLoopbackURL("http")
+		}
+	}
+	return u, err
+}
+
+// freeLoopbackURL is a URL of a loopback port free at the time of asking.
+func freeLoopbackURL(scheme string) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("lease: find a free port: %w", err)
+	}
+	defer ln.Close()
+	return scheme + "://" + ln.Addr().String(), nil
+}
+
+// recordURLs writes EndpointsFile.
+func recordURLs(dir string, u recordedURLs) error {
+	b, _ := json.Marshal(u)
+	if err := os.WriteFile(filepath.Join(dir, EndpointsFile), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("lease: record the embedded etcd's URLs: %w", err)
+	}
+	return nil
+}
+
+func loopbackURL(s string, secure bool) (*url.URL, error) {
+	u, err := url.Parse(s)
 	if err != nil {
 		return nil, err
 	}

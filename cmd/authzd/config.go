@@ -14,6 +14,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/internal/cli"
+	"github.com/fcd-authz/fcd/lease"
 )
 
 // Config is authzd's server configuration. Every field can be set in the
@@ -292,8 +293,8 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.StringVar(&cfg.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
 	fs.StringVar(&cfg.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
 	fs.StringVar(&cfg.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
-	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "http://127.0.0.1:2379", "client URL of the embedded etcd (loopback)")
-	fs.StringVar(&cfg.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", "http://127.0.0.1:2380", "peer URL of the embedded etcd (loopback)")
+	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "", "client URL of the embedded etcd (loopback; default: the one DATA-DIR/etcd/"+lease.EndpointsFile+" recorded, else a free port)")
+	fs.StringVar(&cfg.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", "", "peer URL of the embedded etcd (loopback; default: as for the client URL)")
 	fs.Int64Var(&cfg.EtcdQuota, "etcd-quota", 0, "etcd backend quota in bytes: the embedded member's (0: 2 GiB), or what an external cluster runs with (0: unknown); shown in /readyz and metrics")
 	fs.Float64Var(&cfg.FormationRate, "formation-rate", 2, "formations a second each host credential may record on this replica (0: no limit)")
 	fs.Int64Var(&cfg.FormationBurst, "formation-burst", 40, "formations a host credential may record at once (the rate limit's burst)")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +14,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/lease"
 )
 
 var listeningLine = regexp.MustCompile(`authzd: listening on (https?://\S+)`)
@@ -372,4 +375,56 @@ func TestCredentialNewCommandLine(t *testing.T) {
 			t.Errorf("%q: exit %d, want %d\nstdout %s\nstderr %s", tc.args, code, tc.code, out.String(), errb.String())
 		}
 	}
+}
+
+// TestSecondServerOnOneDataDir: a second `serve --dev` on a data directory
+// a running server holds exits within seconds with an error naming the
+// directory and the process that holds it — it never waits on etcd's
+// database lock — and the first server goes on; started with its default
+// ports, the embedded etcd listens on free ones, recorded in the data
+// directory.
+func TestSecondServerOnOneDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	_, stop := startServer(t, dir, "--dev")
+	defer stop()
+	var stderr bytes.Buffer
+	start := time.Now()
+	code := run(t.Context(), []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dir}, nil, io.Discard, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "in use by another process") || !strings.Contains(stderr.String(), filepath.Join(dir, "etcd")) ||
+		!strings.Contains(stderr.String(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("a second server exited %d:\n%s", code, stderr.String())
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the second server took %s to give up", took)
+	}
+
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	url, stopFresh := startServerDefaultPorts(t, fresh)
+	defer stopFresh()
+	raw, err := os.ReadFile(filepath.Join(fresh, "etcd", lease.EndpointsFile))
+	if err != nil || !strings.Contains(string(raw), "http://127.0.0.1:") || strings.Contains(string(raw), ":2379\"") {
+		t.Fatalf("recorded endpoints %s (%v)", raw, err)
+	}
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz %d", resp.StatusCode)
+	}
+}
+
+// startServerDefaultPorts starts `serve --dev` without naming the embedded
+// etcd's ports.
+func startServerDefaultPorts(t *testing.T, dataDir string) (string, func()) {
+	t.Helper()
+	args := []string{"serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir", dataDir}
+	c, url, err := cmdtest.Start(t, "authzd", listeningLine, func(ctx context.Context, stderr io.Writer) int {
+		return run(ctx, args, nil, io.Discard, stderr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, func() { c.Stop(t) }
 }

@@ -269,6 +269,9 @@ func (s *server) openStore(ctx context.Context) error {
 			QuotaBytes: cfg.EtcdQuota,
 		})
 		if err != nil {
+			if strings.Contains(err.Error(), "address already in use") {
+				return fmt.Errorf("%w: another etcd or authzd listens there; give --embedded-etcd-client-url and --embedded-etcd-peer-url free loopback ports, or leave them unset to pick free ones", err)
+			}
 			return err
 		}
 		s.member = member
