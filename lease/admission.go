@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
@@ -686,31 +689,79 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	if err != nil {
 		return ch, s.wrap(ctx, "scan markers", err)
 	}
-	ch.Released = []*record.Lease{}
+	var stale []string
 	for _, kv := range all.Kvs {
 		var l record.Lease
-		if json.Unmarshal(kv.Value, &l) != nil || l.Target.Pool != pool || l.Generation >= gen {
-			continue
+		if json.Unmarshal(kv.Value, &l) == nil && l.Target.Pool == pool && l.Generation < gen {
+			stale = append(stale, l.ID)
 		}
-		closed, err := s.closeLease(ctx, l.ID, record.OutcomeReleased, nil, keep, func(*record.Lease) error { return nil })
-		switch {
-		case errors.Is(err, record.ErrLeaseClosed):
-			continue // closed meanwhile by its report
-		case err != nil:
-			return ch, err
+	}
+	ch.Released, ch.Pending = []*record.Lease{}, len(stale)
+	// The releases run releaseWorkers at a time: their reads overlap and
+	// the committer sends their writes to etcd together, a batch of up to
+	// MaxBatch releases a transaction, each its own compare-and-swap (so
+	// a fault leaves every lease either released or not, and setting the
+	// generation again finishes the rest).
+	ctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		ids   = make(chan string)
+	)
+	for range min(releaseWorkers, len(stale)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				closed, err := s.closeLease(ctx, id, record.OutcomeReleased, nil, keep, func(*record.Lease) error { return nil })
+				mu.Lock()
+				switch {
+				case err == nil:
+					ch.Released = append(ch.Released, closed)
+					ch.Pending--
+				case errors.Is(err, record.ErrLeaseClosed):
+					ch.Pending-- // closed meanwhile by its report
+				case first == nil:
+					first = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, id := range stale {
+		select {
+		case ids <- id:
+		case <-ctx.Done():
+			break feed
 		}
-		ch.Released = append(ch.Released, closed)
+	}
+	close(ids)
+	wg.Wait()
+	slices.SortFunc(ch.Released, func(a, b *record.Lease) int { return strings.Compare(a.ID, b.ID) })
+	if first != nil {
+		return ch, first
 	}
 	return ch, nil
 }
+
+// releaseWorkers is how many releases of a generation change run at once.
+const releaseWorkers = 32
 
 // GenerationChange is what SetGeneration did.
 type GenerationChange struct {
 	// Revision is the etcd revision of the transaction that set the
 	// generation (or found it set).
 	Revision int64
-	// Released are the leases released, each with its Closed revision.
+	// Released are the leases released, each with its Closed revision,
+	// in id order.
 	Released []*record.Lease
+	// Pending counts the older leases not released when an error ended
+	// the change: setting the generation again releases them.
+	Pending int
 }
 
 // IDs are the ids of the released leases.

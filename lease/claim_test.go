@@ -395,3 +395,37 @@ func TestEpochLeasesShowClaims(t *testing.T) {
 		t.Fatalf("retire with running leases: %v", err)
 	}
 }
+
+// TestSetGenerationReleasesInBatches: a generation change releases many
+// leases with their writes batched (fewer etcd transactions than leases),
+// each released once, in id order, with none pending.
+func TestSetGenerationReleasesInBatches(t *testing.T) {
+	e := newClaimEnv(t)
+	ctx := testCtx(t)
+	const n = 120
+	want := map[string]bool{}
+	for range n {
+		want[e.admit(t, 0).ID] = true
+	}
+	before := e.s.CommitStats()
+	ch, err := e.s.SetGeneration(ctx, e.ep.Pool, 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := e.s.CommitStats()
+	if len(ch.Released) != n || ch.Pending != 0 {
+		t.Fatalf("released %d, pending %d; want %d, 0", len(ch.Released), ch.Pending, n)
+	}
+	for i, l := range ch.Released {
+		if !want[l.ID] || (i > 0 && ch.Released[i-1].ID >= l.ID) {
+			t.Fatalf("released %s at %d: not one of the older leases once, in order", l.ID, i)
+		}
+		delete(want, l.ID)
+	}
+	if txns := after.Transactions - before.Transactions; txns >= n || after.Batched == before.Batched {
+		t.Fatalf("%d releases took %d transactions (%d batched)", n, txns, after.Batched-before.Batched)
+	}
+	if shown, err := e.s.GetEpoch(ctx, e.ep.ID); err != nil || shown.ActiveLeases != 0 {
+		t.Fatalf("epoch after the release: %+v %v", shown, err)
+	}
+}
