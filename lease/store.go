@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -26,9 +27,21 @@ type Config struct {
 	Prefix string
 	// DialTimeout bounds establishing the first connection; zero means 5s.
 	DialTimeout time.Duration
-	// OpTimeout bounds every single etcd operation; zero means 5s. When it
+	// OpTimeout bounds every single etcd read; zero means 2s. When it
 	// expires the operation fails with ErrUnavailable.
 	OpTimeout time.Duration
+	// WriteTimeout bounds every write transaction (a group commit); zero
+	// means 1s, so that without a quorum a write fails closed
+	// (ErrUnavailable) within a second: etcd commits in milliseconds, and
+	// a caller can retry or read back what a timed-out write did.
+	WriteTimeout time.Duration
+	// ProbeInterval and ProbeTimeout drive the endpoint guard (see
+	// endpoints.go) when there are several endpoints: each member is
+	// probed every ProbeInterval and left out of the endpoints requests go
+	// to while it does not answer within ProbeTimeout. Zero means
+	// DefaultProbeInterval, DefaultProbeTimeout; a negative interval turns
+	// the guard off.
+	ProbeInterval, ProbeTimeout time.Duration
 	// Logger receives store events; nil means slog.Default().
 	Logger *slog.Logger
 	// TLS, when set, is the client TLS configuration for https endpoints:
@@ -72,8 +85,8 @@ func (c *Config) Validate() error {
 	if c.Quota < 0 {
 		errs = append(errs, fmt.Errorf("lease: negative quota %d", c.Quota))
 	}
-	if c.OpTimeout < 0 {
-		errs = append(errs, fmt.Errorf("lease: negative operation timeout %s", c.OpTimeout))
+	if c.OpTimeout < 0 || c.WriteTimeout < 0 || c.ProbeTimeout < 0 {
+		errs = append(errs, fmt.Errorf("lease: negative operation timeout %s", min(c.OpTimeout, c.WriteTimeout, c.ProbeTimeout)))
 	}
 	if c.MaxBatch < 0 || c.MaxBatch > maxTxnOps/2 {
 		errs = append(errs, fmt.Errorf("lease: batch size %d is not within 0-%d", c.MaxBatch, maxTxnOps/2))
@@ -96,6 +109,9 @@ type Store struct {
 	retention retention
 	cache     immutableCache
 	commits   *committer
+	guard     *endpointGuard // nil with one endpoint
+	stopGuard context.CancelFunc
+	guardDone chan struct{}
 }
 
 // Open connects to etcd. It does not wait for etcd to be reachable: a
@@ -115,7 +131,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	op := cfg.OpTimeout
 	if op <= 0 {
-		op = 5 * time.Second
+		op = 2 * time.Second
+	}
+	write := cfg.WriteTimeout
+	if write <= 0 {
+		write = time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -125,25 +145,53 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if now == nil {
 		now = time.Now
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		TLS:         cfg.TLS,
 		DialTimeout: dial,
 		Context:     ctx,
 		Logger:      zap.NewNop(),
-		// Keepalives notice a dead connection without waiting for a request.
+		// Keepalives notice a dead connection without waiting for a
+		// request (gRPC allows no less than 10 s; the endpoint guard
+		// notices a member that stopped answering much sooner).
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
-	})
+	}
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("lease: etcd client: %w", err)
 	}
 	commits := &committer{
-		cli: cli, timeout: op,
+		cli: cli, timeout: write,
 		maxBatch: orDefaultInt(cfg.MaxBatch, DefaultMaxBatch),
 		maxSlots: orDefaultInt(cfg.MaxInFlight, DefaultMaxInFlight),
 	}
-	return &Store{cli: cli, k: keys{prefix}, opTimeout: op, quota: cfg.Quota, log: log, now: now, commits: commits}, nil
+	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, quota: cfg.Quota, log: log, now: now, commits: commits}
+	if len(cfg.Endpoints) > 1 && cfg.ProbeInterval >= 0 {
+		g, err := newEndpointGuard(cli, ccfg, cmp.Or(cfg.ProbeInterval, DefaultProbeInterval), cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout), log)
+		if err != nil {
+			cli.Close()
+			return nil, fmt.Errorf("lease: etcd probe client: %w", err)
+		}
+		gctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		s.guard, s.stopGuard, s.guardDone = g, stop, make(chan struct{})
+		go func() {
+			defer close(s.guardDone)
+			g.run(gctx)
+		}()
+	}
+	return s, nil
+}
+
+// Endpoints returns the etcd endpoints requests go to now and all those
+// configured: they differ while the endpoint guard keeps a member that
+// does not answer out.
+func (s *Store) Endpoints() (answering, all []string) {
+	if s.guard == nil {
+		eps := s.cli.Endpoints()
+		return eps, eps
+	}
+	return s.guard.status()
 }
 
 func orDefaultInt(v, def int) int {
@@ -162,7 +210,14 @@ func (s *Store) txn(ctx context.Context, t txn) (*clientv3.TxnResponse, error) {
 }
 
 // Close releases the connection to etcd.
-func (s *Store) Close() error { return s.cli.Close() }
+func (s *Store) Close() error {
+	if s.guard != nil {
+		s.stopGuard()
+		<-s.guardDone
+		s.guard.close()
+	}
+	return s.cli.Close()
+}
 
 // Ping reports whether etcd answers a linearizable read, which needs a
 // quorum. It is what /readyz asks.

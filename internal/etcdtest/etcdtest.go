@@ -235,7 +235,7 @@ func (m *Member) Restart() {
 func (m *Member) Store(t testing.TB, prefix string) *lease.Store {
 	t.Helper()
 	s, err := lease.Open(context.Background(), lease.Config{
-		Endpoints: m.Endpoints(), Prefix: prefix, OpTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, Quota: m.Quota(),
+		Endpoints: m.Endpoints(), Prefix: prefix, OpTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, DialTimeout: 2 * time.Second, Quota: m.Quota(),
 		Logger: slog.New(slog.DiscardHandler), TLS: m.tls,
 	})
 	if err != nil {

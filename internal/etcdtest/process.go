@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,7 +64,7 @@ func StartProcess(t testing.TB) *Process {
 	for attempt := 0; attempt < 8; attempt++ {
 		var p *Process
 		addrs := FreeAddrs(t, 2)
-		p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprint("try", attempt)), addrs[0], addrs[1])
+		p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprint("try", attempt)), addrs[0], addrs[1], processOpts{})
 		if err == nil {
 			return p
 		}
@@ -78,7 +80,7 @@ func StartProcess(t testing.TB) *Process {
 
 // startProcess starts the member bin with its data in dir, serving
 // clients and peers on the given loopback addresses.
-func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string) (*Process, error) {
+func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string, o processOpts) (*Process, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -94,14 +96,18 @@ func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string) (*Process
 		return nil, err
 	}
 	defer stdin.Close()
-	cmd := exec.Command(bin,
-		"-name", "external",
+	args := []string{
+		"-name", cmp.Or(o.name, "external"),
 		"-data-dir", filepath.Join(dir, "data"),
 		"-listen-client-urls", client,
 		"-listen-peer-urls", peer,
 		"-log-outputs", "stderr",
 		"-exit-with-stdin",
-	)
+	}
+	if o.initialCluster != "" {
+		args = append(args, "-initial-cluster", o.initialCluster)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, logFile, logFile
 	if err := cmd.Start(); err != nil {
 		lifeline.Close()
@@ -112,6 +118,10 @@ func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string) (*Process
 		cmd.Wait()
 		close(p.exited)
 	}()
+	if o.noWait {
+		t.Cleanup(p.Kill)
+		return p, nil
+	}
 	if err := p.waitReady(time.Minute); err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("%w\nmember log:\n%s", err, p.logTail())
@@ -166,8 +176,89 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // is harmless.
 func (p *Process) Kill() {
 	p.lifeline.Close()
+	p.cmd.Process.Signal(syscall.SIGCONT) // a frozen member dies all the same
 	p.cmd.Process.Kill()
 	<-p.exited
+}
+
+// Freeze stops the member process (SIGSTOP): its connections stay open
+// and nothing answers on them — a member stalled on its disk, or a VM
+// paused — until Thaw.
+func (p *Process) Freeze() {
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		panic(fmt.Sprintf("etcdtest: freeze: %v", err))
+	}
+}
+
+// Thaw resumes a frozen member (SIGCONT).
+func (p *Process) Thaw() {
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		panic(fmt.Sprintf("etcdtest: thaw: %v", err))
+	}
+}
+
+// processOpts are a member's place in a cluster.
+type processOpts struct {
+	name, initialCluster string
+	// noWait returns at once: a member of a new cluster answers only once
+	// a quorum of its members runs.
+	noWait bool
+}
+
+// StartProcessCluster starts an n-member cluster, each member in a process
+// of its own on free loopback ports, and returns once it answers
+// linearizable reads through every member.
+func StartProcessCluster(t testing.TB, n int) []*Process {
+	t.Helper()
+	dir := t.TempDir()
+	bin := BuildMember(t, dir)
+	for attempt := 0; attempt < 8; attempt++ {
+		addrs := FreeAddrs(t, 2*n)
+		var initial []string
+		for i := range n {
+			initial = append(initial, fmt.Sprintf("m%d=http://%s", i, addrs[2*i+1]))
+		}
+		var ps []*Process
+		var err error
+		for i := range n {
+			var p *Process
+			p, err = startProcess(t, bin, filepath.Join(dir, fmt.Sprintf("try%d-m%d", attempt, i)), addrs[2*i], addrs[2*i+1],
+				processOpts{name: fmt.Sprint("m", i), initialCluster: strings.Join(initial, ","), noWait: true})
+			if err != nil {
+				break
+			}
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			if err == nil {
+				err = p.waitReady(time.Minute)
+			}
+		}
+		if err == nil {
+			return ps
+		}
+		for _, p := range ps {
+			p.Kill()
+		}
+		busy := strings.Contains(err.Error(), "address already in use")
+		for _, p := range ps {
+			busy = busy || strings.Contains(p.logTail(), "address already in use")
+		}
+		if !busy {
+			t.Fatalf("etcdtest: start a %d-member cluster: %v", n, err)
+		}
+	}
+	t.Fatalf("etcdtest: start a %d-member cluster: ports kept being taken", n)
+	return nil
+}
+
+// ClusterEndpoints returns the client URLs of members.
+func ClusterEndpoints(ps []*Process) []string {
+	var eps []string
+	for _, p := range ps {
+		eps = append(eps, p.endpoint)
+	}
+	return eps
 }
 
 // Store opens a store on the member (as Member.Store does); closed at
@@ -182,7 +273,7 @@ func (p *Process) Store(t testing.TB, prefix string) *lease.Store {
 func OpenStore(t testing.TB, endpoints []string, prefix string) *lease.Store {
 	t.Helper()
 	s, err := lease.Open(context.Background(), lease.Config{
-		Endpoints: endpoints, Prefix: prefix, OpTimeout: 5 * time.Second, DialTimeout: 2 * time.Second,
+		Endpoints: endpoints, Prefix: prefix, OpTimeout: 5 * time.Second, WriteTimeout: 2 * time.Second, DialTimeout: 2 * time.Second,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

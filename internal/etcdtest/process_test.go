@@ -22,7 +22,7 @@ import (
 func TestProcessMember(t *testing.T) {
 	dir := t.TempDir()
 	bin := BuildMember(t, dir)
-	p, err := startProcess(t, bin, filepath.Join(dir, "member"), FreeAddr(t), FreeAddr(t))
+	p, err := startProcess(t, bin, filepath.Join(dir, "member"), FreeAddr(t), FreeAddr(t), processOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestProcessMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	_, err = startProcess(t, bin, filepath.Join(dir, "busy"), busy.Addr().String(), FreeAddr(t))
+	_, err = startProcess(t, bin, filepath.Join(dir, "busy"), busy.Addr().String(), FreeAddr(t), processOpts{})
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("start on a busy port: %v, want address already in use", err)
 	}
