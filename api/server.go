@@ -40,7 +40,7 @@ type Config struct {
 	// BodyLimit bounds every request body in bytes; zero means 1 MiB.
 	// Larger bodies are refused with 413.
 	BodyLimit int64
-	// ReadyTimeout bounds the store check of /readyz; zero means 2s.
+	// ReadyTimeout bounds the store check of /readyz; zero means 1s.
 	ReadyTimeout time.Duration
 	// FormationLimit limits POST /v1/formations per credential, on this
 	// replica: a host over it is answered 429 rate-limited, so that one
@@ -96,7 +96,7 @@ func New(cfg Config) (http.Handler, error) {
 		s.limit = DefaultBodyLimit
 	}
 	if s.readyTimeout <= 0 {
-		s.readyTimeout = 2 * time.Second
+		s.readyTimeout = time.Second
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -187,6 +187,12 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	checks := map[string]any{"store": "ok"}
+	// A member that does not answer is routed around (the store keeps a
+	// quorum): ready, and degraded, so that an operator sees it.
+	if answering, all := s.reg.StoreEndpoints(); len(answering) < len(all) {
+		checks["store"] = "degraded"
+		checks["endpoints"] = map[string]any{"answering": answering, "all": all}
+	}
 	hctx, hcancel := context.WithTimeout(ctx, min(healthTimeout, s.readyTimeout))
 	health, err := s.reg.StoreHealth(hctx)
 	hcancel()

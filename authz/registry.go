@@ -179,6 +179,10 @@ func (r *Registry) SnapshotTool(ctx context.Context, id, name string) (*record.F
 // must not dispatch.
 func (r *Registry) Ready(ctx context.Context) error { return r.store.Ping(ctx) }
 
+// StoreEndpoints are the etcd endpoints requests go to now (those that
+// answer) and all those configured.
+func (r *Registry) StoreEndpoints() (answering, all []string) { return r.store.Endpoints() }
+
 // StoreHealth is the store's size, quota and active alarms.
 type StoreHealth = lease.Health
 

@@ -7,12 +7,21 @@ package faults
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/policies"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,6 +34,7 @@ type cluster struct {
 	t       *testing.T
 	members []*etcdtest.Process
 	s       *lease.Store
+	api     *httptest.Server
 }
 
 func startCluster(t *testing.T) *cluster {
@@ -119,6 +129,11 @@ func TestFrozenFollowerIsRoutedAround(t *testing.T) {
 	if len(all) != 3 || len(answering) != 2 || slices.Contains(answering, frozen.Endpoints()[0]) {
 		t.Fatalf("endpoints in use %v of %v with %s frozen", answering, all, frozen.Endpoints()[0])
 	}
+	// authzd on this store is ready, and says the store is degraded.
+	if code, body := c.readyz(); code != http.StatusOK || !strings.Contains(body, `"store":"degraded"`) ||
+		!strings.Contains(body, frozen.Endpoints()[0]) {
+		t.Fatalf("/readyz with a member frozen: %d %s", code, body)
+	}
 	failed := 0
 	for _, ok := range oks {
 		if !ok {
@@ -186,4 +201,38 @@ func TestWritesFailClosedWithoutQuorum(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// readyz asks /readyz of an authzd API on the cluster's store.
+func (c *cluster) readyz() (int, string) {
+	c.t.Helper()
+	if c.api == nil {
+		quiet := slog.New(slog.DiscardHandler)
+		pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: quiet})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		auth, err := api.NewAuthenticator(nil)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		h, err := api.New(api.Config{
+			Auth:     auth,
+			Registry: authztest.Registry(c.t, authz.RegistryConfig{Store: c.s, Logger: quiet}),
+			UseCases: authztest.New(c.t, authz.Config{Store: c.s, Decider: pm, Logger: quiet}),
+			Logger:   slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.api = httptest.NewServer(h)
+		c.t.Cleanup(c.api.Close)
+	}
+	resp, err := http.Get(c.api.URL + "/readyz")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
