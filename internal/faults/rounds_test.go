@@ -1,0 +1,104 @@
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestFaultRounds runs FCD_FAULT_ROUNDS randomized fault rounds (none by
+// default: the short form is the tests above) against one three-member
+// cluster under a writing store, and prints what they cost:
+//
+//	FCD_FAULT_ROUNDS=20 go test -run TestFaultRounds -v ./internal/faults/
+//
+// Each round picks a fault — freeze a follower, freeze the leader, freeze
+// two members (quorum lost) — holds it 3 s while writing every 20 ms,
+// heals it, and checks: no write succeeds without a quorum; with one, the
+// store goes on; after healing, writes succeed within 15 s. It reports,
+// per fault kind, the stall (the longest time no write succeeded while the
+// fault held, from the fault on) and how long failing writes took.
+func TestFaultRounds(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("FCD_FAULT_ROUNDS"))
+	if rounds <= 0 {
+		t.Skip("FCD_FAULT_ROUNDS not set")
+	}
+	c := startCluster(t)
+	if _, err := c.write(); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	stalls := map[string][]time.Duration{}
+	failing := map[string][]time.Duration{}
+	for r := range rounds {
+		kind := []string{"follower", "leader", "quorum"}[rng.IntN(3)]
+		leader := c.leader()
+		var frozen []int
+		switch kind {
+		case "follower":
+			frozen = []int{(leader + 1 + rng.IntN(2)) % 3}
+		case "leader":
+			frozen = []int{leader}
+		case "quorum":
+			frozen = []int{(leader + 1) % 3, (leader + 2) % 3}
+		}
+		for _, i := range frozen {
+			c.members[i].Freeze()
+		}
+		start := time.Now()
+		lastOK, stall := start, time.Duration(0)
+		for time.Since(start) < 3*time.Second {
+			took, err := c.write()
+			now := time.Now()
+			if err == nil {
+				if kind == "quorum" {
+					t.Fatalf("round %d: a write succeeded with two of three members frozen", r)
+				}
+				stall = max(stall, now.Sub(lastOK))
+				lastOK = now
+			} else {
+				failing[kind] = append(failing[kind], took)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		stall = max(stall, time.Since(lastOK))
+		for _, i := range frozen {
+			c.members[i].Thaw()
+		}
+		if kind != "quorum" {
+			stalls[kind] = append(stalls[kind], stall)
+		}
+		healed := time.Now()
+		for {
+			if _, err := c.write(); err == nil {
+				break
+			}
+			if time.Since(healed) > 15*time.Second {
+				t.Fatalf("round %d (%s): no write succeeded 15 s after healing", r, kind)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("round %d: %s frozen %v, stall %s", r, kind, frozen, stall.Round(time.Millisecond))
+	}
+	for _, kind := range []string{"follower", "leader"} {
+		t.Logf("%-8s frozen (%d rounds): stall %s", kind, len(stalls[kind]), summary(stalls[kind]))
+	}
+	for _, kind := range []string{"follower", "leader", "quorum"} {
+		t.Logf("%-8s frozen: %d writes failed, in %s", kind, len(failing[kind]), summary(failing[kind]))
+	}
+}
+
+// summary is "p50 … p99 … max …" of ds.
+func summary(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))].Round(time.Millisecond) }
+	return fmt.Sprintf("p50 %s, p99 %s, max %s", q(0.5), q(0.99), s[len(s)-1].Round(time.Millisecond))
+}
