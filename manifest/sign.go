@@ -20,6 +20,9 @@ import (
 // manifest can never be replayed as another kind of document.
 const (
 	TypManifest = "fcd-manifest+jws"
+	// TypResolution is the typ of an operator's signed resolution of an
+	// uncertain lease ([Resolution]).
+	TypResolution = "fcd-resolution+jws"
 )
 
 // Errors of signature verification.
