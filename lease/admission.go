@@ -314,6 +314,10 @@ type CloseRequest struct {
 	// Resolve marks an operator's resolution: the only way to close an
 	// uncertain lease (besides a newer generation), and only such a lease.
 	Resolve bool
+	// Resolution, with Resolve, is the operator's signed resolution (a
+	// verified JWS): kept with the close, in its transaction and as long
+	// as the outcome, and read back with Store.Resolution.
+	Resolution string
 	// Keep is how long the closed formation record is kept.
 	Keep time.Duration
 	// AllowPool, when not nil, is asked first with the pool of the lease's
@@ -345,6 +349,10 @@ func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease
 // closeRead is CloseLease by reading the lease first.
 func (s *Store) closeRead(ctx context.Context, req CloseRequest) (*record.Lease, error) {
 	id := req.Lease
+	kept, err := s.resolutionPut(req)
+	if err != nil {
+		return nil, err
+	}
 	return s.closeLease(ctx, id, req.Outcome, req.Failure, req.Keep, func(l *record.Lease) error {
 		if req.AllowPool != nil {
 			if err := req.AllowPool(l.Target.Pool); err != nil {
@@ -366,7 +374,7 @@ func (s *Store) closeRead(ctx context.Context, req CloseRequest) (*record.Lease,
 			return fmt.Errorf("%w: %s: only rejected (a release) applies to an unclaimed lease", record.ErrLeaseNotClaimed, id)
 		}
 		return nil
-	})
+	}, kept...)
 }
 
 // CloseLeases applies many outcomes, each as CloseLease would, with its
@@ -498,7 +506,8 @@ func (s *Store) finishFast(ctx context.Context, req CloseRequest, f *fastClose, 
 }
 
 // closeLease closes an open lease if check accepts it, reading it first.
-func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, failure *record.Failure, keep time.Duration, check func(*record.Lease) error) (*record.Lease, error) {
+// kept are more keys written with a release, kept as long as its outcome.
+func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, failure *record.Failure, keep time.Duration, check func(*record.Lease) error, kept ...keptPut) (*record.Lease, error) {
 	for range 16 {
 		l, revs, err := s.openLease(ctx, id)
 		if err != nil {
@@ -552,6 +561,9 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 			}
 			opt = append(opt, clientv3.WithLease(lid))
 			ops = append(ops, clientv3.OpPut(s.k.lease(id), indexValue(l.Target.Epoch, fid), opt...))
+			for _, p := range kept {
+				ops = append(ops, clientv3.OpPut(p.key, p.value, opt...))
+			}
 		}
 		if !gone {
 			ops = append(ops,

@@ -483,12 +483,19 @@ func formationRetention(t *testing.T, x *fixture) {
 			t.Fatalf("%s of an uncertain lease is bound to retention lease %x", k, lid)
 		}
 	}
-	if _, err := x.s.CloseLease(ctx, lease.CloseRequest{Lease: unsure.ID, Outcome: record.OutcomeNoEffect, Resolve: true, Keep: keep}); err != nil {
+	signed := "signed-resolution-of-" + unsure.ID
+	if _, err := x.s.CloseLease(ctx, lease.CloseRequest{Lease: unsure.ID, Outcome: record.OutcomeNoEffect, Resolve: true, Keep: keep,
+		Resolution: signed}); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range append(formation(unsure.Formation), "formation-outcomes/"+unsure.Formation, "leases/"+unsure.ID) {
+	// The signed resolution is kept as long as the outcome.
+	for _, k := range append(formation(unsure.Formation), "formation-outcomes/"+unsure.Formation, "leases/"+unsure.ID, "resolutions/"+unsure.ID) {
 		within(k)
 	}
+	if got, err := x.s.Resolution(ctx, unsure.ID); err != nil || got != signed {
+		t.Fatalf("resolution kept: %q, %v", got, err)
+	}
+	resolutionEnds := retention("resolutions/" + unsure.ID)
 
 	// Records kept alike may share a retention lease: end them all.
 	ends := map[int64]bool{}
@@ -513,6 +520,12 @@ func formationRetention(t *testing.T, x *fixture) {
 		return false
 	}); len(kvs) != 0 {
 		t.Fatalf("%d keys of the expired formations remain, the first %s", len(kvs), kvs[0].Key)
+	}
+	if !ends[resolutionEnds] { // kept alike, it may have ended with them
+		x.revoke(t, resolutionEnds)
+	}
+	if got, err := x.s.Resolution(ctx, unsure.ID); err != nil || got != "" {
+		t.Fatalf("resolution after its retention: %q, %v", got, err)
 	}
 }
 
