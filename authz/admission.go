@@ -13,6 +13,7 @@ import (
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 )
 
@@ -78,6 +79,8 @@ type Leases struct {
 	metrics     *metrics
 	now         func() time.Time
 	log         *slog.Logger
+	// operators verifies signed resolutions; nil: resolutions are unsigned.
+	operators *manifest.Verifier
 }
 
 // Admission is a granted admission: the dispatch token and where it goes.
@@ -656,20 +659,19 @@ func (ls *Leases) RunSweeper(ctx context.Context, interval time.Duration) {
 
 // Resolve is an operator's resolution of an uncertain lease: effect or
 // no_effect; either releases the marker. by names the operator (the
-// caller's credential id), which the audit trail keeps with it.
+// caller's credential id), which the audit trail keeps with it. With
+// operator keys configured (Config.Operators) a resolution must be signed
+// (ResolveSigned) and Resolve answers ErrResolutionUnsigned: the bearer
+// credential alone resolves only where no keys are (--dev without them,
+// tests).
 func (ls *Leases) Resolve(ctx context.Context, by, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
 	if outcome != record.OutcomeEffect && outcome != record.OutcomeNoEffect {
 		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}
-	l, err := ls.store.CloseLease(ctx, lease.CloseRequest{Lease: leaseID, Outcome: outcome, Resolve: true, Keep: ls.retention})
-	if err != nil {
-		return l, fmt.Errorf("authz: resolve %s: %w", leaseID, err)
+	if ls.operators != nil {
+		return nil, fmt.Errorf("%w: this server verifies operator keys; send the resolution signed (authzd lease resolve)", ErrResolutionUnsigned)
 	}
-	ls.metrics.outcomes.WithLabelValues(string(outcome), "operator").Inc()
-	ls.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason, "by", by)
-	ls.trail.record(ctx, EventResolution, l.Closed, outcomeEvent{Lease: leaseID, Formation: l.Formation, Outcome: outcome, By: "operator",
-		Operator: by, Reason: reason})
-	return l, nil
+	return ls.resolve(ctx, by, leaseID, outcome, reason, nil)
 }
 
 // SetGeneration records a newer backend generation of pool and releases

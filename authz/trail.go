@@ -139,6 +139,21 @@ type outcomeEvent struct {
 	Reason   string `json:"reason,omitempty"`
 	// Generation is the pool generation that released the lease.
 	Generation int64 `json:"generation,omitempty"`
+	// Signed is the operator's signed resolution a resolution closed the
+	// lease with, when it was signed.
+	Signed *signedResolutionEvent `json:"signed,omitempty"`
+}
+
+// signedResolutionEvent is what the trail keeps of a signed resolution:
+// who signed it (the operator key's kid, the person the document names),
+// its digest (the canonical payload's) and the document itself, which
+// holds no secret and verifies again against the operator keys.
+type signedResolutionEvent struct {
+	KeyID    string    `json:"kid"`
+	Operator string    `json:"operator"`
+	Digest   string    `json:"digest"`
+	IssuedAt time.Time `json:"issuedAt"`
+	JWS      string    `json:"jws"`
 }
 
 // recordUnreported records a lease the sweep (or a late repeat of its

@@ -97,6 +97,13 @@ func newTrailEnv(t *testing.T) (*admitEnv, *audit.Trail, string) {
 // newTrailEnvWith is newTrailEnv keeping arguments as args says.
 func newTrailEnvWith(t *testing.T, args authz.TrailArguments) (*admitEnv, *audit.Trail, string) {
 	t.Helper()
+	return newTrailEnvConfig(t, func(c *authz.Config) { c.TrailArguments = args })
+}
+
+// newTrailEnvConfig is newTrailEnv with its use cases' configuration
+// edited.
+func newTrailEnvConfig(t *testing.T, edit func(*authz.Config)) (*admitEnv, *audit.Trail, string) {
+	t.Helper()
 	e := newEnv(t, nil, nil)
 	key, iss := newIssuer(t, e.store, jwa.EdDSA)
 	root := t.TempDir()
@@ -104,8 +111,9 @@ func newTrailEnvWith(t *testing.T, args authz.TrailArguments) (*admitEnv, *audit
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr,
-		TrailArguments: args})
+	cfg := authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr}
+	edit(&cfg)
+	e.forms = authztest.New(t, cfg)
 	return &admitEnv{env: e, key: key, iss: iss}, tr, root
 }
 

@@ -41,6 +41,11 @@ type Config struct {
 	// verifies against it at formation, and is admitted to it only if it
 	// still does; nil means no call ever has a successor.
 	Certificates *manifest.Verifier
+	// Operators verifies operators' signed resolutions of uncertain leases
+	// (the operator keys). With it a resolution must be signed by one of
+	// them (Leases.ResolveSigned); nil means an operator's bearer
+	// credential alone resolves (Leases.Resolve), as for --dev and tests.
+	Operators *manifest.Verifier
 	// GatewayCaller says whether a gateway admission is bound to the
 	// caller the gateway authenticated; zero means CallerPrincipal.
 	GatewayCaller CallerBinding
@@ -113,6 +118,7 @@ func New(cfg Config) (*UseCases, error) {
 	u.Leases = &Leases{
 		store: cfg.Store, issuer: cfg.Issuer, generations: generations, grace: cfg.ReportGrace,
 		retention: cfg.Retention, metrics: m, now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger},
+		operators: cfg.Operators,
 	}
 	u.Gate = &Gate{formations: u.Formations, admissions: u.Admissions, caller: cfg.GatewayCaller}
 	return u, nil
