@@ -129,9 +129,13 @@ func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }
 
+// resolveRequest is an operator's resolution: the signed document alone
+// (resolution), or, on a server without operator keys, the bare outcome
+// and reason.
 type resolveRequest struct {
-	Outcome record.Outcome `json:"outcome"`
-	Reason  string         `json:"reason"`
+	Outcome    record.Outcome `json:"outcome"`
+	Reason     string         `json:"reason"`
+	Resolution string         `json:"resolution"`
 }
 
 func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
@@ -141,6 +145,10 @@ func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
+	if req.Resolution != "" {
+		s.resolveSigned(w, r, caller.ID, req)
+		return
+	}
 	l, err := s.uc.Leases.Resolve(r.Context(), caller.ID, chi.URLParam(r, "lease"), req.Outcome, req.Reason)
 	if err != nil {
 		s.problem(w, r, err)

@@ -101,6 +101,11 @@ func problemRules() []problemRule {
 			}},
 		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
 		{match: is(authz.ErrBadPage), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		// Before the manifest rules: a refused resolution wraps the
+		// signature check's error beside its own.
+		{match: is(authz.ErrResolutionUnsigned), status: 403, slug: "resolution-unsigned", title: "A signed resolution is required"},
+		{match: is(authz.ErrResolutionInvalid), status: 403, slug: "resolution-invalid", title: "The signed resolution is not valid for this lease"},
+		{match: is(authz.ErrResolutionNotFound), status: 404, slug: "resolution-not-found", title: "No signed resolution is kept for this lease"},
 		{match: is(manifest.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
 		{match: is(manifest.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
 		{match: as[*manifest.LintError](), status: 422, slug: "lint-failed", title: "Manifest fails MCP+ lint",

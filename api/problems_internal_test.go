@@ -158,6 +158,14 @@ func TestToProblem(t *testing.T) {
 		{"lease closed", fmt.Errorf("authz: complete ls_x: %w", fmt.Errorf("%w: ls_x", record.ErrLeaseClosed)), 409, "lease-closed", nil},
 		{"lease uncertain", fmt.Errorf("authz: complete ls_x: %w", fmt.Errorf("%w: ls_x", record.ErrLeaseUncertain)), 409, "lease-uncertain", nil},
 		{"lease not uncertain", fmt.Errorf("authz: resolve ls_x: %w", fmt.Errorf("%w: ls_x", record.ErrLeaseNotUncertain)), 409, "lease-not-uncertain", nil},
+		{"resolution unsigned", fmt.Errorf("%w: send it signed", authz.ErrResolutionUnsigned), 403, "resolution-unsigned", nil},
+		// A refused resolution wraps the signature check's error: the
+		// resolution's type wins over the manifest's.
+		{"resolution untrusted", fmt.Errorf("%w: %w", authz.ErrResolutionInvalid, fmt.Errorf("%w: kid %q", manifest.ErrUntrustedSigner, "k")), 403, "resolution-invalid", nil},
+		{"resolution malformed", fmt.Errorf("%w: %w", authz.ErrResolutionInvalid, fmt.Errorf("%w: not a JWS", manifest.ErrMalformed)), 403, "resolution-invalid", nil},
+		{"resolution forged", fmt.Errorf("%w: %w", authz.ErrResolutionInvalid, manifest.ErrBadSignature), 403, "resolution-invalid", nil},
+		{"resolution of another lease", fmt.Errorf("%w: it resolves lease ls_a, not ls_b", authz.ErrResolutionInvalid), 403, "resolution-invalid", nil},
+		{"resolution not found", fmt.Errorf("%w: ls_x", authz.ErrResolutionNotFound), 404, "resolution-not-found", nil},
 		{"lease contention", fmt.Errorf("authz: complete ls_x: %w", fmt.Errorf("%w: lease ls_x", record.ErrConflict)), 503, "contention", nil},
 		{"recovery not allowed", fmt.Errorf("authz: %w: failure mode %q of %s declares abort", authz.ErrRecoveryNotAllowed, "gone", "github/x"), 409, "recovery-not-allowed", nil},
 		{"recovery blocked", fmt.Errorf("%w: its lease is open: fm_x", authz.ErrRecoveryBlocked), 409, "recovery-blocked", nil},

@@ -149,6 +149,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/{lease}/complete", s.completeLease)
 		r.With(s.require(RoleBackend, RoleGateway)).Post("/leases/outcomes", s.completeLeases)
 		r.With(s.require(RoleOperator)).Post("/leases/{lease}/resolve", s.resolveLease)
+		r.With(s.require(RoleOperator)).Get("/leases/{lease}/resolution", s.showResolution)
 		r.With(s.require(RoleOperator)).Post("/pools/{pool}/generation", s.setGeneration)
 		r.With(s.require(RoleOperator)).Get("/audit", s.auditPage)
 		r.With(s.require(RoleRegistrar)).Post("/certificates", s.registerCertificate)
