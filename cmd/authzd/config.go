@@ -71,6 +71,12 @@ type Config struct {
 	// IssuerKeys is a JWKS file of trusted compatibility-certificate issuer
 	// public keys; empty refuses certificates. --dev generates one.
 	IssuerKeys string `json:"issuerKeys"`
+	// OperatorKeys is a JWKS file of operators' public keys: with it an
+	// uncertain lease is resolved only by a resolution signed with one of
+	// them (`authzd lease resolve`), kept with the lease and in the audit
+	// trail; empty lets an operator's bearer credential alone resolve,
+	// which is for tests. --dev generates one.
+	OperatorKeys string `json:"operatorKeys"`
 	// Credentials is a JSON file: a list of {id, role, hash} bearer
 	// credentials (see `authzd credential new`).
 	Credentials string `json:"credentials"`
@@ -300,6 +306,7 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.Int64Var(&cfg.FormationBurst, "formation-burst", 40, "formations a host credential may record at once (the rate limit's burst)")
 	path(&cfg.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
 	path(&cfg.IssuerKeys, "issuer-keys", "", "JWKS file of trusted compatibility-certificate issuer keys")
+	path(&cfg.OperatorKeys, "operator-keys", "", "JWKS file of operators' public keys: an uncertain lease is then resolved only by a resolution signed with one of them (authzd lease resolve; --dev generates one); empty: the operator's bearer credential alone resolves, for tests")
 	path(&cfg.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
 	fs.Int64Var(&cfg.BodyLimit, "body-limit", 1<<20, "request body limit in bytes")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")

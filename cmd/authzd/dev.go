@@ -27,6 +27,9 @@ type devCredentials struct {
 	RegistrarKeys string `json:"registrarKeys"`
 	// IssuerKeys is the JWKS of trusted compatibility issuer public keys.
 	IssuerKeys string `json:"issuerKeys,omitempty"`
+	// OperatorKeys is the JWKS of the operator keys resolutions of
+	// uncertain leases are signed with.
+	OperatorKeys string `json:"operatorKeys,omitempty"`
 }
 
 // devSetup prepares cfg.DataDir for development: a registrar key pair and
@@ -59,9 +62,9 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 	default:
 		return nil, fmt.Errorf("dev: %w", err)
 	}
-	if dc.Keys["dispatch"] == "" || dc.Keys["issuer"] == "" {
-		// A data directory from before admission or certificates existed:
-		// add the missing keys.
+	if dc.Keys["dispatch"] == "" || dc.Keys["issuer"] == "" || dc.Keys["operator"] == "" {
+		// A data directory from before admission, certificates or signed
+		// resolutions existed: add the missing keys.
 		if dc.Keys["dispatch"] == "" {
 			if err := devDispatchKey(&dc, dir, cfg.SigningAlg); err != nil {
 				return nil, err
@@ -69,6 +72,11 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 		}
 		if dc.Keys["issuer"] == "" {
 			if err := devIssuerKey(&dc, dir); err != nil {
+				return nil, err
+			}
+		}
+		if dc.Keys["operator"] == "" {
+			if err := devOperatorKey(&dc, dir); err != nil {
 				return nil, err
 			}
 		}
@@ -84,6 +92,9 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 	}
 	if cfg.IssuerKeys == "" {
 		cfg.IssuerKeys = dc.IssuerKeys
+	}
+	if cfg.OperatorKeys == "" {
+		cfg.OperatorKeys = dc.OperatorKeys
 	}
 	if cfg.RegistrarKeys == "" {
 		cfg.RegistrarKeys = dc.RegistrarKeys
@@ -124,6 +135,9 @@ func devGenerate(dir, credFile, alg string) (devCredentials, error) {
 	if err := devIssuerKey(&dc, dir); err != nil {
 		return dc, err
 	}
+	if err := devOperatorKey(&dc, dir); err != nil {
+		return dc, err
+	}
 	var stored []api.Credential
 	for _, role := range api.Roles() {
 		secret, cred, err := api.NewCredential("dev-"+string(role), role)
@@ -158,6 +172,26 @@ func devIssuerKey(dc *devCredentials, dir string) error {
 	return writeJSONFile(dc.IssuerKeys, pub, 0o644)
 }
 
+// devOperatorKey generates an operator key pair, so that the dev server
+// requires signed resolutions of uncertain leases and a newcomer can sign
+// them with `authzd lease resolve`.
+func devOperatorKey(dc *devCredentials, dir string) error {
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		return err
+	}
+	pub, err := manifest.PublicSet(key)
+	if err != nil {
+		return err
+	}
+	dc.Keys["operator"] = filepath.Join(dir, "keys", "operator.jwk")
+	dc.OperatorKeys = filepath.Join(dir, "keys", "operator-jwks.json")
+	if err := writeJSONFile(dc.Keys["operator"], key, 0o600); err != nil {
+		return err
+	}
+	return writeJSONFile(dc.OperatorKeys, pub, 0o644)
+}
+
 // devDispatchKey generates the dispatch-token signing key.
 func devDispatchKey(dc *devCredentials, dir, alg string) error {
 	a := jwa.EdDSA
@@ -173,14 +207,15 @@ func devDispatchKey(dc *devCredentials, dir, alg string) error {
 }
 
 // writeEnvFile writes shell exports for the README walkthrough:
-// FCD_<ROLE>=credential, FCD_REGISTRAR_KEY, FCD_REGISTRAR_JWKS and FCD_URL.
+// FCD_<ROLE>=credential, FCD_REGISTRAR_KEY, FCD_ISSUER_KEY, FCD_OPERATOR_KEY,
+// FCD_REGISTRAR_JWKS, FCD_JWKS_URL and FCD_URL.
 func writeEnvFile(path string, dc *devCredentials, url string) error {
 	var lines []string
 	for role, secret := range dc.Credentials {
 		lines = append(lines, fmt.Sprintf("export FCD_%s=%s", strings.ToUpper(string(role)), secret))
 	}
 	sort.Strings(lines)
-	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_JWKS_URL="+url+"/.well-known/jwks.json", "export FCD_ISSUER_KEY="+dc.Keys["issuer"], "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
+	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_JWKS_URL="+url+"/.well-known/jwks.json", "export FCD_ISSUER_KEY="+dc.Keys["issuer"], "export FCD_OPERATOR_KEY="+dc.Keys["operator"], "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return fmt.Errorf("dev: %w", err)

@@ -10,6 +10,8 @@
 //	authzd policy test [-v] [DIR]
 //	authzd policy eval --input FILE [--policy-dir DIR]
 //	authzd credential new --role ROLE [--id ID] [--pool POOL ...]
+//	authzd lease resolve --key FILE --outcome effect|no_effect --reason TEXT [--operator ID] [--url URL] [--credential-file FILE] LEASE
+//	authzd lease sign-resolution --key FILE --outcome effect|no_effect --reason TEXT [--operator ID] LEASE
 //	authzd audit verify [--jwks FILE|URL] [--json] [DIR]
 //	authzd audit formation ID [DIR]
 //
@@ -47,6 +49,16 @@ const usage = `usage:
   authzd credential new --role ROLE [--id ID] [--pool POOL ...]
                                             create a bearer credential and its stored hash
                                             (--pool: a backend or gateway limited to POOL)
+  authzd lease resolve --key FILE --outcome effect|no_effect --reason TEXT [--operator ID]
+                [--url URL] [--credential-file FILE] LEASE
+                                            sign a resolution of an uncertain lease with an
+                                            operator key and send it (--url: default $FCD_URL;
+                                            credential: default $FCD_OPERATOR; --operator: who
+                                            decides, default the login name); exit 1 naming
+                                            the problem if refused
+  authzd lease sign-resolution --key FILE --outcome effect|no_effect --reason TEXT
+                [--operator ID] LEASE       print the signed resolution only (send it as
+                                            {"resolution": JWS} to POST /v1/leases/LEASE/resolve)
   authzd audit verify [--jwks FILE|URL] [--json] [DIR]
                                             verify the audit trail's hash chains and signed
                                             checkpoints (default DIR: fcd-data/audit); exit 1
@@ -93,6 +105,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return fmt.Errorf("%w: audit needs verify or formation", cli.ErrUsage)
 		}
 		return auditCommand(ctx, args[1], args[2:], stdout)
+	case "lease":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: lease needs resolve or sign-resolution", cli.ErrUsage)
+		}
+		return leaseCommand(ctx, args[1], args[2:], stdout)
 	case "credential":
 		if len(args) < 2 || args[1] != "new" {
 			return fmt.Errorf("%w: credential new --role ROLE", cli.ErrUsage)

@@ -169,6 +169,15 @@ func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 			return nil, fmt.Errorf("issuer keys: %w", err)
 		}
 	}
+	var operators *manifest.Verifier
+	if cfg.OperatorKeys != "" {
+		if operators, err = manifest.LoadVerifier(cfg.OperatorKeys); err != nil {
+			return nil, fmt.Errorf("operator keys: %w", err)
+		}
+		s.log.Info("resolutions of uncertain leases must be signed with an operator key", "operatorKeys", cfg.OperatorKeys)
+	} else {
+		s.log.Warn("no --operator-keys: an operator's bearer credential alone resolves uncertain leases (for tests)")
+	}
 	if cfg.SigningKey != "" {
 		key, err := manifest.LoadPrivateKey(cfg.SigningKey)
 		if err != nil {
@@ -208,7 +217,7 @@ func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Retention: time.Duration(cfg.FormationRetention), Logger: s.log,
 		TrailArguments: authz.TrailArguments(cfg.AuditArguments), Issuer: s.issuer,
 		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
-		Trail: rec,
+		Trail: rec, Operators: operators,
 	}
 	if cfg.DecisionLogURL != "" {
 		if s.decisions, err = s.decisionLog(); err != nil {
