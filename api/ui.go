@@ -76,11 +76,13 @@ func (s *server) uiAsset(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(data)
 }
 
-// showApprover answers the id of the approver credential the request
-// carries. The approval UI calls it at sign-in: hosts may list formations
-// too, so only this answer (403 forbidden-role for another role) tells an
-// approver's credential from theirs before the queue is shown.
-func (s *server) showApprover(w http.ResponseWriter, r *http.Request) {
+// showCaller answers the id and role of the credential the request
+// carries, on a route of one role: /v1/approvers/me and /v1/operators/me.
+// The approval UI calls them at sign-in: hosts may list formations too,
+// so only these answers (403 forbidden-role for another role) tell an
+// approver's credential, or an operator's, from theirs before the queue
+// (or the uncertain leases) is shown.
+func (s *server) showCaller(w http.ResponseWriter, r *http.Request) {
 	caller, _ := CallerFrom(r.Context())
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, map[string]string{"id": caller.ID, "role": string(caller.Role)})

@@ -117,6 +117,22 @@ func TestApproverMe(t *testing.T) {
 	if rec := call(""); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("no credential: %d %s", rec.Code, rec.Body)
 	}
+	// GET /v1/operators/me answers an operator's id, and refuses an approver.
+	req := httptest.NewRequest(http.MethodGet, "/v1/operators/me", nil)
+	req.Header.Set("Authorization", "Bearer "+string(secrets[api.RoleOperator]))
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	me = nil
+	_ = json.Unmarshal(rec.Body.Bytes(), &me)
+	if rec.Code != http.StatusOK || me["id"] != "test-operator" || me["role"] != "operator" {
+		t.Fatalf("operator: %d %s", rec.Code, rec.Body)
+	}
+	req.Header.Set("Authorization", "Bearer "+string(secrets[api.RoleApprover]))
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "forbidden-role") {
+		t.Fatalf("approver at /v1/operators/me: %d %s", rec.Code, rec.Body)
+	}
 }
 
 // uiWait bounds every wait on the browser or the server: generous, since
@@ -468,6 +484,53 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 			if !strings.Contains(got, want) {
 				t.Errorf("recovery does not show %q: %q", want, got)
 			}
+		}
+	})
+
+	t.Run("an operator sees the uncertain leases", func(t *testing.T) {
+		f.t = t
+		defer func() { f.t = parent }()
+		leaseID, formation, epoch := f.uncertainLease(snap, "ui-u")
+		u := f.openTab(t, browser)
+		u.signIn(f.creds[api.RoleOperator])
+		row := fmt.Sprintf(`#uncertain-rows tr[data-lease=%q]`, leaseID)
+		u.do(chromedp.WaitVisible(chromedp.CSS(row)))
+		if got := u.text("#account-id"); got != "operator" {
+			t.Errorf("signed in as %q", got)
+		}
+		if !uiEval[bool](u, `document.getElementById("queue").hidden && !document.getElementById("uncertain").hidden`) {
+			t.Error("an operator was shown the approval queue, or not the uncertain leases")
+		}
+		got := u.text(row)
+		for _, want := range []string{leaseID, formation, "github/get_repository", "ui-u", "v1.4.0", "github-v1-4", epoch, "cl_ui-u",
+			"authzd lease resolve", "--outcome effect|no_effect"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("the row does not show %q: %q", want, got)
+			}
+		}
+		if got := u.text(row + " .formation"); got != formation {
+			t.Errorf("formation column %q", got)
+		}
+		if got := u.text(row + " .tool"); got != "github/get_repository" {
+			t.Errorf("tool column %q", got)
+		}
+		// Read-only: nothing on the page posts.
+		if n := uiEval[int](u, `document.querySelectorAll("#uncertain button:not(#uncertain-refresh), #uncertain textarea, #uncertain input").length`); n != 0 {
+			t.Errorf("%d controls in the uncertain leases", n)
+		}
+		// Resolved elsewhere, it leaves the list at the next refresh.
+		f.expect(f.do("POST", "/v1/leases/"+leaseID+"/resolve", api.RoleOperator, []byte(`{"outcome":"no_effect","reason":"checked"}`)), http.StatusOK, "")
+		u.do(chromedp.Click(chromedp.ID("uncertain-refresh")))
+		u.waitFor(fmt.Sprintf(`!document.querySelector(%s)`, jsString(row)))
+		if !uiEval[bool](u, `!document.getElementById("uncertain-empty").hidden`) {
+			t.Errorf("no uncertain lease left, but the page says: %q", u.text("#uncertain"))
+		}
+		// An approver is not shown them.
+		a := f.openTab(t, browser)
+		a.signIn(f.creds[api.RoleApprover])
+		a.do(chromedp.WaitVisible(chromedp.ID("queue")))
+		if !uiEval[bool](a, `document.getElementById("uncertain").hidden`) {
+			t.Error("an approver was shown the uncertain leases")
 		}
 	})
 

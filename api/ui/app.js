@@ -1,5 +1,8 @@
 // fcd approval UI: lists the formations waiting for approval and posts an
 // approver's decision, bound to the digest shown on the card, to the REST API.
+// Signed in with an operator credential instead, it shows the uncertain
+// leases, read-only: resolving one takes a resolution signed with the
+// operator's key, which stays out of the browser (`authzd lease resolve`).
 //
 // Safety: every value from the server reaches the page through text nodes
 // and DOM properties (el() below), never through HTML parsing. Arguments and
@@ -129,11 +132,12 @@ const credentialProblem = (err) => err.status === 401 || (err.status === 403 && 
 function showSignin(err) {
   $("signin").hidden = false;
   $("queue").hidden = true;
+  $("uncertain").hidden = true;
   $("account").hidden = true;
   const box = $("signin-error");
   if (err) {
     const hint = err.status === 401 ? "Check that you pasted the whole credential."
-      : err.status === 403 ? "The approval UI needs a credential of the approver role." : null;
+      : err.status === 403 ? "The approval UI needs a credential of the approver role (or of the operator role, to see the uncertain leases)." : null;
     box.replaceChildren(problemNode(err, hint));
     box.hidden = false;
   } else {
@@ -143,11 +147,27 @@ function showSignin(err) {
   $("credential").focus();
 }
 
+// whoAmI asks who the credential is: an approver, else an operator; any
+// other role is refused with the approver route's answer.
+async function whoAmI() {
+  try {
+    return await api("GET", "/approvers/me");
+  } catch (err) {
+    if (err.status !== 403 || err.slug !== "forbidden-role") throw err;
+    try {
+      return await api("GET", "/operators/me");
+    } catch (err2) {
+      if (err2.status === 403 && err2.slug === "forbidden-role") throw err;
+      throw err2;
+    }
+  }
+}
+
 async function signIn(secret) {
   sessionStorage.setItem(CREDENTIAL_KEY, secret);
   $("signin-button").disabled = true;
   try {
-    me = await api("GET", "/approvers/me");
+    me = await whoAmI();
   } catch (err) {
     $("credential").value = "";
     signOut(err);
@@ -160,7 +180,8 @@ async function signIn(secret) {
   $("account").hidden = false;
   $("signin").hidden = true;
   $("signin-error").hidden = true;
-  $("queue").hidden = false;
+  $("queue").hidden = me.role !== "approver";
+  $("uncertain").hidden = me.role !== "operator";
   await refresh();
   if (!me) return; // the first refresh found the credential refused
   timer = setInterval(refresh, REFRESH_MS);
@@ -177,6 +198,9 @@ function signOut(err) {
   $("decision-log").replaceChildren();
   $("decisions").hidden = true;
   $("queue-error").hidden = true;
+  $("uncertain-rows").replaceChildren();
+  $("uncertain-table").hidden = true;
+  $("uncertain-error").hidden = true;
   showSignin(err);
 }
 
@@ -208,6 +232,7 @@ async function pendingPages() {
 
 async function refresh() {
   if (refreshing || !me) return;
+  if (me.role === "operator") return refreshUncertain();
   refreshing = true;
   try {
     const { formations, upTo } = await pendingPages();
@@ -468,19 +493,75 @@ function log(f, msg) {
     `${new Date().toLocaleTimeString()} `, el("span", { className: "mono" }, text(f.tool)), ` ${text(f.id)}: ${msg}`));
 }
 
+// ---- uncertain leases (operators, read-only) ---------------------------------------
+
+const EPOCH_ID = /^sha256:[0-9a-f]{64}$/;
+
+// uncertainLeases reads the open leases of every epoch that counts an
+// uncertain one, and returns those uncertain, each with its epoch.
+async function uncertainLeases() {
+  const data = await api("GET", "/epochs");
+  const epochs = (Array.isArray(data?.epochs) ? data.epochs : []).filter((e) => e?.uncertainLeases > 0 && EPOCH_ID.test(e.id ?? ""));
+  const out = [];
+  for (const ep of epochs) {
+    const ls = await api("GET", `/epochs/${ep.id}/leases`);
+    for (const l of Array.isArray(ls?.leases) ? ls.leases : []) {
+      if (l?.state === "uncertain" && typeof l.id === "string") out.push({ lease: l, epoch: ep });
+    }
+  }
+  out.sort((a, b) => String(a.lease.admittedAt).localeCompare(String(b.lease.admittedAt)) || a.lease.id.localeCompare(b.lease.id));
+  return out;
+}
+
+async function refreshUncertain() {
+  if (refreshing || !me) return;
+  refreshing = true;
+  try {
+    const rows = await uncertainLeases();
+    if (!me) return;
+    $("uncertain-rows").replaceChildren(...rows.map(uncertainRow));
+    $("uncertain-table").hidden = rows.length === 0;
+    $("uncertain-empty").hidden = rows.length > 0;
+    $("uncertain-error").hidden = true;
+    $("uncertain-status").textContent = `Updated ${new Date().toLocaleTimeString()}: ${rows.length} uncertain.`;
+  } catch (err) {
+    if (credentialProblem(err)) return signOut(err);
+    $("uncertain-error").replaceChildren(problemNode(err, "The list below may be out of date."));
+    $("uncertain-error").hidden = false;
+  } finally {
+    refreshing = false;
+    $("uncertain").dataset.refreshes = String(++refreshes);
+  }
+}
+
+// uncertainRow shows one uncertain lease and the command that resolves it.
+function uncertainRow({ lease: l, epoch: ep }) {
+  const cmd = `authzd lease resolve --key "$FCD_OPERATOR_KEY" --outcome effect|no_effect --reason '…' ${text(l.id)}`;
+  return el("tr", { dataset: { lease: String(l.id), formation: String(l.formation ?? "") } },
+    el("td", null, mono(l.id)),
+    el("td", { className: "formation" }, mono(l.formation)),
+    el("td", { className: "tool" }, el("span", { className: "mono" }, text(l.tool))),
+    el("td", null, text(l.session)),
+    el("td", null, text(ep.release), " ", el("span", { className: "muted" }, `(${text(l.target?.pool ?? ep.pool)})`), el("div", null, mono(ep.id))),
+    el("td", null, when(l.admittedAt)),
+    el("td", null, l.claim ? [mono(l.claim.id), el("div", { className: "muted" }, text(l.claim.at))] : "none"),
+    el("td", null, el("code", null, cmd)));
+}
+
 // ---- start ----------------------------------------------------------------------
 
 $("signin-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const secret = $("credential").value.trim();
   if (!secret) {
-    showSignin(new ApiError(0, { title: "Paste your approver credential first" }));
+    showSignin(new ApiError(0, { title: "Paste your approver or operator credential first" }));
     return;
   }
   signIn(secret);
 });
 $("signout").addEventListener("click", () => signOut());
 $("refresh").addEventListener("click", () => refresh());
+$("uncertain-refresh").addEventListener("click", () => refresh());
 
 const stored = sessionStorage.getItem(CREDENTIAL_KEY);
 if (stored) signIn(stored);
