@@ -665,11 +665,11 @@ func (ls *Leases) RunSweeper(ctx context.Context, interval time.Duration) {
 // credential alone resolves only where no keys are (--dev without them,
 // tests).
 func (ls *Leases) Resolve(ctx context.Context, by, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
-	if outcome != record.OutcomeEffect && outcome != record.OutcomeNoEffect {
-		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
-	}
 	if ls.operators != nil {
 		return nil, fmt.Errorf("%w: this server verifies operator keys; send the resolution signed (authzd lease resolve)", ErrResolutionUnsigned)
+	}
+	if outcome != record.OutcomeEffect && outcome != record.OutcomeNoEffect {
+		return nil, fmt.Errorf("%w: outcome must be effect or no_effect", ErrBadRequest)
 	}
 	return ls.resolve(ctx, by, leaseID, outcome, reason, nil)
 }
