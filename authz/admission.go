@@ -662,8 +662,8 @@ func (ls *Leases) RunSweeper(ctx context.Context, interval time.Duration) {
 // caller's credential id), which the audit trail keeps with it. With
 // operator keys configured (Config.Operators) a resolution must be signed
 // (ResolveSigned) and Resolve answers ErrResolutionUnsigned: the bearer
-// credential alone resolves only where no keys are (--dev without them,
-// tests).
+// credential alone resolves only where no keys are configured (tests, a
+// server not yet given keys).
 func (ls *Leases) Resolve(ctx context.Context, by, leaseID string, outcome record.Outcome, reason string) (*record.Lease, error) {
 	if ls.operators != nil {
 		return nil, fmt.Errorf("%w: this server verifies operator keys; send the resolution signed (authzd lease resolve)", ErrResolutionUnsigned)
