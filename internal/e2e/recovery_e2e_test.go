@@ -2,14 +2,19 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 // recover recovers a formation as the host, with body (nil for a retry).
@@ -47,8 +52,9 @@ func formationOf(r reply) formation {
 //     approval of its own before it runs;
 //   - validation_failed (abort): refused, naming the mode;
 //   - an uncertain write holds its epoch (uncertainLeases), blocks its
-//     recovery until an operator resolves it no_effect, and its recovery
-//     then needs two approvers before it runs once.
+//     recovery until an operator resolves it no_effect with a signed
+//     document (unsigned, forged and other-lease documents are refused),
+//     and its recovery then needs two approvers before it runs once.
 func TestRecoveryEndToEnd(t *testing.T) {
 	s := startStack(t, nil)
 	snap := s.snapshot()
@@ -141,8 +147,37 @@ func TestRecoveryEndToEnd(t *testing.T) {
 	if r := s.recover(u.ID, nil); r.Status != http.StatusConflict || slugOf(r) != "recovery-blocked" {
 		t.Fatalf("recovering an uncertain call: %d %s", r.Status, r.Raw)
 	}
-	s.expect(s.do("POST", "/v1/leases/"+ua.Lease+"/resolve", api.RoleOperator,
-		[]byte(`{"outcome":"no_effect","reason":"the repository does not exist"}`)), http.StatusOK)
+	// Resolution: unsigned, forged (another key) and for another lease are
+	// refused and change nothing; the operator's signed document resolves.
+	resolve := func(body []byte) reply {
+		return s.do("POST", "/v1/leases/"+ua.Lease+"/resolve", api.RoleOperator, body)
+	}
+	signed := func(key jwk.Key, lease string) []byte {
+		jws, err := manifest.SignResolution(&manifest.Resolution{Lease: lease, Outcome: manifest.ResolutionNoEffect,
+			Reason: "the repository does not exist", Operator: "ops@example", IssuedAt: time.Now().UTC()}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(map[string]string{"resolution": string(jws)})
+		return b
+	}
+	for _, tc := range []struct {
+		note string
+		body []byte
+		slug string
+	}{
+		{"unsigned", []byte(`{"outcome":"no_effect","reason":"trust me"}`), "resolution-unsigned"},
+		{"forged", signed(manifesttest.NewSigner(t).Key, ua.Lease), "resolution-invalid"},
+		{"another lease", signed(s.operatorKey, a.Lease), "resolution-invalid"},
+	} {
+		if r := resolve(tc.body); r.Status != http.StatusForbidden || slugOf(r) != tc.slug {
+			t.Fatalf("a %s resolution: %d %s", tc.note, r.Status, r.Raw)
+		}
+	}
+	if r := s.recover(u.ID, nil); slugOf(r) != "recovery-blocked" {
+		t.Fatalf("after refused resolutions: %d %s", r.Status, r.Raw)
+	}
+	s.expect(resolve(signed(s.operatorKey, ua.Lease)), http.StatusOK)
 	r = s.recover(u.ID, nil)
 	s.expect(r, http.StatusCreated)
 	again := formationOf(r)

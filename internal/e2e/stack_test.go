@@ -76,6 +76,8 @@ type stack struct {
 	reps []*fencecheck.Reporter
 	// issuerKey signs compatibility certificates; authzd trusts it.
 	issuerKey jwk.Key
+	// operatorKey signs resolutions of uncertain leases; authzd trusts it.
+	operatorKey jwk.Key
 	// poolCreds are the backend credentials limited to each pool.
 	poolCreds map[string]api.Secret
 	// approver2 is a second approver's credential, for calls that need
@@ -216,6 +218,9 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	}
 	issuer := manifesttest.NewSigner(t)
 	s.issuerKey = issuer.Key
+	// Operators resolve uncertain leases with signed documents only.
+	operator := manifesttest.NewSigner(t)
+	s.operatorKey = operator.Key
 	log := slog.New(slog.DiscardHandler)
 	sigKey, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
@@ -244,7 +249,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log,
 			Certificates: issuer.Verifier, Trail: trail}),
 		UseCases: authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuer.Verifier,
-			Trail: trail}),
+			Operators: operator.Verifier, Trail: trail}),
 		PolicyStatus: pm.Status, Auth: auth, Logger: log,
 	})
 	if err != nil {
