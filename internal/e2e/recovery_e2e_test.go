@@ -197,3 +197,43 @@ func TestRecoveryEndToEnd(t *testing.T) {
 		t.Fatalf("create_repository wrote %+v, want once, as the recovery of %s", writes, u.ID)
 	}
 }
+
+// TestUncertainCallHoldsRetirement: a write its backend reported uncertain
+// keeps its epoch from retiring (409 leases-outstanding, counting it as
+// uncertain) whatever else is done; once an operator's signed document
+// resolves it no_effect the epoch retires, and a recovery of the call is
+// formed but, its source now STALE and no successor captured, is never
+// admitted (source-stale).
+func TestUncertainCallHoldsRetirement(t *testing.T) {
+	s := startStack(t, nil)
+	snap := s.snapshot()
+	u := s.formReady(snap, "sess-hold", "held-back")
+	a := s.admit(u)
+	backend := s.poolCreds[poolV14]
+	s.expect(s.doAs("POST", "/v1/leases/"+a.Lease+"/claim", backend,
+		[]byte(fmt.Sprintf(`{"claim":"cl-h","epoch":%q,"revision":%d}`, a.Claims.Epoch, a.Claims.Revision))), http.StatusOK)
+	s.expect(s.doAs("POST", "/v1/leases/"+a.Lease+"/complete", backend, []byte(`{"outcome":"uncertain","claim":"cl-h"}`)), http.StatusOK)
+	s.drain(poolV14)
+	r := s.do("POST", "/v1/epochs/"+s.Epoch[poolV14]+"/retire", api.RoleOperator, nil)
+	if r.Status != http.StatusConflict || slugOf(r) != "leases-outstanding" || r.Body["uncertainLeases"] != float64(1) {
+		t.Fatalf("retiring with an uncertain lease: %d %s", r.Status, r.Raw)
+	}
+	jws, err := manifest.SignResolution(&manifest.Resolution{Lease: a.Lease, Outcome: manifest.ResolutionNoEffect,
+		Reason: "checked the backend: nothing created", Operator: "ops@example", IssuedAt: time.Now().UTC()}, s.operatorKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]string{"resolution": string(jws)})
+	s.expect(s.do("POST", "/v1/leases/"+a.Lease+"/resolve", api.RoleOperator, body), http.StatusOK)
+	s.retireDrained(poolV14)
+	rec := s.recover(u.ID, nil)
+	s.expect(rec, http.StatusCreated)
+	f := formationOf(rec)
+	for _, approver := range []api.Secret{s.creds[api.RoleApprover], s.approver2} {
+		s.expect(s.doAs("POST", "/v1/formations/"+f.ID+"/approvals", approver,
+			[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, f.Digest))), http.StatusOK)
+	}
+	if code, slug := s.readmit(f); code != http.StatusGone || slug != "source-stale" {
+		t.Fatalf("admitting the recovery of a call whose source retired: %d %s", code, slug)
+	}
+}
