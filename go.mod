@@ -3,6 +3,7 @@ module github.com/fcd-authz/fcd
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cedar-policy/cedar-go v1.9.1
 	github.com/chromedp/chromedp v0.23.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0

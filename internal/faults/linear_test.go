@@ -1,0 +1,341 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/policies"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+)
+
+// replica is one authzd's use cases on a store of its own, which reaches
+// each etcd member through a proxy of its own (so it can be partitioned
+// alone).
+type replica struct {
+	store   *lease.Store
+	proxies []*Proxy
+	reg     *authz.Registry
+	uc      *authz.UseCases
+}
+
+func startReplica(t *testing.T, members []*etcdtest.Process, signer *manifesttest.Signer, decider authz.Decider) *replica {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	r := &replica{}
+	var eps []string
+	for _, m := range members {
+		p, err := NewProxy(strings.TrimPrefix(m.Endpoints()[0], "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		r.proxies = append(r.proxies, p)
+		eps = append(eps, "http://"+p.Addr())
+	}
+	s, err := lease.Open(context.Background(), lease.Config{Endpoints: eps, Prefix: "/linear/", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "faults", Lifetime: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { iss.Publish(ctx, s); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("signing key not published")
+		}
+	}
+	r.store = s
+	r.reg = authztest.Registry(t, authz.RegistryConfig{Store: s, Manifests: signer.Verifier, Logger: quiet})
+	r.uc = authztest.New(t, authz.Config{Store: s, Decider: decider, Issuer: iss, Logger: quiet})
+	return r
+}
+
+// The operations of the history.
+type (
+	admitIn  struct{ formation string }
+	admitOut struct {
+		lease   string // "" unless admitted
+		refused bool   // the source is draining or stale
+		unknown bool   // failed otherwise: it may have happened
+	}
+	drainIn  struct{}
+	drainOut struct{ unknown bool }
+)
+
+// fenceState is the model's state: whether the epoch drained, and each
+// formation's lease ("?" for one an unknown admission may have opened).
+type fenceState struct {
+	drained bool
+	leases  string // "f=l;" pairs, sorted
+}
+
+func (s fenceState) lease(f string) string {
+	for _, kv := range strings.Split(s.leases, ";") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == f {
+			return v
+		}
+	}
+	return ""
+}
+
+func (s fenceState) with(f, l string) fenceState {
+	var kvs []string
+	for _, kv := range strings.Split(s.leases, ";") {
+		if k, _, ok := strings.Cut(kv, "="); ok && k != f {
+			kvs = append(kvs, kv)
+		}
+	}
+	kvs = append(kvs, f+"="+l)
+	slices.Sort(kvs)
+	return fenceState{drained: s.drained, leases: strings.Join(kvs, ";")}
+}
+
+// fenceModel is the drain fence and one lease per formation: a new lease
+// only while the epoch has not drained; after the drain, an admitted
+// formation's admission answers its one lease again and an unadmitted
+// one is refused; no formation ever gets two leases.
+var fenceModel = porcupine.NondeterministicModel{
+	Init: func() []interface{} { return []interface{}{fenceState{}} },
+	Step: func(state, input, output interface{}) []interface{} {
+		s := state.(fenceState)
+		switch in := input.(type) {
+		case drainIn:
+			d := s
+			d.drained = true
+			if output.(drainOut).unknown {
+				return []interface{}{s, d}
+			}
+			return []interface{}{d}
+		case admitIn:
+			out, cur := output.(admitOut), s.lease(in.formation)
+			switch {
+			case out.unknown:
+				next := []interface{}{s}
+				if !s.drained && cur == "" {
+					next = append(next, s.with(in.formation, "?"))
+				}
+				return next
+			case out.refused:
+				if s.drained && cur == "" {
+					return []interface{}{s}
+				}
+			case cur == out.lease:
+				return []interface{}{s}
+			case cur == "?" || (cur == "" && !s.drained):
+				return []interface{}{s.with(in.formation, out.lease)}
+			}
+		}
+		return nil
+	},
+}
+
+// TestDrainFenceIsLinearizable: two replicas admit formations
+// concurrently (new ones, and some again) while one drains their epoch, with a
+// follower frozen and one replica cut off from the leader (a blackhole
+// proxy) for part of the run. The history — every admission's answer,
+// and the drain — must be linearizable against the drain fence with one
+// lease per formation (porcupine): no new lease after the drain, never two
+// leases for one formation, whatever the faults made unknown.
+func TestDrainFenceIsLinearizable(t *testing.T) {
+	members := etcdtest.StartProcessCluster(t, 3)
+	signer := manifesttest.NewSigner(t)
+	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := startReplica(t, members, signer, pm), startReplica(t, members, signer, pm)
+	ctx := context.Background()
+	rel, err := fixtures.Lookup("github", "v1.4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := manifest.Sign(rel.ManifestJSON(), signer.Key, manifest.TypManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := a.reg.Register(ctx, jws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch := reg.Epoch.ID
+	snap, err := a.reg.CreateSnapshot(ctx, []string{"github"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 240 {
+		f, err := a.uc.Formations.Form(ctx, authz.FormRequest{Snapshot: snap.ID, Session: fmt.Sprint("s", i), Tool: "github/get_repository",
+			Arguments: []byte(fmt.Sprintf(`{"owner":"o","repo":"r%d"}`, i)), Host: "h"})
+		if err != nil || f.Status != "ready" {
+			t.Fatalf("formation %d: %+v %v", i, f, err)
+		}
+		ids = append(ids, f.ID)
+	}
+
+	var (
+		mu      sync.Mutex
+		history []porcupine.Operation
+	)
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	record := func(client int, in, out interface{}, call, ret int64) {
+		mu.Lock()
+		history = append(history, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
+		mu.Unlock()
+	}
+	const run = 4 * time.Second
+	var (
+		wg   sync.WaitGroup
+		next int // the next formation never admitted
+	)
+	pick := func(rng *rand.Rand) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if next < len(ids) && (next == 0 || rng.IntN(3) > 0) {
+			next++
+			return ids[next-1]
+		}
+		return ids[rng.IntN(max(next, 1))] // again: answered with its lease
+	}
+	for w := range 4 {
+		r := []*replica{a, b}[w%2]
+		rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < run {
+				f := pick(rng)
+				call := now()
+				adm, err := r.uc.Admissions.Admit(ctx, f)
+				ret := now()
+				out := admitOut{}
+				switch {
+				case err == nil:
+					out.lease = adm.Lease
+				case errors.Is(err, authz.ErrSourceDraining), errors.Is(err, authz.ErrSourceStale):
+					out.refused = true
+				default:
+					out.unknown, ret = true, math.MaxInt64 // it may take effect at any time after its call
+				}
+				record(w, admitIn{f}, out, call, ret)
+				time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
+			}
+		}()
+	}
+	// The faults, and the drain from replica b in the middle of them.
+	leader := leaderOf(t, members)
+	follower := members[(leader+1)%3]
+	time.Sleep(500 * time.Millisecond)
+	follower.Freeze()
+	time.Sleep(500 * time.Millisecond)
+	a.proxies[leader].Set(Blackhole, 0)
+	time.Sleep(500 * time.Millisecond)
+	call := now()
+	_, err = b.reg.Drain(ctx, "ops", epoch)
+	ret := now()
+	if err != nil {
+		ret = math.MaxInt64
+		t.Logf("the drain answered %v (unknown)", err)
+	}
+	record(9, drainIn{}, drainOut{unknown: err != nil}, call, ret)
+	time.Sleep(time.Second)
+	a.proxies[leader].Set(Pass, 0)
+	follower.Thaw()
+	wg.Wait()
+
+	var admitted, refused, unknown int
+	for _, op := range history {
+		if out, ok := op.Output.(admitOut); ok {
+			switch {
+			case out.lease != "":
+				admitted++
+			case out.refused:
+				refused++
+			default:
+				unknown++
+			}
+		}
+	}
+	t.Logf("%d operations: %d admissions answered a lease, %d refused (draining), %d unknown", len(history), admitted, refused, unknown)
+	if admitted == 0 || refused == 0 {
+		t.Fatalf("the run shows no admission on one side of the drain (%d admitted, %d refused)", admitted, refused)
+	}
+	switch res := porcupine.CheckOperationsTimeout(fenceModel.ToModel(), history, time.Minute); res {
+	case porcupine.Ok:
+	case porcupine.Unknown:
+		t.Fatal("the linearizability check timed out")
+	default:
+		t.Fatalf("the history is not linearizable against the drain fence with one lease per formation (%s)", res)
+	}
+}
+
+// leaderOf is the index of the members' leader.
+func leaderOf(t *testing.T, members []*etcdtest.Process) int {
+	t.Helper()
+	c := &cluster{t: t, members: members}
+	return c.leader()
+}
+
+// TestFenceModel: the model refuses the histories the drain fence and one
+// lease per formation forbid, and accepts their legal variants.
+func TestFenceModel(t *testing.T) {
+	op := func(in, out interface{}, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{Input: in, Output: out, Call: call, Return: ret}
+	}
+	drain := op(drainIn{}, drainOut{}, 10, 11)
+	for _, tc := range []struct {
+		note    string
+		history []porcupine.Operation
+		ok      bool
+	}{
+		{"admitted, then drained, then admitted again (its lease)", []porcupine.Operation{
+			op(admitIn{"f"}, admitOut{lease: "l1"}, 1, 2), drain, op(admitIn{"f"}, admitOut{lease: "l1"}, 20, 21)}, true},
+		{"a new lease after the drain", []porcupine.Operation{
+			drain, op(admitIn{"f"}, admitOut{lease: "l1"}, 20, 21)}, false},
+		{"two leases for one formation", []porcupine.Operation{
+			op(admitIn{"f"}, admitOut{lease: "l1"}, 1, 2), op(admitIn{"f"}, admitOut{lease: "l2"}, 3, 4)}, false},
+		{"refused before the drain", []porcupine.Operation{
+			op(admitIn{"f"}, admitOut{refused: true}, 1, 2), drain}, false},
+		{"refused after the drain", []porcupine.Operation{
+			drain, op(admitIn{"f"}, admitOut{refused: true}, 20, 21)}, true},
+		{"an unknown admission, its lease answered after the drain", []porcupine.Operation{
+			op(admitIn{"f"}, admitOut{unknown: true}, 1, math.MaxInt64), drain, op(admitIn{"f"}, admitOut{lease: "l1"}, 20, 21)}, true},
+		{"concurrent with the drain, a new lease", []porcupine.Operation{
+			op(admitIn{"f"}, admitOut{lease: "l1"}, 9, 12), drain}, true},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			got := porcupine.CheckOperations(fenceModel.ToModel(), tc.history)
+			if got != tc.ok {
+				t.Fatalf("linearizable %v, want %v", got, tc.ok)
+			}
+		})
+	}
+}
