@@ -32,10 +32,10 @@ type Proxy struct {
 	mu     sync.Mutex
 	closed bool
 	mode   Mode
-	delay time.Duration
-	wake  chan struct{} // closed when the mode changes
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	delay  time.Duration
+	wake   chan struct{} // closed when the mode changes
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
