@@ -35,7 +35,7 @@ func leaseCommand(ctx context.Context, sub string, args []string, stdout io.Writ
 	}
 	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
 	key := fs.String("key", "", "private JWK of the operator (Ed25519 or P-256, with a kid) that signs the resolution")
-	outcome := fs.String("outcome", "", "what the call did: effect or no_effect")
+	outcome := fs.String("outcome", "", "what the call did: effect or no_effect (no-effect)")
 	reason := fs.String("reason", "", "how you found out (kept with the lease and in the audit trail)")
 	operator := fs.String("operator", "", "who decides, in your organisation's terms (default: the login name)")
 	var base, credFile *string
@@ -46,6 +46,9 @@ func leaseCommand(ctx context.Context, sub string, args []string, stdout io.Writ
 	lease, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	if *outcome == "no-effect" { // the spelling of the issue and of prose
+		*outcome = manifest.ResolutionNoEffect
 	}
 	switch {
 	case lease == "":

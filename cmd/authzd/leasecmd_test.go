@@ -165,7 +165,7 @@ func TestLeaseResolveCommand(t *testing.T) {
 
 	// Flags may follow the lease.
 	code, out, errs := cli("lease", "resolve", leaseID, "--key", c.dc.Keys["operator"], "--url", url, "--credential-file", credFile,
-		"--outcome", "no_effect", "--reason", "the repository was never created", "--operator", "dana@example.com")
+		"--outcome", "no-effect", "--reason", "the repository was never created", "--operator", "dana@example.com")
 	if code != 0 {
 		t.Fatalf("lease resolve: exit %d\n%s", code, errs)
 	}

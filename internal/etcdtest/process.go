@@ -27,7 +27,11 @@ const memberCommand = "github.com/fcd-authz/fcd/internal/etcdtest/etcdmember"
 // production cluster.
 type Process struct {
 	endpoint string
-	cmd      *exec.Cmd
+	// bin and args start it again (Restart).
+	bin  string
+	args []string
+	dir  string
+	cmd  *exec.Cmd
 	// lifeline is the write end of the member's stdin: closing it (or this
 	// process dying) stops the member.
 	lifeline *os.File
@@ -86,16 +90,6 @@ func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string, o process
 	}
 	client, peer := "http://"+clientAddr, "http://"+peerAddr
 	logPath := filepath.Join(dir, "member.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close() // the child has its own descriptor
-	stdin, lifeline, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer stdin.Close()
 	args := []string{
 		"-name", cmp.Or(o.name, "external"),
 		"-data-dir", filepath.Join(dir, "data"),
@@ -107,17 +101,10 @@ func startProcess(t testing.TB, bin, dir, clientAddr, peerAddr string, o process
 	if o.initialCluster != "" {
 		args = append(args, "-initial-cluster", o.initialCluster)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, logFile, logFile
-	if err := cmd.Start(); err != nil {
-		lifeline.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	p := &Process{endpoint: client, bin: bin, args: args, dir: dir, log: logPath}
+	if err := p.exec(); err != nil {
+		return nil, err
 	}
-	p := &Process{endpoint: client, cmd: cmd, lifeline: lifeline, exited: make(chan struct{}), log: logPath}
-	go func() {
-		cmd.Wait()
-		close(p.exited)
-	}()
 	if o.noWait {
 		t.Cleanup(p.Kill)
 		return p, nil
@@ -179,6 +166,45 @@ func (p *Process) Kill() {
 	p.cmd.Process.Signal(syscall.SIGCONT) // a frozen member dies all the same
 	p.cmd.Process.Kill()
 	<-p.exited
+}
+
+// exec starts the member's process with its arguments, its output
+// appended to its log.
+func (p *Process) exec() error {
+	logFile, err := os.OpenFile(p.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close() // the child has its own descriptor
+	stdin, lifeline, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer stdin.Close()
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, logFile, logFile
+	if err := cmd.Start(); err != nil {
+		lifeline.Close()
+		return fmt.Errorf("start %s: %w", p.bin, err)
+	}
+	p.cmd, p.lifeline, p.exited = cmd, lifeline, make(chan struct{})
+	exited := p.exited
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	return nil
+}
+
+// Restart kills the member and starts it again on its data and ports,
+// returning once it answers (a member of a cluster: once the cluster
+// has a quorum).
+func (p *Process) Restart() error {
+	p.Kill()
+	if err := p.exec(); err != nil {
+		return err
+	}
+	return p.waitReady(time.Minute)
 }
 
 // Freeze stops the member process (SIGSTOP): its connections stay open

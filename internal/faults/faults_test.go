@@ -29,24 +29,40 @@ import (
 )
 
 // cluster is a three-member process cluster and a store on all of it,
-// with the store's default timeouts and endpoint guard.
+// each member reached through a proxy, with the store's default timeouts
+// and endpoint guard.
 type cluster struct {
 	t       *testing.T
 	members []*etcdtest.Process
+	proxies []*Proxy
 	s       *lease.Store
 	api     *httptest.Server
+	// acked are the formations whose writes etcd acknowledged.
+	acked []string
 }
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	ps := etcdtest.StartProcessCluster(t, 3)
-	s, err := lease.Open(context.Background(), lease.Config{Endpoints: etcdtest.ClusterEndpoints(ps), Prefix: "/faults/",
+	c := &cluster{t: t, members: ps}
+	var eps []string
+	for _, m := range ps {
+		p, err := NewProxy(strings.TrimPrefix(m.Endpoints()[0], "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		c.proxies = append(c.proxies, p)
+		eps = append(eps, "http://"+p.Addr())
+	}
+	s, err := lease.Open(context.Background(), lease.Config{Endpoints: eps, Prefix: "/faults/",
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &cluster{t: t, members: ps, s: s}
+	c.s = s
+	return c
 }
 
 // write is one store write (a formation record: a conditional
@@ -61,8 +77,22 @@ func (c *cluster) write() (time.Duration, error) {
 	f := &record.Formation{Call: record.Call{ID: id, Session: "faults", Tool: "s/t", CreatedAt: now, ExpiresAt: now.Add(time.Minute)},
 		Status: record.StatusReady, Approvals: []record.Approval{}, UpdatedAt: now}
 	start := time.Now()
-	_, err = c.s.CreateFormation(context.Background(), f, time.Minute)
+	_, err = c.s.CreateFormation(context.Background(), f, time.Hour)
+	if err == nil {
+		c.acked = append(c.acked, id)
+	}
 	return time.Since(start), err
+}
+
+// lost returns the acknowledged formations the store cannot read back.
+func (c *cluster) lost() []string {
+	var lost []string
+	for _, id := range c.acked {
+		if _, err := c.s.GetFormation(context.Background(), id); err != nil {
+			lost = append(lost, id)
+		}
+	}
+	return lost
 }
 
 // leader returns the index of the leader member.
@@ -126,12 +156,12 @@ func TestFrozenFollowerIsRoutedAround(t *testing.T) {
 		}
 	}
 	answering, all := c.s.Endpoints()
-	if len(all) != 3 || len(answering) != 2 || slices.Contains(answering, frozen.Endpoints()[0]) {
-		t.Fatalf("endpoints in use %v of %v with %s frozen", answering, all, frozen.Endpoints()[0])
+	if len(all) != 3 || len(answering) != 2 || slices.Contains(answering, "http://"+c.proxies[follower].Addr()) {
+		t.Fatalf("endpoints in use %v of %v with %s frozen", answering, all, c.proxies[follower].Addr())
 	}
 	// authzd on this store is ready, and says the store is degraded.
 	if code, body := c.readyz(); code != http.StatusOK || !strings.Contains(body, `"store":"degraded"`) ||
-		!strings.Contains(body, frozen.Endpoints()[0]) {
+		!strings.Contains(body, c.proxies[follower].Addr()) {
 		t.Fatalf("/readyz with a member frozen: %d %s", code, body)
 	}
 	failed := 0

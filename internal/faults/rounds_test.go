@@ -17,11 +17,15 @@ import (
 //	FCD_FAULT_ROUNDS=20 go test -run TestFaultRounds -v ./internal/faults/
 //
 // Each round picks a fault — freeze a follower, freeze the leader, freeze
-// two members (quorum lost) — holds it 3 s while writing every 20 ms,
-// heals it, and checks: no write succeeds without a quorum; with one, the
-// store goes on; after healing, writes succeed within 15 s. It reports,
-// per fault kind, the stall (the longest time no write succeeded while the
-// fault held, from the fault on) and how long failing writes took.
+// two members (quorum lost), cut the store off from the leader (a
+// blackhole proxy: connections open, nothing through), delay its traffic
+// to a member by 300 ms, kill a follower and restart it — holds it 3 s
+// while writing every 20 ms, heals it, and checks: no write succeeds
+// without a quorum; with one, the store goes on; after healing, writes
+// succeed within 15 s; at the end, every write etcd acknowledged reads
+// back. It reports, per fault kind, the stall (the longest time no write
+// succeeded while the fault held, from the fault on) and how long failing
+// writes took.
 func TestFaultRounds(t *testing.T) {
 	rounds, _ := strconv.Atoi(os.Getenv("FCD_FAULT_ROUNDS"))
 	if rounds <= 0 {
@@ -35,16 +39,31 @@ func TestFaultRounds(t *testing.T) {
 	stalls := map[string][]time.Duration{}
 	failing := map[string][]time.Duration{}
 	for r := range rounds {
-		kind := []string{"follower", "leader", "quorum"}[rng.IntN(3)]
+		kind := faultKinds()[rng.IntN(len(faultKinds()))]
 		leader := c.leader()
+		other := (leader + 1 + rng.IntN(2)) % 3
 		var frozen []int
+		heal := func() {}
 		switch kind {
 		case "follower":
-			frozen = []int{(leader + 1 + rng.IntN(2)) % 3}
+			frozen = []int{other}
 		case "leader":
 			frozen = []int{leader}
 		case "quorum":
 			frozen = []int{(leader + 1) % 3, (leader + 2) % 3}
+		case "partition":
+			c.proxies[leader].Set(Blackhole, 0)
+			heal = func() { c.proxies[leader].Set(Pass, 0) }
+		case "delay":
+			c.proxies[other].Set(Delay, 300*time.Millisecond)
+			heal = func() { c.proxies[other].Set(Pass, 0) }
+		case "restart":
+			c.members[other].Kill()
+			heal = func() {
+				if err := c.members[other].Restart(); err != nil {
+					t.Fatalf("round %d: restart member %d: %v", r, other, err)
+				}
+			}
 		}
 		for _, i := range frozen {
 			c.members[i].Freeze()
@@ -69,6 +88,7 @@ func TestFaultRounds(t *testing.T) {
 		for _, i := range frozen {
 			c.members[i].Thaw()
 		}
+		heal()
 		if kind != "quorum" {
 			stalls[kind] = append(stalls[kind], stall)
 		}
@@ -82,14 +102,21 @@ func TestFaultRounds(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Logf("round %d: %s frozen %v, stall %s", r, kind, frozen, stall.Round(time.Millisecond))
+		t.Logf("round %d: %s (leader %d, other %d), stall %s", r, kind, leader, other, stall.Round(time.Millisecond))
 	}
-	for _, kind := range []string{"follower", "leader"} {
-		t.Logf("%-8s frozen (%d rounds): stall %s", kind, len(stalls[kind]), summary(stalls[kind]))
+	for _, kind := range faultKinds() {
+		t.Logf("%-9s (%d rounds): stall %s; %d writes failed, in %s", kind, len(stalls[kind]), summary(stalls[kind]),
+			len(failing[kind]), summary(failing[kind]))
 	}
-	for _, kind := range []string{"follower", "leader", "quorum"} {
-		t.Logf("%-8s frozen: %d writes failed, in %s", kind, len(failing[kind]), summary(failing[kind]))
+	if lost := c.lost(); len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes are lost: %v", len(lost), len(c.acked), lost)
 	}
+	t.Logf("all %d acknowledged writes read back", len(c.acked))
+}
+
+// faultKinds are the faults a round picks from.
+func faultKinds() []string {
+	return []string{"follower", "leader", "quorum", "partition", "delay", "restart"}
 }
 
 // summary is "p50 … p99 … max …" of ds.
