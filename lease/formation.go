@@ -501,7 +501,7 @@ func (r *retention) lease(ctx context.Context, s *Store, keep time.Duration) (cl
 		}
 		// One grant serves every waiting caller: it does not end with the
 		// first caller's context.
-		octx, cancel := s.op(context.WithoutCancel(ctx))
+		octx, cancel := s.writeOp(context.WithoutCancel(ctx))
 		defer cancel()
 		resp, err := s.cli.Grant(octx, int64(end.Sub(now).Seconds())+1)
 		if err != nil {

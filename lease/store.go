@@ -30,8 +30,9 @@ type Config struct {
 	// OpTimeout bounds every single etcd read; zero means 2s. When it
 	// expires the operation fails with ErrUnavailable.
 	OpTimeout time.Duration
-	// WriteTimeout bounds every write transaction (a group commit); zero
-	// means 1s, so that without a quorum a write fails closed
+	// WriteTimeout bounds every write transaction of a call's life (a
+	// group commit, the grant of a record's retention lease); zero means
+	// 900ms, so that without a quorum a write fails closed
 	// (ErrUnavailable) within a second: etcd commits in milliseconds, and
 	// a caller can retry or read back what a timed-out write did.
 	WriteTimeout time.Duration
@@ -103,15 +104,17 @@ type Store struct {
 	cli       *clientv3.Client
 	k         keys
 	opTimeout time.Duration
-	quota     int64
-	log       *slog.Logger
-	now       func() time.Time
-	retention retention
-	cache     immutableCache
-	commits   *committer
-	guard     *endpointGuard // nil with one endpoint
-	stopGuard context.CancelFunc
-	guardDone chan struct{}
+	// writeTimeout bounds the writes of a call's life (writeOp).
+	writeTimeout time.Duration
+	quota        int64
+	log          *slog.Logger
+	now          func() time.Time
+	retention    retention
+	cache        immutableCache
+	commits      *committer
+	guard        *endpointGuard // nil with one endpoint
+	stopGuard    context.CancelFunc
+	guardDone    chan struct{}
 }
 
 // Open connects to etcd. It does not wait for etcd to be reachable: a
@@ -135,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	write := cfg.WriteTimeout
 	if write <= 0 {
-		write = time.Second
+		write = 900 * time.Millisecond
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -166,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		maxBatch: orDefaultInt(cfg.MaxBatch, DefaultMaxBatch),
 		maxSlots: orDefaultInt(cfg.MaxInFlight, DefaultMaxInFlight),
 	}
-	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, quota: cfg.Quota, log: log, now: now, commits: commits}
+	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, writeTimeout: write, quota: cfg.Quota, log: log, now: now, commits: commits}
 	if len(cfg.Endpoints) > 1 && cfg.ProbeInterval >= 0 {
 		g, err := newEndpointGuard(cli, ccfg, cmp.Or(cfg.ProbeInterval, DefaultProbeInterval), cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout), log)
 		if err != nil {
@@ -230,6 +233,11 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opTimeout)
+}
+
+// writeOp is op for a write outside the committer on a call's path.
+func (s *Store) writeOp(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), s.writeTimeout)
 }
 
 // wrap turns an etcd error into the store's vocabulary. ctx is the
