@@ -202,8 +202,24 @@ func problemRules() []problemRule {
 		{match: is(authz.ErrAdmissionDisabled), status: 503, slug: "admission-disabled", title: "Admission is not configured",
 			retryAfter: noRetry},
 		{match: is(record.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
-			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)"},
+			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)",
+			ext: generationProgress},
 	}
+}
+
+// generationProgress is what a generation change that stopped did: the
+// leases it released and how many are left (setting the generation again
+// releases them). Nil for any other error.
+func generationProgress(err error) map[string]any {
+	var ge *authz.GenerationIncompleteError
+	if !errors.As(err, &ge) {
+		return nil
+	}
+	released := ge.Released
+	if released == nil {
+		released = []string{}
+	}
+	return map[string]any{"released": released, "pending": ge.Pending}
 }
 
 // toProblem maps err to its problem. An unknown error is a 500 whose text

@@ -698,10 +698,31 @@ func (ls *Leases) SetGeneration(ctx context.Context, by, pool string, gen int64)
 	}
 	ls.metrics.outcomes.WithLabelValues(string(record.OutcomeReleased), "generation").Add(float64(len(released)))
 	if err != nil {
+		if ch.Revision > 0 { // the generation is set; some releases are not
+			err = &GenerationIncompleteError{Released: released, Pending: ch.Pending, Err: err}
+		}
 		return released, fmt.Errorf("authz: generation of %s: %w", pool, err)
 	}
 	return released, nil
 }
+
+// GenerationIncompleteError: a generation change was recorded but stopped
+// (the store failed) before it released every older lease. Setting the
+// same generation again releases the rest; each release is its own
+// compare-and-swap, so none happens twice.
+type GenerationIncompleteError struct {
+	// Released are the leases released before it stopped; Pending counts
+	// the older leases left.
+	Released []string
+	Pending  int
+	Err      error
+}
+
+func (e *GenerationIncompleteError) Error() string {
+	return fmt.Sprintf("released %d leases, %d left: %v", len(e.Released), e.Pending, e.Err)
+}
+
+func (e *GenerationIncompleteError) Unwrap() error { return e.Err }
 
 // JWKS returns the JSON Web Key Set of every published signing key.
 func (ad *Admissions) JWKS(ctx context.Context) ([]byte, error) {

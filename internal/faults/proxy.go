@@ -22,6 +22,9 @@ const (
 	Blackhole
 	// Delay forwards each chunk after the proxy's delay.
 	Delay
+	// Drop resets every connection and every new one at once, as a
+	// member that went away (or a firewall that rejects) does.
+	Drop
 )
 
 // Proxy is a TCP proxy from a loopback address to one target.
@@ -60,6 +63,11 @@ func (p *Proxy) Set(m Mode, delay time.Duration) {
 	p.mode, p.delay = m, delay
 	close(p.wake)
 	p.wake = make(chan struct{})
+	if m == Drop {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
 }
 
 // Close stops the proxy and its connections.
@@ -83,6 +91,16 @@ func (p *Proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		drop := p.mode == Drop
+		p.mu.Unlock()
+		if drop {
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetLinger(0) // a reset, not an orderly close
+			}
+			c.Close()
+			continue
 		}
 		u, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -132,6 +150,8 @@ func (p *Proxy) forward(dst net.Conn, b []byte) bool {
 			return false
 		}
 		switch mode {
+		case Drop:
+			return false
 		case Blackhole:
 			<-wake // hold the bytes until the mode changes
 			continue

@@ -18,7 +18,8 @@ import (
 //
 // Each round picks a fault — freeze a follower, freeze the leader, freeze
 // two members (quorum lost), cut the store off from the leader (a
-// blackhole proxy: connections open, nothing through), delay its traffic
+// blackhole proxy: connections open, nothing through) or drop its
+// connections to the leader (reset, and refused while it holds), delay its traffic
 // to a member by 300 ms, kill a follower and restart it — holds it 3 s
 // while writing every 20 ms, heals it, and checks: no write succeeds
 // without a quorum; with one, the store goes on; after healing, writes
@@ -53,6 +54,9 @@ func TestFaultRounds(t *testing.T) {
 			frozen = []int{(leader + 1) % 3, (leader + 2) % 3}
 		case "partition":
 			c.proxies[leader].Set(Blackhole, 0)
+			heal = func() { c.proxies[leader].Set(Pass, 0) }
+		case "drop":
+			c.proxies[leader].Set(Drop, 0)
 			heal = func() { c.proxies[leader].Set(Pass, 0) }
 		case "delay":
 			c.proxies[other].Set(Delay, 300*time.Millisecond)
@@ -116,7 +120,7 @@ func TestFaultRounds(t *testing.T) {
 
 // faultKinds are the faults a round picks from.
 func faultKinds() []string {
-	return []string{"follower", "leader", "quorum", "partition", "delay", "restart"}
+	return []string{"follower", "leader", "quorum", "partition", "drop", "delay", "restart"}
 }
 
 // summary is "p50 … p99 … max …" of ds.
