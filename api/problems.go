@@ -203,7 +203,7 @@ func problemRules() []problemRule {
 			retryAfter: noRetry},
 		{match: is(record.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
 			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)",
-			ext: generationProgress},
+			ext:    generationProgress},
 	}
 }
 
