@@ -155,6 +155,7 @@ func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
 			s.problem(w, r, err)
 			return
 		}
+		immutable(w)
 		writeJSON(w, http.StatusOK, snap)
 	case "full":
 		tools, err := s.reg.SnapshotFull(r.Context(), id)
@@ -162,6 +163,7 @@ func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
 			s.problem(w, r, err)
 			return
 		}
+		immutable(w)
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "tools": tools})
 	default:
 		s.problem(w, r, fmt.Errorf("%w: view=%q (summary or full)", errBadParameter, view))
@@ -175,5 +177,14 @@ func (s *server) showSnapshotTool(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
+	immutable(w)
 	writeJSON(w, http.StatusOK, t)
+}
+
+// immutable marks an answer that never changes: a snapshot is content
+// addressed, so a replica answers it from memory once read, also while
+// etcd is down, and a client may keep it as long as it likes (only the
+// credential that read it: private).
+func immutable(w http.ResponseWriter) {
+	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
 }

@@ -421,8 +421,18 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	f.expect(v13, http.StatusCreated, "")
 	id := v13.Body["epoch"].(string)
 	f.expect(f.do("GET", "/readyz", "", nil), http.StatusOK, "")
+	snap := f.do("POST", "/v1/snapshots", api.RoleHost, nil)
+	f.expect(snap, http.StatusCreated, "")
+	snapPath := "/v1/snapshots/" + snap.Body["id"].(string)
+	f.expect(f.do("GET", snapPath, api.RoleHost, nil), http.StatusOK, "")
 
 	f.member.Stop()
+	// A snapshot is immutable: read once, this replica answers it from
+	// memory with etcd down, and says it is immutable.
+	if r := f.do("GET", snapPath, api.RoleHost, nil); r.Status != http.StatusOK ||
+		!strings.Contains(r.Header.Get("Cache-Control"), "immutable") {
+		t.Fatalf("a snapshot read with etcd down: %d %q %s", r.Status, r.Header.Get("Cache-Control"), r.Raw)
+	}
 	f.expect(f.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "not-ready")
 	writes := []struct {
 		method, path string
