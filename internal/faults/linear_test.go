@@ -339,3 +339,67 @@ func TestFenceModel(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyPublicationOutlivesAQuorumLoss: a quorum loss longer than the
+// signing key's etcd lease (4 s here; 331 s with the defaults) neither
+// loses the key nor lets a token through: while it lasts the issuer
+// reports the key unpublished, so it signs nothing (admission fails
+// closed: authz's TestAdmissionNeedsAPublishedKey); after it the same key
+// (kid) is published again and the issuer signs.
+func TestKeyPublicationOutlivesAQuorumLoss(t *testing.T) {
+	members := etcdtest.StartProcessCluster(t, 3)
+	quiet := slog.New(slog.DiscardHandler)
+	s, err := lease.Open(context.Background(), lease.Config{Endpoints: etcdtest.ClusterEndpoints(members), Prefix: "/keys/", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key, err := manifest.GenerateKey(jwa.EdDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "faults", Lifetime: time.Second, Grace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { iss.Publish(ctx, s); close(stopped) }()
+	defer func() { cancel(); <-stopped }()
+	published := func() bool {
+		keys, err := s.PublishedKeys(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if strings.Contains(string(k), key.KeyID()) {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not within %s", what, d)
+			}
+		}
+	}
+	waitFor("the key published", 30*time.Second, func() bool { return iss.Published() && published() })
+
+	leader := leaderOf(t, members)
+	for i, m := range members {
+		if i != leader {
+			m.Freeze()
+		}
+	}
+	waitFor("the issuer noticing the loss", 15*time.Second, func() bool { return !iss.Published() })
+	time.Sleep(6 * time.Second) // past the key's lease
+	for i, m := range members {
+		if i != leader {
+			m.Thaw()
+		}
+	}
+	waitFor("the key published again", 30*time.Second, func() bool { return iss.Published() && published() })
+}
