@@ -398,6 +398,12 @@ func (ad *Admissions) reissue(ctx context.Context, rec *record.Formation, now ti
 // means it committed; anything else means it did not, and the caller may
 // retry. If the store cannot answer, nothing is dispatched.
 func (ad *Admissions) readBack(ctx context.Context, id, lid string, now time.Time, cause error) (*Admission, error) {
+	// A short look: the store just failed to answer a write, most likely
+	// for want of a quorum, and failing closed fast matters more than
+	// saving the host a retry (a retried admission of a formation the
+	// commit did admit answers the same lease).
+	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
+	defer cancel()
 	rec, err := ad.store.GetFormation(ctx, id)
 	if err != nil {
 		return nil, cause
@@ -411,6 +417,10 @@ func (ad *Admissions) readBack(ctx context.Context, id, lid string, now time.Tim
 	}
 	return nil, cause
 }
+
+// readBackTimeout bounds the read-back of an admission whose commit's
+// outcome is unknown.
+const readBackTimeout = 250 * time.Millisecond
 
 // token signs the dispatch token of an open lease.
 func (ad *Admissions) token(l *record.Lease, now time.Time) (*Admission, error) {
