@@ -149,7 +149,7 @@ func ExampleVerifier_Middleware() {
 	post(call, authzd.issue("lease-7", "github/create_repository", `{"name":"demo"}`))
 	// Output:
 	// 200 {"jsonrpc":"2.0","id":1,"result":{}}
-	// 403 {"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"fcd: dispatch token rejected: missing","data":{"reason":"missing"}}}
+	// 403 {"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"fcd: dispatch token rejected: missing","data":{"reason":"missing","type":"https://github.com/fcd-authz/fcd/blob/main/fencecheck/README.md#reason-missing"}}}
 	// handler runs github/create_repository
 	// outcome: lease-7 effect
 	// 200 {"jsonrpc":"2.0","id":1,"result":{}}

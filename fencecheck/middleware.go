@@ -26,6 +26,13 @@ const (
 	// before the first write (or with nothing written); the middleware
 	// removes it from the response.
 	OutcomeHeader = "Fcd-Outcome"
+	// ProblemHeader names a refusal's reason on the HTTP answer, as
+	// authzd's Fcd-Problem names its problem types (reasons are spelled
+	// with underscores, authzd's types with hyphens).
+	ProblemHeader = "Fcd-Problem"
+	// ProblemBase prefixes a refusal's problem type (the JSON-RPC error's
+	// data.type): the reason's entry in fencecheck's README.
+	ProblemBase = "https://github.com/fcd-authz/fcd/blob/main/fencecheck/README.md#reason-"
 	// RecoveryHeader carries a verified recovery's [Claims.RecoveryOf] to
 	// the handler: the middleware sets it on the request it passes on (so
 	// `fencecheck proxy` sends it upstream) and removes any a client sent.
@@ -369,6 +376,11 @@ func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, reason Reason) {
 	type rpcErrData struct {
 		Reason Reason `json:"reason"`
+		// Type is the refusal's problem type (a URL of the reasons'
+		// documentation), RetryAfter the seconds after which a retry may
+		// pass, for the transient reasons only.
+		Type       string `json:"type"`
+		RetryAfter int    `json:"retryAfter,omitempty"`
 	}
 	type rpcErr struct {
 		Code    int         `json:"code"`
@@ -384,7 +396,13 @@ func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code i
 		Error   rpcErr          `json:"error"`
 	}{"2.0", id, rpcErr{Code: code, Message: msg}}
 	if reason != "" {
-		body.Error.Data = &rpcErrData{Reason: reason}
+		body.Error.Data = &rpcErrData{Reason: reason, Type: ProblemBase + string(reason), RetryAfter: reason.retryAfter()}
+		// The reason in a header too, as authzd's Fcd-Problem: a client
+		// whose SDK shows only "HTTP 403" still reads it.
+		w.Header().Set(ProblemHeader, string(reason))
+		if s := reason.retryAfter(); s > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(s))
+		}
 	}
 	data, err := json.Marshal(body)
 	if err != nil { // an id that is not valid JSON cannot come from classify

@@ -365,7 +365,9 @@ type rpcResult struct {
 			Code    int    `json:"code"`
 			Message string `json:"message"`
 			Data    struct {
-				Reason fencecheck.Reason `json:"reason"`
+				Reason     fencecheck.Reason `json:"reason"`
+				Type       string            `json:"type"`
+				RetryAfter int               `json:"retryAfter"`
 			} `json:"data"`
 		} `json:"error"`
 	}
@@ -422,6 +424,13 @@ func wantRefused(t *testing.T, res *rpcResult, reason fencecheck.Reason) {
 	e := res.err.Error
 	if e == nil || e.Code != fencecheck.ErrorCodeRejected || e.Data.Reason != reason {
 		t.Fatalf("body = %s, want code %d reason %s", res.body, fencecheck.ErrorCodeRejected, reason)
+	}
+	if got := res.header.Get(fencecheck.ProblemHeader); got != string(reason) || e.Data.Type != fencecheck.ProblemBase+string(reason) {
+		t.Fatalf("%s %q, data.type %q, want the reason %s", fencecheck.ProblemHeader, got, e.Data.Type, reason)
+	}
+	transient := reason == fencecheck.ReasonKeySource || reason == fencecheck.ReasonReplayStore || reason == fencecheck.ReasonClaimUnavailable
+	if ra := res.header.Get("Retry-After"); transient != (ra == "1" && e.Data.RetryAfter == 1) || (!transient && (ra != "" || e.Data.RetryAfter != 0)) {
+		t.Fatalf("reason %s: Retry-After %q, data.retryAfter %d", reason, ra, e.Data.RetryAfter)
 	}
 }
 

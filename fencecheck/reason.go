@@ -150,3 +150,15 @@ func ReasonOf(err error) Reason {
 func reject(r Reason, format string, args ...any) *RejectError {
 	return &RejectError{Reason: r, Detail: fmt.Sprintf(format, args...)}
 }
+
+// retryAfter is the seconds after which the same request may pass, for
+// the reasons that are transient (the fence failed closed for want of its
+// keys, its replay store or authzd); 0 for the others, which no retry of
+// the same request cures.
+func (r Reason) retryAfter() int {
+	switch r {
+	case ReasonKeySource, ReasonReplayStore, ReasonClaimUnavailable:
+		return 1
+	}
+	return 0
+}
