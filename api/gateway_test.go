@@ -312,6 +312,31 @@ func TestExtAuthzHTTP(t *testing.T) {
 		}
 	}
 
+	// A formation sent on every request of a session (an SDK's custom
+	// header): the session's other requests pass without admitting it;
+	// its tools/call then admits it.
+	every := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s-every", "github/get_repository", `{"owner":"octo","repo":"every"}`, ""))
+	eid := every.Body["id"].(string)
+	for _, tc := range []struct {
+		body string
+		h    map[string]string
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, nil},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, nil},
+		{"", map[string]string{"Mcp-Method": "resources/list"}},
+	} {
+		h := map[string]string{"Fcd-Formation": eid}
+		for k, v := range tc.h {
+			h[k] = v
+		}
+		f.passed(f.gw("POST", "/v1/ext_authz/mcp", gwc, h, []byte(tc.body)))
+	}
+	if st := f.do("GET", "/v1/formations/"+eid, api.RoleHost, nil).Body["status"]; st != "ready" {
+		t.Fatalf("session traffic with the formation header admitted it: %v", st)
+	}
+	f.allowed(f.gw("POST", "/v1/ext_authz/mcp", gwc, map[string]string{"Fcd-Formation": eid}, toolsCall("get_repository", `{"owner":"octo","repo":"every"}`, "")),
+		"github/get_repository", `{"owner":"octo","repo":"every"}`)
+
 	// A tools/call without a formation and without one-step headers.
 	f.denied(f.gw("POST", "/v1/ext_authz/mcp", gwc, nil, toolsCall("get_repository", readArgs, "")), http.StatusForbidden, "formation-required", "")
 	f.denied(f.gw("POST", "/v1/ext_authz/mcp", gwc, map[string]string{"Mcp-Method": "tools/call"}, nil), http.StatusForbidden, "formation-required", "")

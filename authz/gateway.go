@@ -92,9 +92,11 @@ type Gate struct {
 	caller     CallerBinding
 }
 
-// Check decides one request a gateway is about to proxy. With a formation
-// id (from the gateway, or params._meta["dev.fcd/formation"] of a
-// tools/call body) it admits that formation, exactly as Admit does. Without
+// Check decides one request a gateway is about to proxy. A request its
+// body or Mcp-Method header shows is not a tools/call passes as session
+// traffic, whatever formation it names. Otherwise, with a formation id
+// (from the gateway, or params._meta["dev.fcd/formation"] of a tools/call
+// body) it admits that formation, exactly as Admit does. Without
 // one, a tools/call — by its body, or by its Mcp-Method header when there
 // is no body — is refused with ErrFormationRequired, unless the body is a
 // tools/call and the gateway asked for one-step mode (Snapshot and
@@ -115,6 +117,16 @@ func (g *Gate) Check(ctx context.Context, req GateRequest) (GateDecision, error)
 		}
 	}
 	d := GateDecision{Call: msg.Call || (!hasBody && saysCall(req.MCPMethods))}
+	// Only a tools/call is admitted. A request known to be something else
+	// — by its body, or by its Mcp-Method header — is session traffic even
+	// when it carries a formation (an SDK's custom-header option sends the
+	// header on every request of the session): it passes without a token,
+	// and the formation waits for its call. Without a body or Mcp-Method
+	// (forward-auth with an older client) nothing tells, and the formation
+	// is admitted: docs/mcp-sessions.md.
+	if !d.Call && (hasBody || len(req.MCPMethods) > 0) {
+		return d, nil
+	}
 	id := req.Formation
 	if msg.Formation != "" {
 		if id != "" && id != msg.Formation {
