@@ -100,7 +100,9 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	if reporter != nil {
 		opts.Reporter = reporter
 	}
-	handler := v.Middleware(rp, opts)
+	// Inside the fence: only a verified call may open an upstream session
+	// (adopt.go).
+	handler := v.Middleware(newSessionAdopter(rp, target, log), opts)
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/fixtures"
+)
+
+// TestProxyAdoptsTheHostsSession: a host whose MCP session began on one
+// pool (a real MCP server of the Go SDK) sends a verified call to another
+// pool's proxy — a call substituted to the successor — with that session's
+// id. The proxy opens a session of its own with its upstream, runs the call
+// there and answers with the host's id; the host's DELETE through the proxy
+// closes the upstream session (a second DELETE finds none). A call with an
+// unknown session and no valid token opens nothing: the fence refuses it.
+func TestProxyAdoptsTheHostsSession(t *testing.T) {
+	serve := func(f *fixtures.Fixture) *httptest.Server {
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", f)
+		srv := httptest.NewServer(mux)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	source := serve(fixtures.MustNew("github", "v1.4", fixtures.Config{}))
+	successor := fixtures.MustNew("github", "v1.4", fixtures.Config{})
+	upstream := serve(successor)
+	is := newIssuer(t)
+	p := startProxy(t, is, upstream.URL, "--offline")
+
+	do := func(method, url, session, token, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		if session != "" {
+			req.Header.Set(sessionHeader, session)
+		}
+		if token != "" {
+			req.Header.Set(fencecheck.Header, token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	// The session begins on the source pool.
+	resp, _ := do("POST", source.URL+"/mcp", "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
+	host := resp.Header.Get(sessionHeader)
+	if host == "" {
+		t.Fatal("the source issued no session")
+	}
+	do("POST", source.URL+"/mcp", host, "", `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	// Unverified: refused by the fence, nothing adopted.
+	const args = `{"owner":"octo-org","repo":"hello-world"}`
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_repository","arguments":` + args + `}}`
+	if resp, body := do("POST", p.url+"/mcp", host, "", call); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("an unverified call: %d %s", resp.StatusCode, body)
+	}
+
+	// The verified call, substituted to the successor's pool.
+	tok, _ := is.tokenAdmitted(t, "github/get_repository", args, time.Now().Add(time.Minute))
+	resp, body := do("POST", p.url+"/mcp", host, tok, call)
+	if resp.StatusCode != http.StatusOK || strings.Contains(body, `"error"`) || !strings.Contains(body, "hello-world") {
+		t.Fatalf("the substituted call: %d %s", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get(sessionHeader); got != "" && got != host {
+		t.Fatalf("the answer names session %q, the host's is %q", got, host)
+	}
+	effects := successor.Recorder().Effects(fixtures.Filter{Tool: "get_repository"})
+	if len(effects) != 1 || effects[0].Session == "" || effects[0].Session == host {
+		t.Fatalf("the successor ran %+v, want one call in a session of its own", effects)
+	}
+	upstreamSession := effects[0].Session
+
+	// Closing the host's session closes the adopted one.
+	if resp, body := do("DELETE", p.url+"/mcp", host, "", ""); resp.StatusCode/100 != 2 {
+		t.Fatalf("DELETE through the proxy: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := do("DELETE", upstream.URL+"/mcp", upstreamSession, "", ""); resp.StatusCode/100 == 2 {
+		t.Fatalf("the upstream session %s stayed open", upstreamSession)
+	}
+}
