@@ -36,22 +36,98 @@ const maxAdopted = 1 << 16
 // remembers which it is, and sends the call in it; later requests of the
 // host's session through this proxy (another call, the GET stream, DELETE)
 // go to the same upstream session, and answers carry the host's id back.
-// DELETE of an adopted session closes the upstream one. Unmodified MCP
-// clients see one session.
+// DELETE of an adopted session closes the upstream one, and so does the
+// proxy once the session is idle for its idle time — a host may send its
+// DELETE to the pool its session began on, and the adopted session must
+// not stay open on this one. Unmodified MCP clients see one session.
 type sessionAdopter struct {
 	next   http.Handler
 	target *url.URL
 	client *http.Client
 	log    *slog.Logger
 
+	idle time.Duration
+	now  func() time.Time
+
 	mu      sync.Mutex
-	issued  map[string]bool   // ids the upstream issued through this proxy
-	adopted map[string]string // the host's id → the upstream's
+	issued  map[string]bool         // ids the upstream issued through this proxy
+	adopted map[string]*adoptedSess // by the host's id
 }
+
+// adoptedSess is an upstream session opened for a host's session.
+type adoptedSess struct {
+	upstream string
+	path     string // the MCP endpoint's path, where DELETE goes
+	version  string
+	last     time.Time // the last request of the host's session
+}
+
+// defaultAdoptedIdle is how long an adopted session may go without a
+// request before the proxy closes it.
+const defaultAdoptedIdle = 10 * time.Minute
 
 func newSessionAdopter(next http.Handler, target *url.URL, log *slog.Logger) *sessionAdopter {
 	return &sessionAdopter{next: next, target: target, log: log, client: &http.Client{Timeout: 30 * time.Second},
-		issued: map[string]bool{}, adopted: map[string]string{}}
+		idle: defaultAdoptedIdle, now: time.Now, issued: map[string]bool{}, adopted: map[string]*adoptedSess{}}
+}
+
+// run closes adopted sessions idle for longer than the idle time, every
+// tenth of it, until ctx ends; then it closes them all.
+func (a *sessionAdopter) run(ctx context.Context) {
+	t := time.NewTicker(max(a.idle/10, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			a.closeIdle(context.WithoutCancel(ctx), -1)
+			return
+		case <-t.C:
+			a.closeIdle(ctx, a.idle)
+		}
+	}
+}
+
+// closeIdle closes (DELETE upstream) the adopted sessions idle for longer
+// than idle; every one for a negative idle.
+func (a *sessionAdopter) closeIdle(ctx context.Context, idle time.Duration) {
+	now := a.now()
+	var gone []*adoptedSess
+	a.mu.Lock()
+	for host, s := range a.adopted {
+		if idle < 0 || now.Sub(s.last) > idle {
+			gone = append(gone, s)
+			delete(a.adopted, host)
+		}
+	}
+	a.mu.Unlock()
+	for _, s := range gone {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := a.closeUpstream(dctx, s)
+		cancel()
+		if err != nil {
+			a.log.Warn("fencecheck: closing an adopted session", "upstream", s.upstream, "err", err)
+		} else {
+			a.log.Info("fencecheck: closed an idle adopted session", "upstream", s.upstream)
+		}
+	}
+}
+
+// closeUpstream ends an adopted session with the upstream.
+func (a *sessionAdopter) closeUpstream(ctx context.Context, s *adoptedSess) error {
+	u := *a.target
+	u.Path = s.path
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(sessionHeader, s.upstream)
+	req.Header.Set("Mcp-Protocol-Version", s.version)
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
 }
 
 func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +139,10 @@ func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mu.Lock()
-	up, adopted := a.adopted[host]
+	s, adopted := a.adopted[host]
+	if adopted {
+		s.last = a.now()
+	}
 	issued := a.issued[host]
 	a.mu.Unlock()
 	if !adopted && !issued {
@@ -72,7 +151,7 @@ func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var err error
-		if up, err = a.open(r.Context(), r); err != nil {
+		if s, err = a.open(r.Context(), r); err != nil {
 			a.log.Warn("fencecheck: could not open an upstream session for a call", "session", host, "err", err)
 			// Nothing ran: say so, or the fence would count the call
 			// uncertain.
@@ -81,17 +160,17 @@ func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		a.mu.Lock()
-		remember(a.adopted, host, up)
+		remember(a.adopted, host, s)
 		a.mu.Unlock()
-		a.log.Info("fencecheck: adopted the host's session for a call", "session", host, "upstream", up)
+		a.log.Info("fencecheck: adopted the host's session for a call", "session", host, "upstream", s.upstream)
 		adopted = true
 	}
 	if !adopted {
 		a.next.ServeHTTP(w, r)
 		return
 	}
-	r.Header.Set(sessionHeader, up)
-	sw := &sessionWriter{ResponseWriter: w, from: up, to: host}
+	r.Header.Set(sessionHeader, s.upstream)
+	sw := &sessionWriter{ResponseWriter: w, from: s.upstream, to: host}
 	a.next.ServeHTTP(sw, r)
 	if r.Method == http.MethodDelete && sw.status/100 == 2 {
 		a.mu.Lock()
@@ -122,8 +201,8 @@ func remember[V any](m map[string]V, k string, v V) {
 }
 
 // open initializes an upstream session for the call r, speaking the
-// protocol version r names, and returns its id.
-func (a *sessionAdopter) open(ctx context.Context, r *http.Request) (string, error) {
+// protocol version r names.
+func (a *sessionAdopter) open(ctx context.Context, r *http.Request) (*adoptedSess, error) {
 	u := *a.target
 	u.Path, u.RawQuery = singleJoin(a.target.Path, r.URL.Path), r.URL.RawQuery
 	version := r.Header.Get("Mcp-Protocol-Version")
@@ -134,20 +213,20 @@ func (a *sessionAdopter) open(ctx context.Context, r *http.Request) (string, err
 		strconv.Quote(version))
 	resp, err := a.post(ctx, u.String(), "", version, init)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	id := resp.Header.Get(sessionHeader)
 	if resp.StatusCode/100 != 2 || id == "" {
-		return "", fmt.Errorf("initialize answered %d, session %q", resp.StatusCode, id)
+		return nil, fmt.Errorf("initialize answered %d, session %q", resp.StatusCode, id)
 	}
 	resp, err = a.post(ctx, u.String(), id, version, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("notifications/initialized answered %d", resp.StatusCode)
+		return nil, fmt.Errorf("notifications/initialized answered %d", resp.StatusCode)
 	}
-	return id, nil
+	return &adoptedSess{upstream: id, path: u.Path, version: version, last: a.now()}, nil
 }
 
 // post sends one JSON-RPC message and reads its answer to the end.

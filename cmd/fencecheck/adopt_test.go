@@ -90,4 +90,27 @@ func TestProxyAdoptsTheHostsSession(t *testing.T) {
 	if resp, _ := do("DELETE", upstream.URL+"/mcp", upstreamSession, "", ""); resp.StatusCode/100 == 2 {
 		t.Fatalf("the upstream session %s stayed open", upstreamSession)
 	}
+
+	// A host that closes its session on the pool it began on never sends
+	// the adopted one a DELETE: the proxy closes it once idle.
+	idle := startProxy(t, is, upstream.URL, "--offline", "--adopted-idle", "200ms")
+	resp, _ = do("POST", source.URL+"/mcp", "", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
+	other := resp.Header.Get(sessionHeader)
+	tok, _ = is.tokenAdmitted(t, "github/get_repository", args, time.Now().Add(time.Minute))
+	if resp, body := do("POST", idle.url+"/mcp", other, tok, call); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the second substituted call: %d %s", resp.StatusCode, body)
+	}
+	effects = successor.Recorder().Effects(fixtures.Filter{Tool: "get_repository"})
+	adopted := effects[len(effects)-1].Session
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, _ := do("POST", upstream.URL+"/mcp", adopted, "", `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+		if resp.StatusCode/100 != 2 {
+			break // closed
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle adopted session %s was not closed", adopted)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

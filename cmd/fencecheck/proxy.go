@@ -31,6 +31,7 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	offline := fs.Bool("offline", false, "run without authzd: no lease claims or outcome reports; only this process's replay memory, and tokens of leases admitted before it started are refused (see fencecheck/README.md)")
 	timeout := fs.Duration("timeout", 0, "bound on a verified call; past it the outcome is reported uncertain (0: none)")
 	maxBody := fs.Int64("max-body", fencecheck.DefaultMaxBodyBytes, "bound on request bodies in bytes (413 beyond)")
+	adoptedIdle := fs.Duration("adopted-idle", defaultAdoptedIdle, "close an MCP session the proxy opened for a call from another pool's session once idle this long")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -102,12 +103,19 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	// Inside the fence: only a verified call may open an upstream session
 	// (adopt.go).
-	handler := v.Middleware(newSessionAdopter(rp, target, log), opts)
+	adopter := newSessionAdopter(rp, target, log)
+	if *adoptedIdle > 0 {
+		adopter.idle = *adoptedIdle
+	}
+	handler := v.Middleware(adopter, opts)
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	actx, stopAdopter := context.WithCancel(context.WithoutCancel(ctx))
+	adopterDone := make(chan struct{})
+	go func() { adopter.run(actx); close(adopterDone) }()
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -136,6 +144,9 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 			serveErr = err
 		}
 	}
+	// The sessions it opened close with it.
+	stopAdopter()
+	<-adopterDone
 	if reporter != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := reporter.Close(rctx); err != nil {
