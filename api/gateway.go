@@ -176,6 +176,7 @@ func (s *server) gatewayHTTP(w http.ResponseWriter, r *http.Request, c gatewayCa
 
 // gate is the one decision of every gateway transport.
 func (s *server) gate(ctx context.Context, c gatewayCall) (authz.GateDecision, error) {
+	c.in.Method = c.method
 	d, err := s.uc.Gate.Check(ctx, c.in)
 	// Log the path only: a query string may carry secrets.
 	path, _, _ := strings.Cut(c.uri, "?")

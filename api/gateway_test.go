@@ -120,6 +120,21 @@ func TestForwardAuth(t *testing.T) {
 	f.expect(read, http.StatusCreated, "")
 	id := read.Body["id"].(string)
 
+	// The formation sent on every request of a session (an SDK's custom
+	// header): its GET stream and DELETE are never a tools/call — always a
+	// POST — and pass without admitting it, nor does a POST its
+	// Mcp-Method shows is another method.
+	for _, h := range []map[string]string{
+		{"Fcd-Formation": id, "X-Original-Method": "GET", "X-Original-URI": "/mcp"},
+		{"Fcd-Formation": id, "X-Forwarded-Method": "DELETE", "X-Forwarded-Uri": "/mcp"},
+		{"Fcd-Formation": id, "X-Original-Method": "POST", "Mcp-Method": "notifications/initialized"},
+	} {
+		f.passed(f.gw("GET", "/v1/forward_auth", gwc, h, nil))
+	}
+	if st := f.do("GET", "/v1/formations/"+id, api.RoleHost, nil).Body["status"]; st != "ready" {
+		t.Fatalf("session traffic admitted the formation: %v", st)
+	}
+
 	// nginx: X-Original-*.
 	nginx := map[string]string{"Fcd-Formation": id, "X-Original-Method": "POST", "X-Original-URI": "/mcp"}
 	a := f.gw("GET", "/v1/forward_auth", gwc, nginx, nil)

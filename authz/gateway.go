@@ -44,6 +44,13 @@ type GateRequest struct {
 	// MCPMethods and MCPNames are the values of the request's Mcp-Method
 	// and Mcp-Name headers (MCP clients from protocol 2026-07-28 on).
 	MCPMethods, MCPNames []string
+	// Method is the original request's HTTP method, where the gateway
+	// tells it (forward-auth's X-Original-Method or X-Forwarded-Method;
+	// ext_authz's own); empty when unknown. A tools/call is always a POST
+	// (MCP streamable HTTP): a GET (the event stream) or a DELETE (session
+	// close) is session traffic whatever it carries. A client that lies
+	// about it only has its own call refused at the fence (no token).
+	Method string
 	// Body is the request body when the gateway forwards it; empty when it
 	// does not (forward-auth never does).
 	Body []byte
@@ -121,10 +128,14 @@ func (g *Gate) Check(ctx context.Context, req GateRequest) (GateDecision, error)
 	// — by its body, or by its Mcp-Method header — is session traffic even
 	// when it carries a formation (an SDK's custom-header option sends the
 	// header on every request of the session): it passes without a token,
-	// and the formation waits for its call. Without a body or Mcp-Method
-	// (forward-auth with an older client) nothing tells, and the formation
-	// is admitted: docs/mcp-sessions.md.
+	// and the formation waits for its call. So does a GET or DELETE. A POST
+	// without a body or Mcp-Method (forward-auth with an older client)
+	// cannot be told from a call, and its formation is admitted:
+	// docs/mcp-sessions.md.
 	if !d.Call && (hasBody || len(req.MCPMethods) > 0) {
+		return d, nil
+	}
+	if !d.Call && req.Method != "" && !strings.EqualFold(req.Method, "POST") {
 		return d, nil
 	}
 	id := req.Formation
