@@ -148,7 +148,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > m.opts.MaxBodyBytes {
-		writeRPCError(w, http.StatusRequestEntityTooLarge, nil, errorCodeInvalidRequest, "request body too large", "")
+		writeRPCError(w, http.StatusRequestEntityTooLarge, nil, errorCodeInvalidRequest, "request body too large", "", "")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.opts.MaxBodyBytes))
@@ -156,10 +156,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, errorCodeInvalidRequest, "request body too large", "")
+			writeRPCError(w, http.StatusRequestEntityTooLarge, nil, errorCodeInvalidRequest, "request body too large", "", "")
 			return
 		}
-		writeRPCError(w, http.StatusBadRequest, nil, errorCodeInvalidRequest, "request body could not be read", "")
+		writeRPCError(w, http.StatusBadRequest, nil, errorCodeInvalidRequest, "request body could not be read", "", "")
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -212,14 +212,14 @@ func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, id json.RawM
 		"tool", tool, "remote", r.RemoteAddr)
 	switch rerr.Reason {
 	case ReasonParse:
-		writeRPCError(w, http.StatusBadRequest, id, errorCodeParse, "parse error", rerr.Reason)
+		writeRPCError(w, http.StatusBadRequest, id, errorCodeParse, "parse error", rerr.Reason, rerr.Formation)
 	case ReasonInvalidRequest:
-		writeRPCError(w, http.StatusBadRequest, id, errorCodeInvalidRequest, "invalid request", rerr.Reason)
+		writeRPCError(w, http.StatusBadRequest, id, errorCodeInvalidRequest, "invalid request", rerr.Reason, rerr.Formation)
 	case ReasonEncoding, ReasonDuplicateMember, ReasonMemberCase, ReasonNameCollision, ReasonHeaders, ReasonBatch:
-		writeRPCError(w, http.StatusForbidden, id, ErrorCodeRejected, "fcd: request refused: "+string(rerr.Reason), rerr.Reason)
+		writeRPCError(w, http.StatusForbidden, id, ErrorCodeRejected, "fcd: request refused: "+string(rerr.Reason), rerr.Reason, rerr.Formation)
 	default:
 		writeRPCError(w, http.StatusForbidden, id, ErrorCodeRejected,
-			"fcd: dispatch token rejected: "+string(rerr.Reason), rerr.Reason)
+			"fcd: dispatch token rejected: "+string(rerr.Reason), rerr.Reason, rerr.Formation)
 	}
 }
 
@@ -373,13 +373,14 @@ func (w *outcomeWriter) Flush() {
 func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // writeRPCError answers a JSON-RPC error object.
-func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, reason Reason) {
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, reason Reason, formation string) {
 	type rpcErrData struct {
 		Reason Reason `json:"reason"`
 		// Type is the refusal's problem type (a URL of the reasons'
 		// documentation), RetryAfter the seconds after which a retry may
 		// pass, for the transient reasons only.
 		Type       string `json:"type"`
+		Formation  string `json:"formation,omitempty"`
 		RetryAfter int    `json:"retryAfter,omitempty"`
 	}
 	type rpcErr struct {
@@ -396,7 +397,7 @@ func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code i
 		Error   rpcErr          `json:"error"`
 	}{"2.0", id, rpcErr{Code: code, Message: msg}}
 	if reason != "" {
-		body.Error.Data = &rpcErrData{Reason: reason, Type: ProblemBase + string(reason), RetryAfter: reason.retryAfter()}
+		body.Error.Data = &rpcErrData{Reason: reason, Type: ProblemBase + string(reason), Formation: formation, RetryAfter: reason.retryAfter()}
 		// The reason in a header too, as authzd's Fcd-Problem: a client
 		// whose SDK shows only "HTTP 403" still reads it.
 		w.Header().Set(ProblemHeader, string(reason))

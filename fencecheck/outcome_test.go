@@ -1,6 +1,7 @@
 package fencecheck_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"reflect"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/tokentest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
 // callWithID is a tools/call of tool with args under the JSON-RPC id id
@@ -316,5 +319,38 @@ func TestMiddlewarePassesTheRecoveryOn(t *testing.T) {
 				t.Fatalf("the handler's claims %+v", cl)
 			}
 		})
+	}
+}
+
+// TestRefusalNamesTheFormation: a refusal of a genuine token (here, other
+// arguments than it was issued for) names its formation in data.formation,
+// so the host knows which call to look at; one of a token whose signature
+// does not verify names none — nothing unverified is repeated back.
+func TestRefusalNamesTheFormation(t *testing.T) {
+	const args = `{"name":"payroll-exports"}`
+	b := newBackend(t, backendConfig{online: true})
+	tok, claims := b.token(t, "create_repository", args)
+	res, err := do(t, "POST", b.url, callWithID("7", "create_repository", `{"name":"other"}`), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, res, fencecheck.ReasonArguments)
+	var body struct {
+		Error struct {
+			Data struct {
+				Formation string `json:"formation"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(res.body, &body); err != nil || body.Error.Data.Formation != claims.Formation || claims.Formation == "" {
+		t.Fatalf("a refused genuine call: %s (formation %q)", res.body, claims.Formation)
+	}
+	forged := tokentest.NewKey(t, jwa.EdDSA, "authzd-1").Issue(t, claims)
+	if res, err = do(t, "POST", b.url, callWithID("8", "create_repository", args), forged); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, res, fencecheck.ReasonSignature)
+	if strings.Contains(string(res.body), "formation") {
+		t.Fatalf("a forged token's refusal repeats its formation: %s", res.body)
 	}
 }

@@ -128,6 +128,10 @@ const (
 type RejectError struct {
 	Reason Reason
 	Detail string
+	// Formation is the token's fcd_formation when its signature verified
+	// (the reasons from issuer on): which call was refused, for the host.
+	// Empty otherwise — nothing unverified is repeated back.
+	Formation string
 }
 
 func (e *RejectError) Error() string {

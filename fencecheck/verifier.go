@@ -240,12 +240,22 @@ func (v *Verifier) verify(ctx context.Context, token string, tool string, argume
 	if rerr != nil {
 		return nil, rerr
 	}
-	return v.verifyCall(ctx, c, tool, arguments, read)
+	out, rerr := v.verifyCall(ctx, c, tool, arguments, read)
+	if rerr != nil {
+		rerr.Formation = c.Formation
+	}
+	return out, rerr
 }
 
 // verifyToken checks a token up to and including the generation: it is
 // genuine, for this backend, and within its lifetime.
-func (v *Verifier) verifyToken(ctx context.Context, token string) (*Claims, *RejectError) {
+func (v *Verifier) verifyToken(ctx context.Context, token string) (_ *Claims, rerr *RejectError) {
+	var verified *Claims // the claims, once the signature and their form held
+	defer func() {
+		if rerr != nil && verified != nil {
+			rerr.Formation = verified.Formation
+		}
+	}()
 	v.init()
 	if v.setup != nil {
 		return nil, reject(ReasonMisconfigured, "%v", v.setup)
@@ -307,6 +317,7 @@ func (v *Verifier) verifyToken(ctx context.Context, token string) (*Claims, *Rej
 	if err != nil {
 		return nil, reject(ReasonClaims, "%v", err)
 	}
+	verified = c
 	if v.Issuer != "" && c.Issuer != v.Issuer {
 		return nil, reject(ReasonIssuer, "iss %q, want %q", c.Issuer, v.Issuer)
 	}
