@@ -35,12 +35,15 @@ func nodeHost(t *testing.T, url string, headers map[string]string, tool, args st
 		if _, err := os.Stat(filepath.Join(mcpjsDir, "node_modules", "@modelcontextprotocol", "sdk")); err == nil {
 			return
 		}
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts")
 		cmd.Dir = mcpjsDir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("npm ci in %s: %v\n%s", mcpjsDir, err, out)
 		}
 	})
+	if url == "" {
+		return nil // the packages are installed: all that was asked
+	}
 	h, _ := json.Marshal(headers)
 	cmd := exec.Command(node, "client.mjs", url, string(h), tool, args)
 	cmd.Dir = mcpjsDir
@@ -107,6 +110,62 @@ func TestTypeScriptSDKHostThroughGateways(t *testing.T) {
 		}
 		if n := len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository", Kind: fixtures.KindRead})); n != 1 {
 			t.Fatalf("a refused call ran: %d reads", n)
+		}
+	})
+}
+
+// inspectorCall runs the MCP Inspector's CLI, unmodified, for one
+// tools/call against url with headers, and returns what it printed and
+// whether it succeeded.
+func inspectorCall(t *testing.T, url string, headers map[string]string, tool string, args map[string]string) (string, error) {
+	t.Helper()
+	nodeHost(t, "", nil, "", "") // installs the packages; no session (empty URL)
+	argv := []string{"--cli", url, "--transport", "http",
+		"--method", "tools/call", "--tool-name", tool}
+	for k, v := range args {
+		argv = append(argv, "--tool-arg", k+"="+v)
+	}
+	for k, v := range headers {
+		argv = append(argv, "--header", k+": "+v)
+	}
+	cmd := exec.Command(filepath.Join("node_modules", ".bin", "mcp-inspector"), argv...)
+	cmd.Dir = mcpjsDir
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the inspector did not finish:\n%s", out.String())
+		return "", nil
+	}
+}
+
+// TestInspectorCLIThroughGateways: the MCP Inspector's CLI, unmodified,
+// calls a tool through real nginx and Caddy with the formation in a header:
+// the call runs once and the formation completes.
+func TestInspectorCLIThroughGateways(t *testing.T) {
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		snap := s.snapshot()
+		const repo = `{"owner":"octo-org","repo":"hello-world"}`
+		gw := s.gateway(t, kind, nil)
+		auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+gatewayUsers["alice"]))
+		f := s.formRead(snap, "sess-inspector-"+kind, "get_repository", repo)
+		out, err := inspectorCall(t, gw.URL+"/mcp", map[string]string{"Authorization": auth, "Fcd-Formation": f.ID},
+			"get_repository", map[string]string{"owner": "octo-org", "repo": "hello-world"})
+		if err != nil || !strings.Contains(out, "hello-world") {
+			t.Fatalf("the inspector through %s: %v\n%s", kind, err, out)
+		}
+		s.waitStatus(f.ID, "completed")
+		if n := len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository", Kind: fixtures.KindRead})); n != 1 {
+			t.Fatalf("get_repository ran %d times, want once", n)
 		}
 	})
 }
