@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/gatewaytest"
+	"github.com/fcd-authz/fcd/manifest"
 )
 
 // mcpjsDir holds the official MCP TypeScript SDK, pinned by its
@@ -26,6 +33,18 @@ var installJS sync.Once
 // calling tool with args, and returns what it printed. It installs the
 // pinned packages (npm ci) on first use if .ci/run has not.
 func nodeHost(t *testing.T, url string, headers map[string]string, tool, args string) map[string]any {
+	t.Helper()
+	return runNodeHost(t, url, headers, tool, args, "")
+}
+
+// nodeHostProgress is nodeHost asking for the call's progress
+// notifications, counted in "progress".
+func nodeHostProgress(t *testing.T, url string, headers map[string]string, tool, args string) map[string]any {
+	t.Helper()
+	return runNodeHost(t, url, headers, tool, args, "progress")
+}
+
+func runNodeHost(t *testing.T, url string, headers map[string]string, tool, args, progress string) map[string]any {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -45,7 +64,7 @@ func nodeHost(t *testing.T, url string, headers map[string]string, tool, args st
 		return nil // the packages are installed: all that was asked
 	}
 	h, _ := json.Marshal(headers)
-	cmd := exec.Command(node, "client.mjs", url, string(h), tool, args)
+	cmd := exec.Command(node, "client.mjs", url, string(h), tool, args, progress)
 	cmd.Dir = mcpjsDir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -168,4 +187,101 @@ func TestInspectorCLIThroughGateways(t *testing.T) {
 			t.Fatalf("get_repository ran %d times, want once", n)
 		}
 	})
+}
+
+// startEverything runs @modelcontextprotocol/server-everything (the MCP
+// reference server, pinned by the lockfile) over streamable HTTP on a free
+// loopback port, and returns its base URL.
+func startEverything(t *testing.T) string {
+	t.Helper()
+	nodeHost(t, "", nil, "", "") // installs the packages
+	addr := etcdtest.FreeAddr(t)
+	_, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command("node", filepath.Join("node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"), "streamableHttp")
+	cmd.Dir = mcpjsDir
+	cmd.Env = append(os.Environ(), "PORT="+port)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			c.Close()
+			return "http://127.0.0.1:" + port
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server-everything did not listen on %s:\n%s", port, log.String())
+		}
+	}
+}
+
+// TestServerEverythingBehindTheFence: the MCP reference server
+// (server-everything), unmodified, registered with a manifest of two of
+// its tools and guarded by a `fencecheck proxy` process, is called by the
+// official TypeScript SDK client through real nginx and Caddy: a call of
+// trigger-long-running-operation streams its progress notifications
+// (SSE) to the client before the result, runs once (the formation
+// completes), and the session closes.
+func TestServerEverythingBehindTheFence(t *testing.T) {
+	_, fenceBin := buildBinaries(t)
+	s := startStack(t, nil)
+	everything := startEverything(t)
+	raw, err := os.ReadFile(filepath.Join("testdata", "everything-manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Pool     string
+		Artifact struct{ Digest string }
+		Config   struct{ Digest string }
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	jws, err := manifest.Sign(bytes.TrimSpace(raw), s.registrar.Key, manifest.TypManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.expect(s.do("POST", "/v1/manifests", api.RoleRegistrar, jws), http.StatusCreated)
+	credFile := filepath.Join(t.TempDir(), "backend.cred")
+	if err := os.WriteFile(credFile, []byte(s.creds[api.RoleBackend]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	px := startProc(t, "fencecheck everything", fenceBin, "proxy", "--listen", "127.0.0.1:0", "--upstream", everything,
+		"--pool", m.Pool, "--artifact", m.Artifact.Digest, "--config", m.Config.Digest, "--generation", "0",
+		"--jwks", s.URL+"/.well-known/jwks.json", "--issuer", issuerName, "--server", "everything",
+		"--authzd", s.URL, "--credential-file", credFile, "--timeout", "30s")
+	snapReply := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["everything"]}`))
+	s.expect(snapReply, http.StatusCreated)
+	snap := snapReply.Body["id"].(string)
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+gatewayUsers["alice"]))
+	for _, kind := range gatewaytest.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			gw := gatewaytest.Start(t, kind, gatewaytest.Config{
+				Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: m.Pool,
+				Pools: map[string]string{m.Pool: px.URL}, Users: gatewayUsers,
+			})
+			const args = `{"duration":1,"steps":3}`
+			body := fmt.Sprintf(`{"snapshot":%q,"session":"sess-everything-%s","tool":"everything/trigger-long-running-operation","arguments":%s,"principal":{"id":"alice"}}`,
+				snap, kind, args)
+			r := s.do("POST", "/v1/formations", api.RoleHost, []byte(body))
+			s.expect(r, http.StatusCreated)
+			id := r.Body["id"].(string)
+			if r.Body["status"] != "ready" {
+				t.Fatalf("formation: %s", r.Raw)
+			}
+			out := nodeHostProgress(t, gw.URL+"/mcp", map[string]string{"Authorization": auth, "Fcd-Formation": id},
+				"trigger-long-running-operation", args)
+			if out["error"] != nil || out["callError"] != nil || out["isError"] != false || out["terminated"] != true ||
+				!strings.Contains(out["text"].(string), "Long running operation completed") {
+				t.Fatalf("through %s: %v\n%s", kind, out, px.stderr.String())
+			}
+			if n, _ := out["progress"].(float64); n < 1 {
+				t.Fatalf("through %s: %v progress notifications before the result, want some", kind, out["progress"])
+			}
+			s.waitStatus(id, "completed")
+		})
+	}
 }

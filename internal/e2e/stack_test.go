@@ -78,6 +78,8 @@ type stack struct {
 	issuerKey jwk.Key
 	// operatorKey signs resolutions of uncertain leases; authzd trusts it.
 	operatorKey jwk.Key
+	// registrar signs manifests; authzd trusts it.
+	registrar *manifesttest.Signer
 	// poolCreds are the backend credentials limited to each pool.
 	poolCreds map[string]api.Secret
 	// approver2 is a second approver's credential, for calls that need
@@ -182,7 +184,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	store := member.Store(t, fmt.Sprintf("/e2e/%d/", prefixSeq.Add(1)))
 
 	registrar := manifesttest.NewSigner(t)
-	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), Fixture: map[string]string{},
+	s := &stack{registrar: registrar, t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), Fixture: map[string]string{},
 		Epoch: map[string]string{}, tokens: map[string]string{}, hits: map[string]*atomic.Int64{},
 		poolCreds: map[string]api.Secret{}, tokenLifetime: opts.TokenLifetime}
 	var stored []api.Credential
