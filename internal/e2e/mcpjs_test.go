@@ -44,10 +44,20 @@ func nodeHostProgress(t *testing.T, url string, headers map[string]string, tool,
 	return runNodeHost(t, url, headers, tool, args, "progress")
 }
 
-func runNodeHost(t *testing.T, url string, headers map[string]string, tool, args, progress string) map[string]any {
-	t.Helper()
-	node, err := exec.LookPath("node")
+// runNodeHostAsync is runNodeHost for a goroutine other than the test's:
+// it reports a failure with t.Error and returns nil.
+func runNodeHostAsync(t *testing.T, url string, headers map[string]string, tool, args, options string) map[string]any {
+	out, err := execNodeHost(url, headers, tool, args, options)
 	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	return out
+}
+
+func runNodeHost(t *testing.T, url string, headers map[string]string, tool, args, options string) map[string]any {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatalf("node is needed for the TypeScript SDK tests (.ci/run installs Debian's nodejs and npm)")
 	}
 	installJS.Do(func() {
@@ -63,30 +73,39 @@ func runNodeHost(t *testing.T, url string, headers map[string]string, tool, args
 	if url == "" {
 		return nil // the packages are installed: all that was asked
 	}
+	out, err := execNodeHost(url, headers, tool, args, options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// execNodeHost runs client.mjs once and decodes what it printed.
+func execNodeHost(url string, headers map[string]string, tool, args, options string) (map[string]any, error) {
 	h, _ := json.Marshal(headers)
-	cmd := exec.Command(node, "client.mjs", url, string(h), tool, args, progress)
+	cmd := exec.Command("node", "client.mjs", url, string(h), tool, args, options)
 	cmd.Dir = mcpjsDir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("node client.mjs: %v\n%s", err, stderr.String())
+			return nil, fmt.Errorf("node client.mjs: %v\n%s", err, stderr.String())
 		}
-	case <-time.After(60 * time.Second):
+	case <-time.After(90 * time.Second):
 		cmd.Process.Kill()
-		t.Fatalf("node client.mjs did not finish\n%s", stderr.String())
+		return nil, fmt.Errorf("node client.mjs did not finish\n%s", stderr.String())
 	}
 	var out map[string]any
 	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &out); err != nil {
-		t.Fatalf("client.mjs printed %q: %v\n%s", stdout.String(), err, stderr.String())
+		return nil, fmt.Errorf("client.mjs printed %q: %v\n%s", stdout.String(), err, stderr.String())
 	}
-	return out
+	return out, nil
 }
 
 // TestTypeScriptSDKHostThroughGateways: the official TypeScript SDK
@@ -282,6 +301,147 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 				t.Fatalf("through %s: %v progress notifications before the result, want some", kind, out["progress"])
 			}
 			s.waitStatus(id, "completed")
+		})
+	}
+}
+
+// registerEverything registers testdata/everything-manifest.json as
+// release rel on pool, its artifact digest made distinct, and returns the
+// epoch id and the manifest's artifact and config digests.
+func registerEverything(t *testing.T, s *stack, rel, pool string) (epoch, artifact, config string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "everything-manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["server"].(map[string]any)["release"] = rel
+	m["pool"] = pool
+	artifact = manifest.DigestBytes([]byte("server-everything " + rel))
+	m["artifact"].(map[string]any)["digest"] = artifact
+	config = m["config"].(map[string]any)["digest"].(string)
+	doc, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := manifest.Sign(doc, s.registrar.Key, manifest.TypManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.do("POST", "/v1/manifests", api.RoleRegistrar, jws)
+	s.expect(r, http.StatusCreated)
+	return r.Body["epoch"].(string), artifact, config
+}
+
+// TestSubstitutionMidSessionWithTheTypeScriptSDK: a TypeScript SDK host's
+// session begins on server-everything release A (the pool session traffic
+// goes to); its echo call, formed on A with a captured successor (a
+// certificate A → B), is held until A drains and retires, then admitted to
+// B: through real nginx and Caddy it reaches B's fencecheck proxy with
+// A's session id, the proxy adopts the session, the call runs once on B,
+// and the client — unmodified, the formation on its tools/call only, as a
+// host behind forward-auth sends it — gets its result and closes its
+// session on A. The adopted session on B is closed once idle: nothing is
+// left open.
+func TestSubstitutionMidSessionWithTheTypeScriptSDK(t *testing.T) {
+	_, fenceBin := buildBinaries(t)
+	for _, kind := range gatewaytest.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			s := startStack(t, nil)
+			serverA, serverB := startEverything(t), startEverything(t)
+			epochB, artB, cfgB := registerEverything(t, s, "2026.8.31-b", "everything-b")
+			epochA, artA, cfgA := registerEverything(t, s, "2026.8.31-a", "everything-a")
+			credFile := filepath.Join(t.TempDir(), "backend.cred")
+			if err := os.WriteFile(credFile, []byte(s.creds[api.RoleBackend]), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			proxy := func(name, upstream, pool, artifact, config string, extra ...string) *proc {
+				args := append([]string{"proxy", "--listen", "127.0.0.1:0", "--upstream", upstream,
+					"--pool", pool, "--artifact", artifact, "--config", config, "--generation", "0",
+					"--jwks", s.URL + "/.well-known/jwks.json", "--issuer", issuerName, "--server", "everything",
+					"--authzd", s.URL, "--credential-file", credFile, "--timeout", "30s"}, extra...)
+				return startProc(t, name, fenceBin, args...)
+			}
+			pxA := proxy("fencecheck A", serverA, "everything-a", artA, cfgA)
+			pxB := proxy("fencecheck B", serverB, "everything-b", artB, cfgB, "--adopted-idle", "1s")
+
+			now := time.Now().UTC().Truncate(time.Second)
+			cert, err := json.Marshal(map[string]any{
+				"source": epochA, "target": epochB, "tool": "echo",
+				"envelope": map[string]any{"type": "object"}, "effects": map[string]any{"echo": "same"},
+				"profile":  map[string]any{"id": "everything-echo/1", "digest": manifest.DigestBytes([]byte("everything-echo/1"))},
+				"issuedAt": now.Add(-time.Minute), "expiresAt": now.Add(time.Hour),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cjws, err := manifest.Sign(cert, s.issuerKey, manifest.TypCertificate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.expect(s.do("POST", "/v1/certificates", api.RoleRegistrar, cjws), http.StatusCreated)
+			snapReply := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["everything"]}`))
+			s.expect(snapReply, http.StatusCreated)
+			const args = `{"message":"substituted"}`
+			r := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
+				`{"snapshot":%q,"session":"sess-sub","tool":"everything/echo","arguments":%s,"principal":{"id":"alice"}}`,
+				snapReply.Body["id"], args)))
+			s.expect(r, http.StatusCreated)
+			succ, _ := r.Body["successor"].(map[string]any)
+			src, _ := r.Body["source"].(map[string]any)
+			if r.Body["status"] != "ready" || src["pool"] != "everything-a" || succ == nil || succ["pool"] != "everything-b" {
+				t.Fatalf("the formation: %s", r.Raw)
+			}
+			id := r.Body["id"].(string)
+
+			gw := gatewaytest.Start(t, kind, gatewaytest.Config{
+				Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: "everything-a",
+				Pools: map[string]string{"everything-a": pxA.URL, "everything-b": pxB.URL}, Users: gatewayUsers,
+			})
+			auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+gatewayUsers["alice"]))
+			gate := filepath.Join(t.TempDir(), "go")
+			done := make(chan map[string]any, 1)
+			go func() {
+				done <- runNodeHostAsync(t, gw.URL+"/mcp", map[string]string{"Authorization": auth, "Fcd-Formation": id},
+					"echo", args, "call-only,wait="+gate)
+			}()
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if _, err := os.Stat(gate + ".ready"); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the host did not start its session")
+				}
+			}
+			// The source retires under the open session.
+			for _, step := range []string{"drain", "retire"} {
+				s.expect(s.do("POST", "/v1/epochs/"+epochA+"/"+step, api.RoleOperator, nil), http.StatusOK)
+			}
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out := <-done
+			if out == nil {
+				t.Fatal("the host failed; see above")
+			}
+			if out["error"] != nil || out["callError"] != nil || out["isError"] != false || out["terminated"] != true ||
+				!strings.Contains(out["text"].(string), "substituted") {
+				t.Fatalf("the substituted call through %s: %v\nA: %s\nB: %s", kind, out, pxA.stderr.String(), pxB.stderr.String())
+			}
+			s.waitStatus(id, "completed")
+			f := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
+			lease, _ := f.Body["lease"].(string)
+			if !strings.Contains(pxB.stderr.String(), "adopted the host's session") || lease == "" {
+				t.Fatalf("the call did not run on B in an adopted session (lease %q):\n%s", lease, pxB.stderr.String())
+			}
+			for deadline := time.Now().Add(15 * time.Second); !strings.Contains(pxB.stderr.String(), "closed an idle adopted session"); time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the adopted session on B was left open:\n%s", pxB.stderr.String())
+				}
+			}
 		})
 	}
 }
