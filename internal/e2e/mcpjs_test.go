@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // mcpjsDir holds the official MCP TypeScript SDK, pinned by its
@@ -242,7 +243,8 @@ func startEverything(t *testing.T) string {
 // official TypeScript SDK client through real nginx and Caddy: a call of
 // trigger-long-running-operation streams its progress notifications
 // (SSE) to the client before the result, runs once (the formation
-// completes), and the session closes.
+// completes), and the session closes; the Go SDK client's echo call, the
+// formation on its call, runs there too.
 func TestServerEverythingBehindTheFence(t *testing.T) {
 	_, fenceBin := buildBinaries(t)
 	s := startStack(t, nil)
@@ -301,6 +303,21 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 				t.Fatalf("through %s: %v progress notifications before the result, want some", kind, out["progress"])
 			}
 			s.waitStatus(id, "completed")
+
+			// The Go SDK client, unmodified, the same server and gateway.
+			echo := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
+				`{"snapshot":%q,"session":"sess-everything-go-%s","tool":"everything/echo","arguments":{"message":"from go"},"principal":{"id":"alice"}}`,
+				snap, kind)))
+			s.expect(echo, http.StatusCreated)
+			h := connectHost(t, gw)
+			res, err := h.call(formation{ID: echo.Body["id"].(string)}, "echo", `{"message":"from go"}`)
+			if err != nil || res.IsError || len(res.Content) == 0 {
+				t.Fatalf("the Go SDK client through %s: %v %+v", kind, err, res)
+			}
+			if tc, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(tc.Text, "from go") {
+				t.Fatalf("the Go SDK client's echo: %+v", res.Content)
+			}
+			s.waitStatus(echo.Body["id"].(string), "completed")
 		})
 	}
 }
