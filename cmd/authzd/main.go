@@ -65,6 +65,7 @@ const usage = `usage:
                                             naming each problem
   authzd audit formation ID [DIR]           print what the trail holds of one formation (also
                                             once etcd collected it), as JSON lines
+  authzd --version                          print the version, VCS revision and Go version
 `
 
 func main() {
@@ -83,6 +84,9 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fmt.Errorf("%w: no command", cli.ErrUsage)
 	}
 	switch args[0] {
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, cli.Version("authzd"))
+		return nil
 	case "serve":
 		return serve(ctx, args[1:], stderr)
 	case "manifest":

@@ -428,3 +428,15 @@ func startServerDefaultPorts(t *testing.T, dataDir string) (string, func()) {
 	}
 	return url, func() { c.Stop(t) }
 }
+
+// TestVersionCommand: --version (and version, -version) print one line
+// naming authzd and the Go version, exit 0.
+func TestVersionCommand(t *testing.T) {
+	for _, arg := range []string{"--version", "-version", "version"} {
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), []string{arg}, nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "authzd ") ||
+			!strings.Contains(out.String(), "go1.") || strings.Count(out.String(), "\n") != 1 {
+			t.Fatalf("%s: exit %d, %q %q", arg, code, out.String(), errb.String())
+		}
+	}
+}

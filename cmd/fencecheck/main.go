@@ -33,6 +33,7 @@ const usage = `usage:
                               before it reaches --upstream (-h for flags)
   fencecheck verify [flags]   print whether a token is accepted for a call, and why not
                               (exit 0 accepted, 1 refused; -h for flags)
+  fencecheck --version        print the version, VCS revision and Go version
 `
 
 // errRejected reports a refused token; the verdict is already printed.
@@ -54,6 +55,9 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return fmt.Errorf("%w: no command", cli.ErrUsage)
 	}
 	switch args[0] {
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, cli.Version("fencecheck"))
+		return nil
 	case "proxy":
 		return proxy(ctx, args[1:], stderr)
 	case "verify":

@@ -495,3 +495,13 @@ func TestVerifyCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestVersionCommand: --version prints one line naming fencecheck and the
+// Go version, exit 0.
+func TestVersionCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "fencecheck ") ||
+		!strings.Contains(out.String(), "go1.") {
+		t.Fatalf("exit %d, %q %q", code, out.String(), errb.String())
+	}
+}

@@ -67,3 +67,12 @@ func TestExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestVersion: the version line names the binary and the Go version it was
+// built with (the module version and revision depend on how it was built).
+func TestVersion(t *testing.T) {
+	v := Version("authzd")
+	if !strings.HasPrefix(v, "authzd ") || !strings.Contains(v, "go1.") {
+		t.Fatalf("Version = %q", v)
+	}
+}
