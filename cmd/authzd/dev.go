@@ -30,7 +30,13 @@ type devCredentials struct {
 	// OperatorKeys is the JWKS of the operator keys resolutions of
 	// uncertain leases are signed with.
 	OperatorKeys string `json:"operatorKeys,omitempty"`
+	// SecondApprover is a second approver's credential (id
+	// dev-approver-2): a delete needs two distinct approvers.
+	SecondApprover api.Secret `json:"secondApprover,omitempty"`
 }
+
+// devSecondApprover is the id of --dev's second approver.
+const devSecondApprover = "dev-approver-2"
 
 // devSetup prepares cfg.DataDir for development: a registrar key pair and
 // one credential per role, created once and reused on later starts. It
@@ -62,7 +68,7 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 	default:
 		return nil, fmt.Errorf("dev: %w", err)
 	}
-	if dc.Keys["dispatch"] == "" || dc.Keys["issuer"] == "" || dc.Keys["operator"] == "" {
+	if dc.Keys["dispatch"] == "" || dc.Keys["issuer"] == "" || dc.Keys["operator"] == "" || dc.SecondApprover == "" {
 		// A data directory from before admission, certificates or signed
 		// resolutions existed: add the missing keys.
 		if dc.Keys["dispatch"] == "" {
@@ -77,6 +83,11 @@ func devSetup(cfg *Config, stderr io.Writer) (*devCredentials, error) {
 		}
 		if dc.Keys["operator"] == "" {
 			if err := devOperatorKey(&dc, dir); err != nil {
+				return nil, err
+			}
+		}
+		if dc.SecondApprover == "" {
+			if err := devAddSecondApprover(&dc, credFile); err != nil {
 				return nil, err
 			}
 		}
@@ -147,10 +158,38 @@ func devGenerate(dir, credFile, alg string) (devCredentials, error) {
 		dc.Credentials[role] = secret
 		stored = append(stored, cred)
 	}
+	secret, cred, err := api.NewCredential(devSecondApprover, api.RoleApprover)
+	if err != nil {
+		return dc, err
+	}
+	dc.SecondApprover = secret
+	stored = append(stored, cred)
 	if err := writeJSONFile(credFile, stored, 0o600); err != nil {
 		return dc, err
 	}
 	return dc, nil
+}
+
+// devAddSecondApprover adds the second approver to a data directory made
+// before it existed: its credential to the credentials file.
+func devAddSecondApprover(dc *devCredentials, credFile string) error {
+	data, err := os.ReadFile(credFile)
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	var stored []api.Credential
+	if err := json.Unmarshal(data, &stored); err != nil {
+		return fmt.Errorf("dev: %s: %w", credFile, err)
+	}
+	secret, cred, err := api.NewCredential(devSecondApprover, api.RoleApprover)
+	if err != nil {
+		return err
+	}
+	dc.SecondApprover = secret
+	if err := os.Remove(credFile); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	return writeJSONFile(credFile, append(stored, cred), 0o600)
 }
 
 // devIssuerKey generates a compatibility-issuer key pair, so that a
@@ -213,6 +252,9 @@ func writeEnvFile(path string, dc *devCredentials, url string) error {
 	var lines []string
 	for role, secret := range dc.Credentials {
 		lines = append(lines, fmt.Sprintf("export FCD_%s=%s", strings.ToUpper(string(role)), secret))
+	}
+	if dc.SecondApprover != "" {
+		lines = append(lines, "export FCD_APPROVER_2="+string(dc.SecondApprover))
 	}
 	sort.Strings(lines)
 	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_JWKS_URL="+url+"/.well-known/jwks.json", "export FCD_ISSUER_KEY="+dc.Keys["issuer"], "export FCD_OPERATOR_KEY="+dc.Keys["operator"], "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)

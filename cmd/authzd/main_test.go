@@ -225,6 +225,26 @@ func TestDevRestartKeepsCredentialsAndData(t *testing.T) {
 	if !strings.Contains(string(env), "export FCD_URL="+url+"\n") {
 		t.Fatalf("env file does not carry the current URL %s:\n%s", url, env)
 	}
+	// A second approver, for the calls that need two (a delete).
+	var dc devCredentials
+	if err := json.Unmarshal(second, &dc); err != nil || dc.SecondApprover == "" ||
+		!strings.Contains(string(env), "export FCD_APPROVER_2="+string(dc.SecondApprover)+"\n") {
+		t.Fatalf("no second approver: %v %s", err, env)
+	}
+	for secret, id := range map[string]string{string(dc.Credentials["approver"]): "dev-approver", string(dc.SecondApprover): "dev-approver-2"} {
+		req, _ := http.NewRequest("GET", url+"/v1/approvers/me", nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var me struct{ ID string }
+		_ = json.NewDecoder(resp.Body).Decode(&me)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || me.ID != id {
+			t.Fatalf("approver %s: %d %q", id, resp.StatusCode, me.ID)
+		}
+	}
 }
 
 func TestServeRefusesIncompleteConfiguration(t *testing.T) {
@@ -438,5 +458,60 @@ func TestVersionCommand(t *testing.T) {
 			!strings.Contains(out.String(), "go1.") || strings.Count(out.String(), "\n") != 1 {
 			t.Fatalf("%s: exit %d, %q %q", arg, code, out.String(), errb.String())
 		}
+	}
+}
+
+// TestDevAddsTheSecondApprover: a --dev data directory made before the
+// second approver existed gets one on its next start, added to its
+// credentials file, and it authenticates as an approver.
+func TestDevAddsTheSecondApprover(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	_, stop := startServer(t, dir, "--dev")
+	stop()
+	// Make the directory as an older authzd left it.
+	path := filepath.Join(dir, "dev-credentials.json")
+	var old map[string]any
+	raw, _ := os.ReadFile(path)
+	if err := json.Unmarshal(raw, &old); err != nil {
+		t.Fatal(err)
+	}
+	delete(old, "secondApprover")
+	raw, _ = json.Marshal(old)
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	credPath := filepath.Join(dir, "credentials.json")
+	var creds []map[string]any
+	raw, _ = os.ReadFile(credPath)
+	if err := json.Unmarshal(raw, &creds); err != nil {
+		t.Fatal(err)
+	}
+	kept := creds[:0]
+	for _, c := range creds {
+		if c["id"] != "dev-approver-2" {
+			kept = append(kept, c)
+		}
+	}
+	raw, _ = json.Marshal(kept)
+	if err := os.WriteFile(credPath, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	url, stop := startServer(t, dir, "--dev")
+	defer stop()
+	var dc devCredentials
+	raw, _ = os.ReadFile(path)
+	if err := json.Unmarshal(raw, &dc); err != nil || dc.SecondApprover == "" {
+		t.Fatalf("no second approver after the upgrade: %v %s", err, raw)
+	}
+	req, _ := http.NewRequest("GET", url+"/v1/approvers/me", nil)
+	req.Header.Set("Authorization", "Bearer "+string(dc.SecondApprover))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the added approver: %d", resp.StatusCode)
 	}
 }
