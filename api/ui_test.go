@@ -392,6 +392,15 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		if body := f.waitStatus(id, "pending_approval"); len(approvalsOf(body)) != 1 {
 			t.Fatalf("after one approval: %v", body["approvals"])
 		}
+		// The approver who decided is not offered a second decision (the
+		// server would refuse it): both buttons off, and the card says why.
+		offered := func() bool {
+			return uiEval[bool](u, fmt.Sprintf(`!document.querySelector(%s).disabled || !document.querySelector(%s).disabled || document.querySelector(%s).hidden`,
+				jsString(card+" button.approve"), jsString(card+" button.deny"), jsString(card+" p.mine")))
+		}
+		if offered() {
+			t.Error("the approver who approved is offered Approve again")
+		}
 
 		// A refresh keeps the card, its tally, and a half-typed reason; the
 		// timed refresh does not take the focus away either.
@@ -404,6 +413,9 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u.waitFor(fmt.Sprintf(`Number(document.getElementById("queue").dataset.refreshes) > %d`, n))
 		if got := u.text(card + " .card-head"); !strings.Contains(got, "1 of 2 approvals") {
 			t.Errorf("after refresh the card shows %q", got)
+		}
+		if offered() {
+			t.Error("after a refresh, the approver who approved is offered Approve again")
 		}
 		sel := jsString(card + " textarea")
 		if uiEval[bool](u, fmt.Sprintf(`document.querySelector(%s).value === "half-typed" && document.activeElement === document.querySelector(%s)`, sel, sel)) != true {

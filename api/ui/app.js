@@ -292,6 +292,14 @@ function tick() {
 }
 
 const approved = (f) => (f.approvals ?? []).filter((a) => a.decision === "approve").length;
+
+// sameIdentity compares approver ids as the server does, near enough for
+// the page: trimmed, NFC, case-insensitive.
+const sameIdentity = (a, b) => String(a ?? "").normalize("NFC").trim().toLowerCase() === String(b ?? "").normalize("NFC").trim().toLowerCase();
+
+// decidedByMe: the signed-in approver already approved or denied f; the
+// server refuses a second decision of theirs (duplicate-approver).
+const decidedByMe = (f) => !!me && (f.approvals ?? []).some((a) => sameIdentity(a.approver, me.id));
 const tally = (f) => `${approved(f)} of ${f.approvalsRequired} approval${f.approvalsRequired === 1 ? "" : "s"}`;
 
 // update shows the mutable part of a formation: status, approvals, time left.
@@ -304,6 +312,11 @@ function update(card, f) {
     el("li", null, `${text(a.decision)} by `, el("strong", null, text(a.approver)), ` at ${text(a.at)}`,
       a.reason ? [": ", el("q", null, text(a.reason))] : "", ` (digest ${text(a.digest)})`)));
   p.expires.textContent = when(f.expiresAt);
+  if (p.approve) {
+    const mine = decidedByMe(f);
+    p.mine.hidden = !mine;
+    if (mine) p.approve.disabled = p.deny.disabled = true;
+  }
 }
 
 function section(title, ...body) {
@@ -458,7 +471,10 @@ function buildCard(f) {
       el("label", { htmlFor: reasonID }, "Reason (recorded with your decision)"),
       reason,
       el("div", { className: "buttons" }, approve, deny),
+      p.mine = el("p", { className: "mine", hidden: true }, "You have decided on this call; another approver must add theirs."),
       result));
+  p.approve = approve;
+  p.deny = deny;
   parts.set(card, p);
   update(card, f);
 
@@ -475,7 +491,7 @@ function buildCard(f) {
       result.replaceChildren(el("p", { className: "ok" }, msg));
       reason.value = "";
       log(f, msg);
-      if (out.status === "pending_approval") approve.disabled = deny.disabled = false;
+      if (out.status === "pending_approval" && !decidedByMe(out)) approve.disabled = deny.disabled = false;
     } catch (err) {
       if (credentialProblem(err)) return signOut(err);
       result.replaceChildren(problemNode(err));
