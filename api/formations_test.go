@@ -144,9 +144,20 @@ func TestFormationBadInputOverHTTP(t *testing.T) {
 
 func TestReadyzShowsPolicies(t *testing.T) {
 	f := newFixture(t, 0)
+	// Not ready until the signing key is published: nothing could be
+	// admitted before.
+	if r := f.do("GET", "/readyz", "", nil); r.Status == http.StatusServiceUnavailable {
+		if checks, _ := r.Body["checks"].(map[string]any); checks["admission"] != "signing-key-unpublished" {
+			t.Fatalf("not ready before publication: %s", r.Raw)
+		}
+	}
+	f.waitPublished()
 	r := f.do("GET", "/readyz", "", nil)
 	f.expect(r, http.StatusOK, "")
 	checks := r.Body["checks"].(map[string]any)
+	if checks["admission"] != "ok" {
+		t.Errorf("checks.admission %v", checks["admission"])
+	}
 	pol, ok := checks["policies"].(map[string]any)
 	if !ok || !strings.HasPrefix(pol["digest"].(string), "sha256:") || pol["source"] != "embedded" {
 		t.Fatalf("readyz policies: %s", r.Raw)
@@ -339,6 +350,7 @@ func TestReadyzAndMetricsShowStoreHealth(t *testing.T) {
 	const quota = 4 << 20
 	member := etcdtest.StartWith(t, func(c *lease.EmbedConfig) { c.QuotaBytes = quota })
 	f := newFixtureOn(t, member, 0, authz.CallerOff)
+	f.waitPublished()
 	steps := []struct {
 		note    string
 		do      func(testing.TB)

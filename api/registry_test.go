@@ -420,6 +420,7 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	v13 := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil))
 	f.expect(v13, http.StatusCreated, "")
 	id := v13.Body["epoch"].(string)
+	f.waitPublished()
 	f.expect(f.do("GET", "/readyz", "", nil), http.StatusOK, "")
 	snap := f.do("POST", "/v1/snapshots", api.RoleHost, nil)
 	f.expect(snap, http.StatusCreated, "")

@@ -216,6 +216,18 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		// deciding with the working set, and the failure shows here.
 		checks["policies"] = s.policyStatus()
 	}
+	// A replica that cannot sign admits nothing: not ready.
+	switch err := s.uc.Admissions.CanSign(); {
+	case errors.Is(err, authz.ErrAdmissionDisabled):
+		checks["admission"] = "disabled"
+		s.notReady(w, r, "admission is not configured: no signing key (--signing-key)", checks)
+		return
+	case err != nil:
+		checks["admission"] = "signing-key-unpublished"
+		s.notReady(w, r, "the dispatch-token signing key is not published yet", checks)
+		return
+	}
+	checks["admission"] = "ok"
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
 }
 

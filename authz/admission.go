@@ -360,6 +360,20 @@ func reasons(d record.Decision) string {
 	return fmt.Sprint(out)
 }
 
+// CanSign reports whether this replica can issue dispatch tokens now: nil,
+// ErrAdmissionDisabled (no signing key) or ErrSigningKeyUnpublished (its
+// public key is not in etcd yet, or was lost with etcd): /readyz is not
+// ready without it, since every admission would be refused.
+func (ad *Admissions) CanSign() error {
+	switch {
+	case ad.issuer == nil:
+		return ErrAdmissionDisabled
+	case !ad.issuer.Published():
+		return ErrSigningKeyUnpublished
+	}
+	return nil
+}
+
 // reissue answers a repeated admission of an admitted formation: the same
 // lease and jti while the lease is open, within the report grace after
 // the admission. Past it the lease is taken for unreported: marked

@@ -425,13 +425,8 @@ func TestSecondServerOnOneDataDir(t *testing.T) {
 	if err != nil || !strings.Contains(string(raw), "http://127.0.0.1:") || strings.Contains(string(raw), ":2379\"") {
 		t.Fatalf("recorded endpoints %s (%v)", raw, err)
 	}
-	resp, err := http.Get(url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("readyz %d", resp.StatusCode)
+	if code, body := readyz(t, url, http.StatusOK); code != http.StatusOK {
+		t.Fatalf("readyz %d %s", code, body)
 	}
 }
 
@@ -513,5 +508,25 @@ func TestDevAddsTheSecondApprover(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("the added approver: %d", resp.StatusCode)
+	}
+}
+
+// readyz polls url's /readyz until it answers want, or 30 s pass, and
+// returns the last answer's status and body: a server is ready once its
+// signing key is published, a moment after it listens.
+func readyz(t *testing.T, url string, want int) (int, []byte) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == want || time.Now().After(deadline) {
+			return resp.StatusCode, body
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -103,18 +102,13 @@ func startPolicyServer(t *testing.T, poll string) (url, pol string, stop func())
 // must answer ready.
 func readyPolicies(t *testing.T, url string) map[string]any {
 	t.Helper()
-	resp, err := http.Get(url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	code, raw := readyz(t, url, http.StatusOK)
 	var out struct {
 		Status string
 		Checks struct{ Policies map[string]any }
 	}
-	if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != 200 || out.Status != "ready" {
-		t.Fatalf("readyz %d: %s", resp.StatusCode, raw)
+	if err := json.Unmarshal(raw, &out); err != nil || code != 200 || out.Status != "ready" {
+		t.Fatalf("readyz %d: %s", code, raw)
 	}
 	return out.Checks.Policies
 }

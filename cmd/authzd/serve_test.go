@@ -198,13 +198,8 @@ func TestServeExternalEtcdOverTLS(t *testing.T) {
 			args := append([]string{"--dev", "--etcd-endpoints", m.Endpoints()[0]}, tc.flags...)
 			url, stop := startServer(t, filepath.Join(t.TempDir(), "data"), args...)
 			defer stop()
-			resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(url + "/readyz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != tc.status {
-				t.Fatalf("/readyz %d, want %d", resp.StatusCode, tc.status)
+			if code, body := readyz(t, url, tc.status); code != tc.status {
+				t.Fatalf("/readyz %d, want %d: %s", code, tc.status, body)
 			}
 		})
 	}

@@ -22,8 +22,10 @@ import (
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/fcd-authz/fcd/record"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -246,10 +248,29 @@ func (c *cluster) readyz() (int, string) {
 		if err != nil {
 			c.t.Fatal(err)
 		}
+		// An issuer whose key is published: /readyz is ready only when
+		// this replica can sign.
+		key, err := manifest.GenerateKey(jwa.EdDSA)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "faults"})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() { iss.Publish(ctx, c.s); close(stopped) }()
+		c.t.Cleanup(func() { cancel(); <-stopped })
+		for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				c.t.Fatal("signing key not published")
+			}
+		}
 		h, err := api.New(api.Config{
 			Auth:     auth,
 			Registry: authztest.Registry(c.t, authz.RegistryConfig{Store: c.s, Logger: quiet}),
-			UseCases: authztest.New(c.t, authz.Config{Store: c.s, Decider: pm, Logger: quiet}),
+			UseCases: authztest.New(c.t, authz.Config{Store: c.s, Decider: pm, Logger: quiet, Issuer: iss}),
 			Logger:   slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
