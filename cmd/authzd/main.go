@@ -46,9 +46,11 @@ const usage = `usage:
                                             (default: the embedded defaults); exit 1 on failure
   authzd policy eval --input FILE [--policy-dir DIR]
                                             print the combined decision for a policy input
-  authzd credential new --role ROLE [--id ID] [--pool POOL ...]
+  authzd credential new --role ROLE [--id ID] [--pool POOL ...] [--append FILE]
                                             create a bearer credential and its stored hash
-                                            (--pool: a backend or gateway limited to POOL)
+                                            (--pool: a backend or gateway limited to POOL;
+                                            --append: add it to the --credentials FILE and
+                                            print only the secret)
   authzd lease resolve --key FILE --outcome effect|no_effect --reason TEXT [--operator ID]
                 [--url URL] [--credential-file FILE] LEASE
                                             sign a resolution of an uncertain lease with an
@@ -65,6 +67,10 @@ const usage = `usage:
                                             naming each problem
   authzd audit formation ID [DIR]           print what the trail holds of one formation (also
                                             once etcd collected it), as JSON lines
+  authzd keys new --kind KIND [--alg EdDSA|ES256] [--out DIR]
+                                            generate a key pair: KIND.jwk (private, 0600) and
+                                            KIND-jwks.json; KIND is registrar, issuer, signing
+                                            or operator
   authzd --version                          print the version, VCS revision and Go version
 `
 
@@ -89,6 +95,11 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return nil
 	case "serve":
 		return serve(ctx, args[1:], stderr)
+	case "keys":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: keys needs new", cli.ErrUsage)
+		}
+		return keysCommand(args[1], args[2:], stdout)
 	case "manifest":
 		if len(args) < 2 {
 			return fmt.Errorf("%w: manifest needs sign, verify, lint or digest", cli.ErrUsage)

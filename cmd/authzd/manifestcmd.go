@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -159,6 +160,7 @@ func credentialNew(args []string, stdout io.Writer) error {
 	id := fs.String("id", "", "id of the credential, safe to log (default: the role)")
 	var pools stringList
 	fs.Var(&pools, "pool", "backend or gateway only: the pool whose lease outcomes it may report (repeat for several; default: any)")
+	appendTo := fs.String("append", "", "add the stored credential to this JSON list (the --credentials file; created, mode 0600, if missing) and print only the secret")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -176,8 +178,51 @@ func credentialNew(args []string, stdout io.Writer) error {
 	if _, err := api.NewAuthenticator([]api.Credential{cred}); err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
+	if *appendTo != "" {
+		if err := appendCredential(*appendTo, cred); err != nil {
+			return err
+		}
+		return printJSON(stdout, map[string]any{"secret": string(secret), "id": cred.ID, "role": cred.Role, "file": *appendTo})
+	}
 	// The secret is printed once, for the caller; only the hash is stored.
 	return printJSON(stdout, map[string]any{"secret": string(secret), "credential": cred})
+}
+
+// errCredentialExists: --append to a file that already has a credential of
+// that id.
+var errCredentialExists = errors.New("a credential of this id is already in the file")
+
+// appendCredential adds cred to the JSON list in path, which it creates
+// (mode 0600) if missing. The whole list must load as authzd loads it:
+// ids are unique.
+func appendCredential(path string, cred api.Credential) error {
+	var list []api.Credential
+	switch data, err := os.ReadFile(path); {
+	case err == nil:
+		if err := json.Unmarshal(data, &list); err != nil {
+			return fmt.Errorf("%s is not a JSON list of credentials: %w", path, err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	for _, c := range list {
+		if c.ID == cred.ID {
+			return fmt.Errorf("%w: %q in %s (choose another --id)", errCredentialExists, cred.ID, path)
+		}
+	}
+	list = append(list, cred)
+	if _, err := api.NewAuthenticator(list); err != nil {
+		return fmt.Errorf("%s with the new credential: %w", path, err)
+	}
+	data, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // stringList is a repeatable string flag.
