@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/manifest"
 )
 
@@ -88,6 +91,84 @@ func TestCredentialNewAppend(t *testing.T) {
 	for id, secret := range secrets {
 		if c, ok := auth.Lookup(api.Secret(secret)); !ok || c.ID != id {
 			t.Errorf("secret of %s authenticates as %+v %v", id, c, ok)
+		}
+	}
+}
+
+// TestInitThenServe: `authzd init` writes a setup that `serve --config`
+// accepts unchanged: the server starts (embedded etcd on free ports, its
+// data beside the configuration), is ready (it can sign), takes a
+// manifest signed with the generated registrar key from the registrar's
+// secret, and knows two approvers and the pool's backend. A second init
+// into the same directory is refused.
+func TestInitThenServe(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fcd")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"init", "--pool", "github-v1-4", "--listen", "127.0.0.1:0", dir}, nil, &out, &errb); code != 0 {
+		t.Fatalf("init: exit %d %s", code, errb.String())
+	}
+	var secrets map[string]string
+	raw, err := os.ReadFile(filepath.Join(dir, "secrets.json"))
+	if err != nil || json.Unmarshal(raw, &secrets) != nil {
+		t.Fatalf("secrets.json: %v", err)
+	}
+	for _, id := range []string{"registrar", "host", "gateway", "approver-1", "approver-2", "operator", "backend-github-v1-4", "gateway-github-v1-4"} {
+		if secrets[id] == "" {
+			t.Errorf("no secret for %s", id)
+		}
+	}
+	for _, f := range []string{"secrets.json", "credentials.json", "keys/signing.jwk", "keys/registrar.jwk", "authzd.yaml"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", f, err, fi)
+		}
+	}
+	if code := run(context.Background(), []string{"init", dir}, nil, &out, &errb); code == 0 {
+		t.Fatal("a second init overwrote the setup")
+	}
+
+	args := []string{"serve", "--config", filepath.Join(dir, "authzd.yaml")}
+	c, url, err := cmdtest.Start(t, "authzd", listeningLine, func(ctx context.Context, stderr io.Writer) int {
+		return run(ctx, args, nil, io.Discard, stderr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(t)
+	if code, body := readyz(t, url, http.StatusOK); code != http.StatusOK {
+		t.Fatalf("readyz %d %s", code, body)
+	}
+	key, err := manifest.LoadPrivateKey(filepath.Join(dir, "keys", "registrar.jwk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := os.ReadFile("../../examples/github/manifest-v1.4.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := manifest.Sign(bytes.TrimSpace(m), key, manifest.TypManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/manifests", bytes.NewReader(jws))
+	req.Header.Set("Authorization", "Bearer "+secrets["registrar"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("register with the generated key and secret: %d", resp.StatusCode)
+	}
+	for _, id := range []string{"approver-1", "approver-2"} {
+		req, _ := http.NewRequest("GET", url+"/v1/approvers/me", nil)
+		req.Header.Set("Authorization", "Bearer "+secrets[id])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", id, resp.StatusCode)
 		}
 	}
 }

@@ -67,6 +67,10 @@ const usage = `usage:
                                             naming each problem
   authzd audit formation ID [DIR]           print what the trail holds of one formation (also
                                             once etcd collected it), as JSON lines
+  authzd init [--pool POOL ...] [--listen ADDR] DIR
+                                            write a production-shaped setup: keys, credentials
+                                            (two approvers, per-pool backends), secrets.json and
+                                            DIR/authzd.yaml for serve --config
   authzd keys new --kind KIND [--alg EdDSA|ES256] [--out DIR]
                                             generate a key pair: KIND.jwk (private, 0600) and
                                             KIND-jwks.json; KIND is registrar, issuer, signing
@@ -95,6 +99,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return nil
 	case "serve":
 		return serve(ctx, args[1:], stderr)
+	case "init":
+		return initCommand(args[1:], stdout)
 	case "keys":
 		if len(args) < 2 {
 			return fmt.Errorf("%w: keys needs new", cli.ErrUsage)
