@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/internal/cli"
@@ -363,7 +361,7 @@ func (c *Config) decodeFile(file string, paths []*string) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
+	if err := decodeConfig(data, c); err != nil {
 		return fmt.Errorf("config %s: %w", file, err)
 	}
 	base := filepath.Dir(file)
@@ -386,7 +384,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
 	if err != nil {
-		return err
+		return fmt.Errorf("%q is not a duration like 30s or 15m", b)
 	}
 	*d = Duration(v)
 	return nil

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/internal/cli"
 )
@@ -127,8 +128,8 @@ func TestConfigFileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		note, content, want string
 	}{
-		{"unknown key", "listen: x\nlisten_addr: y\n", `unknown field "listen_addr"`},
-		{"flag name as key", "data-dir: x\n", `unknown field "data-dir"`},
+		{"unknown key", "listen: x\nlisten_addr: y\n", `unknown setting "listen_addr" (did you mean "listen"?)`},
+		{"flag name as key", "data-dir: x\n", `unknown setting "data-dir" (did you mean "dataDir"?)`},
 		{"wrong type", "bodyLimit: lots\n", "bodyLimit"},
 		{"bad duration", "policyPoll: soon\n", "soon"},
 		{"not YAML", "listen: [\n", "config "},
@@ -166,5 +167,44 @@ func TestServeFlagErrors(t *testing.T) {
 		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want a usage error saying %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestConfigErrorsNameTheSetting: a bad configuration file is explained
+// by the setting's name and what it takes, never by Go's field names or
+// the decoder's words, and a near miss is suggested.
+func TestConfigErrorsNameTheSetting(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"listenAddr: 1.2.3.4:80\n", []string{`unknown setting "listenAddr"`, `did you mean "listen"?`}},
+		{"listen: [1\n", []string{"not valid YAML", "line 1"}},
+		{"dev: yes-please\n", []string{`setting "dev" must be true or false, not string`}},
+		{"formationTTL: soon\n", []string{`"soon" is not a duration like 30s or 15m`}},
+		{"etcdEndpoints: http://a:2379\n", []string{`setting "etcdEndpoints" must be a list of strings, not string`}},
+		{"- a\n- b\n", []string{"must be a map of settings"}},
+		{"formationRate: fast\n", []string{`setting "formationRate" must be a number, not string`}},
+	} {
+		var c Config
+		err := decodeConfig([]byte(tc.yaml), &c)
+		if err == nil {
+			t.Errorf("%q: accepted", tc.yaml)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: %v, want %q", tc.yaml, err, w)
+			}
+		}
+		for _, leak := range []string{"Go struct", "json:", "unmarshal", "Config."} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("%q: %v leaks %q", tc.yaml, err, leak)
+			}
+		}
+	}
+	var c Config
+	if err := decodeConfig([]byte("listen: 127.0.0.1:9\nformationTTL: 5m\n"), &c); err != nil || c.Listen != "127.0.0.1:9" || c.FormationTTL != Duration(5*time.Minute) {
+		t.Fatalf("a good file: %v %+v", err, c)
 	}
 }
