@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,8 +17,10 @@ import (
 // pool (a real MCP server of the Go SDK) sends a verified call to another
 // pool's proxy — a call substituted to the successor — with that session's
 // id. The proxy opens a session of its own with its upstream, runs the call
-// there and answers with the host's id; the host's DELETE through the proxy
-// closes the upstream session (a second DELETE finds none). A call with an
+// there and answers with the host's id; the host's event stream (GET)
+// through the proxy is the upstream session's, and the host's DELETE
+// through the proxy closes the upstream session (a second DELETE finds
+// none). A call with an
 // unknown session and no valid token opens nothing: the fence refuses it.
 func TestProxyAdoptsTheHostsSession(t *testing.T) {
 	serve := func(f *fixtures.Fixture) *httptest.Server {
@@ -82,6 +85,31 @@ func TestProxyAdoptsTheHostsSession(t *testing.T) {
 		t.Fatalf("the successor ran %+v, want one call in a session of its own", effects)
 	}
 	upstreamSession := effects[0].Session
+
+	// The host's event stream (GET) through this pool's proxy is the
+	// adopted session's; a GET naming a session the proxy never adopted
+	// opens nothing.
+	stream := func(session string) *http.Response {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/mcp", nil)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		req.Header.Set(sessionHeader, session)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	if resp := stream(host); resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("the host's event stream through the proxy: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if resp := stream("never-adopted"); resp.StatusCode/100 == 2 {
+		t.Fatalf("a stream of a session never adopted: %d", resp.StatusCode)
+	}
 
 	// Closing the host's session closes the adopted one.
 	if resp, body := do("DELETE", p.url+"/mcp", host, "", ""); resp.StatusCode/100 != 2 {

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,8 +320,78 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 				t.Fatalf("the Go SDK client's echo: %+v", res.Content)
 			}
 			s.waitStatus(echo.Body["id"].(string), "completed")
+
+			// The Go SDK client's long-running call: its progress
+			// notifications arrive before the result.
+			long := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
+				`{"snapshot":%q,"session":"sess-everything-go-long-%s","tool":"everything/trigger-long-running-operation","arguments":%s,"principal":{"id":"alice"}}`,
+				snap, kind, args)))
+			s.expect(long, http.StatusCreated)
+			var progressed atomic.Int64
+			cs := goSession(t, gw, &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+				progressed.Add(1)
+			}})
+			text, err := goCall(t, cs, long.Body["id"].(string), "trigger-long-running-operation", args, true)
+			if err != nil || !strings.Contains(text, "Long running operation completed") {
+				t.Fatalf("the Go SDK client's long-running call through %s: %v %q", kind, err, text)
+			}
+			if n := progressed.Load(); n < 1 {
+				t.Fatalf("the Go SDK client saw %d progress notifications before the result, want some", n)
+			}
+			if err := cs.Close(); err != nil {
+				t.Fatalf("closing the Go SDK session: %v", err)
+			}
+			s.waitStatus(long.Body["id"].(string), "completed")
 		})
 	}
+}
+
+// goSession connects the official MCP Go SDK client, unmodified, through
+// gw as alice with opts; each call's formation goes in params._meta and,
+// on the tools/call only, in Fcd-Formation (gatewaytest.FormationTransport).
+// The session is closed (DELETE) at cleanup if the test has not.
+func goSession(t *testing.T, gw *gatewaytest.Gateway, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	tr := &mcp.StreamableClientTransport{
+		Endpoint: gw.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: gatewaytest.FormationTransport(
+			gatewaytest.BasicAuth(nil, "alice", gatewayUsers["alice"]))},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fcd-e2e-go", Version: "0"}, opts).Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("the Go SDK client through %s: %v", gw.Kind, err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// goCall calls tool with args (JSON) in cs, the formation in _meta, and
+// returns the result's text; progress, if not nil, asks for progress
+// notifications.
+func goCall(t *testing.T, cs *mcp.ClientSession, formation, tool, args string, progress bool) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args), Meta: mcp.Meta{gatewaytest.FormationMetaKey: formation}}
+	if progress {
+		p.SetProgressToken("fcd-e2e-progress")
+	}
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	if res.IsError {
+		return "", fmt.Errorf("the tool answered an error: %+v", res.Content)
+	}
+	var text []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text = append(text, tc.Text)
+		}
+	}
+	return strings.Join(text, "\n"), nil
 }
 
 // registerEverything registers testdata/everything-manifest.json as
@@ -362,8 +434,9 @@ func registerEverything(t *testing.T, s *stack, rel, pool string) (epoch, artifa
 // and the client — unmodified, the formation on its tools/call only, as a
 // host behind forward-auth sends it — gets its result and closes its
 // session on A. The adopted session on B is closed once idle: nothing is
-// left open.
-func TestSubstitutionMidSessionWithTheTypeScriptSDK(t *testing.T) {
+// left open. The official Go SDK client, unmodified, does the same in a
+// session of its own, alongside.
+func TestSubstitutionMidSessionWithTheSDKs(t *testing.T) {
 	_, fenceBin := buildBinaries(t)
 	for _, kind := range gatewaytest.Kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -413,6 +486,12 @@ func TestSubstitutionMidSessionWithTheTypeScriptSDK(t *testing.T) {
 				t.Fatalf("the formation: %s", r.Raw)
 			}
 			id := r.Body["id"].(string)
+			const goArgs = `{"message":"substituted for go"}`
+			rgo := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
+				`{"snapshot":%q,"session":"sess-sub-go","tool":"everything/echo","arguments":%s,"principal":{"id":"alice"}}`,
+				snapReply.Body["id"], goArgs)))
+			s.expect(rgo, http.StatusCreated)
+			goID := rgo.Body["id"].(string)
 
 			gw := gatewaytest.Start(t, kind, gatewaytest.Config{
 				Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: "everything-a",
@@ -433,7 +512,8 @@ func TestSubstitutionMidSessionWithTheTypeScriptSDK(t *testing.T) {
 					t.Fatal("the host did not start its session")
 				}
 			}
-			// The source retires under the open session.
+			goHost := goSession(t, gw, nil) // its session begins on A too
+			// The source retires under the open sessions.
 			for _, step := range []string{"drain", "retire"} {
 				s.expect(s.do("POST", "/v1/epochs/"+epochA+"/"+step, api.RoleOperator, nil), http.StatusOK)
 			}
@@ -449,6 +529,16 @@ func TestSubstitutionMidSessionWithTheTypeScriptSDK(t *testing.T) {
 				t.Fatalf("the substituted call through %s: %v\nA: %s\nB: %s", kind, out, pxA.stderr.String(), pxB.stderr.String())
 			}
 			s.waitStatus(id, "completed")
+			if text, err := goCall(t, goHost, goID, "echo", goArgs, false); err != nil || !strings.Contains(text, "substituted for go") {
+				t.Fatalf("the Go SDK client's substituted call through %s: %v %q\nB: %s", kind, err, text, pxB.stderr.String())
+			}
+			if err := goHost.Close(); err != nil { // DELETE, to A
+				t.Fatalf("closing the Go SDK session on A: %v", err)
+			}
+			s.waitStatus(goID, "completed")
+			if n := strings.Count(pxB.stderr.String(), "adopted the host's session"); n != 2 {
+				t.Fatalf("B adopted %d sessions, want the TypeScript host's and the Go host's:\n%s", n, pxB.stderr.String())
+			}
 			f := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
 			lease, _ := f.Body["lease"].(string)
 			if !strings.Contains(pxB.stderr.String(), "adopted the host's session") || lease == "" {
@@ -461,4 +551,91 @@ func TestSubstitutionMidSessionWithTheTypeScriptSDK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTypeScriptSDKHostReadsEachRefusal: a host built on the official
+// TypeScript SDK client, unmodified, reads why a call was refused from the
+// answer alone — the Fcd-Problem header and the type the body names
+// (authzd's problem through the gateway, fencecheck's JSON-RPC error
+// data) — through its fetch option, as docs/mcp-sessions.md tells hosts
+// to. Through real nginx and Caddy, the formation on the tools/call only:
+// an unknown formation, a write awaiting approval, a formation whose call
+// already ran, a source being drained (with Retry-After); and straight at
+// the backend's fence, a call with no token. None of them runs.
+func TestTypeScriptSDKHostReadsEachRefusal(t *testing.T) {
+	eachGateway(t, func(t *testing.T, kind string, s *stack) {
+		snap := s.snapshot()
+		const repo = `{"owner":"octo-org","repo":"hello-world"}`
+		gw := s.gateway(t, kind, nil)
+		auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+gatewayUsers["alice"]))
+		reads := func() int { return len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository", Kind: fixtures.KindRead})) }
+
+		ran := s.form(snap, "sess-ts-ran-"+kind, "get_repository", repo)
+		if out := runNodeHost(t, gw.URL+"/mcp", map[string]string{"Authorization": auth, "Fcd-Formation": ran.ID},
+			"get_repository", repo, "call-only,problems"); out["callError"] != nil || out["isError"] != false {
+			t.Fatalf("the first call: %v", out)
+		}
+		s.waitStatus(ran.ID, "completed")
+		pending := s.form(snap, "sess-ts-pending-"+kind, "create_repository", `{"name":"never-approved"}`)
+		if pending.Status != "pending_approval" {
+			t.Fatalf("the write: %+v", pending)
+		}
+		draining := s.form(snap, "sess-ts-draining-"+kind, "get_repository", repo)
+
+		type want struct {
+			problem, retryAfter, formation string
+			fence                          bool
+		}
+		cases := []struct {
+			name, url, formation, tool, args string
+			before                           func()
+			want                             want
+		}{
+			{name: "unknown formation", url: gw.URL + "/mcp", formation: "fm_unknown", tool: "get_repository", args: repo,
+				want: want{problem: "formation-not-found", formation: "fm_unknown"}},
+			{name: "awaiting approval", url: gw.URL + "/mcp", formation: pending.ID, tool: "create_repository", args: `{"name":"never-approved"}`,
+				want: want{problem: "not-approved", formation: pending.ID}},
+			{name: "already ran", url: gw.URL + "/mcp", formation: ran.ID, tool: "get_repository", args: repo,
+				want: want{problem: "lease-closed", formation: ran.ID}},
+			{name: "no token at the fence", url: s.Fixture[poolV14] + "/mcp", tool: "get_repository", args: repo,
+				want: want{problem: "missing", fence: true}},
+			// Last: a drain does not reverse.
+			{name: "source draining", url: gw.URL + "/mcp", formation: draining.ID, tool: "get_repository", args: repo,
+				before: func() { s.drain(poolV14) }, want: want{problem: "source-draining", retryAfter: "5", formation: draining.ID}},
+		}
+		for _, c := range cases {
+			if c.before != nil {
+				c.before()
+			}
+			headers := map[string]string{"Authorization": auth}
+			if c.formation != "" {
+				headers["Fcd-Formation"] = c.formation
+			}
+			before := reads()
+			out := runNodeHost(t, c.url, headers, c.tool, c.args, "call-only,problems")
+			if out["callError"] == nil || out["terminated"] != true {
+				t.Fatalf("%s through %s: the call was not refused, or the session not closed: %v", c.name, kind, out)
+			}
+			refusals, _ := out["refusals"].([]any)
+			if len(refusals) != 1 {
+				t.Fatalf("%s through %s: %d refused answers, want the call's alone: %v", c.name, kind, len(refusals), out)
+			}
+			r := refusals[0].(map[string]any)
+			typ := "docs/problems.md#" + c.want.problem
+			if c.want.fence {
+				typ = "fencecheck/README.md#reason-" + c.want.problem
+			}
+			if r["method"] != "POST" || r["problem"] != c.want.problem || !strings.HasSuffix(r["type"].(string), typ) ||
+				r["retryAfter"] != c.want.retryAfter || r["formation"] != c.want.formation {
+				t.Fatalf("%s through %s: the host read %v, want Fcd-Problem %s, a type ending %s, Retry-After %q, formation %q",
+					c.name, kind, r, c.want.problem, typ, c.want.retryAfter, c.want.formation)
+			}
+			if n := reads(); n != before {
+				t.Fatalf("%s through %s: a refused call ran (%d reads, were %d)", c.name, kind, n, before)
+			}
+		}
+		if n := len(s.Rec.Effects(fixtures.Filter{Tool: "create_repository"})); n != 0 {
+			t.Fatalf("the unapproved write ran %d times", n)
+		}
+	})
 }

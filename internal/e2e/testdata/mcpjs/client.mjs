@@ -15,6 +15,11 @@
 //                  forward-auth gateway does (docs/mcp-sessions.md)
 //   wait=FILE      after listing the tools, create FILE.ready and wait for
 //                  FILE to exist before the call
+//   problems       every refused answer is read as a host reads it, through
+//                  the SDK's fetch option, into "refusals": its status, the
+//                  Fcd-Problem, Retry-After and Fcd-Formation headers, and
+//                  what the body names (a problem's "type", or a JSON-RPC
+//                  error's data.type and data.formation)
 import { existsSync, writeFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -26,21 +31,51 @@ const options = new Map(optionList.split(",").filter(Boolean).map((o) => {
 }));
 const headers = JSON.parse(headerJSON);
 const transportOptions = { requestInit: { headers } };
+const out = {};
+let send = fetch;
 if (options.has("call-only")) {
   const formation = headers["Fcd-Formation"];
   delete headers["Fcd-Formation"];
-  transportOptions.fetch = (input, init = {}) => {
+  const next = send;
+  send = (input, init = {}) => {
     if (init.method === "POST" && typeof init.body === "string" && init.body.includes('"tools/call"')) {
       const h = new Headers(init.headers);
       h.set("Fcd-Formation", formation);
       init = { ...init, headers: h };
     }
-    return fetch(input, init);
+    return next(input, init);
   };
+}
+if (options.has("problems")) {
+  out.refusals = [];
+  const next = send;
+  send = async (input, init = {}) => {
+    const res = await next(input, init);
+    if (!res.ok && res.status !== 404 && res.status !== 405) {
+      const r = {
+        method: init.method ?? "GET",
+        status: res.status,
+        problem: res.headers.get("Fcd-Problem") ?? "",
+        retryAfter: res.headers.get("Retry-After") ?? "",
+        formation: res.headers.get("Fcd-Formation") ?? "",
+      };
+      try {
+        const body = JSON.parse(await res.clone().text());
+        r.type = body.type ?? body.error?.data?.type ?? "";
+        r.formation ||= body.formation ?? body.error?.data?.formation ?? "";
+      } catch {
+        r.type = "";
+      }
+      out.refusals.push(r);
+    }
+    return res;
+  };
+}
+if (send !== fetch) {
+  transportOptions.fetch = send;
 }
 const transport = new StreamableHTTPClientTransport(new URL(url), transportOptions);
 const client = new Client({ name: "fcd-e2e-ts", version: "0" });
-const out = {};
 try {
   await client.connect(transport);
   out.session = transport.sessionId ?? "";
