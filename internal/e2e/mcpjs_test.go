@@ -568,7 +568,9 @@ func TestTypeScriptSDKHostReadsEachRefusal(t *testing.T) {
 		const repo = `{"owner":"octo-org","repo":"hello-world"}`
 		gw := s.gateway(t, kind, nil)
 		auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+gatewayUsers["alice"]))
-		reads := func() int { return len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository", Kind: fixtures.KindRead})) }
+		reads := func() int {
+			return len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository", Kind: fixtures.KindRead}))
+		}
 
 		ran := s.form(snap, "sess-ts-ran-"+kind, "get_repository", repo)
 		if out := runNodeHost(t, gw.URL+"/mcp", map[string]string{"Authorization": auth, "Fcd-Formation": ran.ID},
