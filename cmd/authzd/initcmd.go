@@ -25,7 +25,8 @@ var errInitExists = errors.New("the directory already holds an fcd setup")
 // signing, operator (private JWKs 0600, their JWKS beside them).
 // Credentials: one per role, a second approver, and a backend and a
 // gateway credential limited to each --pool; their secrets go to
-// DIR/secrets.json (0600) once, only their hashes to the credentials
+// DIR/secrets/ID (0600, one file a credential, what every
+// --credential-file takes) once, only their hashes to the credentials
 // file. The configuration names them all, relative to itself; the data
 // directory is DIR/data.
 func initCommand(args []string, stdout io.Writer) error {
@@ -89,6 +90,9 @@ func initCommand(args []string, stdout io.Writer) error {
 	if len(pools) == 0 {
 		grants = append(grants, grant{"backend", api.RoleBackend, ""})
 	}
+	if err := os.Mkdir(filepath.Join(dir, "secrets"), 0o700); err != nil {
+		return fmt.Errorf("%w: %w", errInitExists, err)
+	}
 	secrets := map[string]string{}
 	var stored []api.Credential
 	for _, g := range grants {
@@ -108,12 +112,14 @@ func initCommand(args []string, stdout io.Writer) error {
 	if err := writeJSONFile(filepath.Join(dir, "credentials.json"), stored, 0o600); err != nil {
 		return err
 	}
-	if err := writeJSONFile(filepath.Join(dir, "secrets.json"), secrets, 0o600); err != nil {
-		return err
+	for id, secret := range secrets {
+		if err := writeFile(filepath.Join(dir, "secrets", id), []byte(secret+"\n"), 0o600); err != nil {
+			return err
+		}
 	}
 	cfg := fmt.Sprintf(`# authzd configuration written by authzd init; run: authzd serve --config %s
-# Paths are relative to this file. The secrets of the credentials are in
-# secrets.json (mode 0600): hand each to its party, then delete the file.
+# Paths are relative to this file. The secret of each credential is in
+# secrets/ID (mode 0600): hand each to its party, then delete it.
 listen: %q
 dataDir: data
 registrarKeys: %s
@@ -125,7 +131,7 @@ credentials: credentials.json
 	if err := writeFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	return printJSON(stdout, map[string]any{"config": cfgPath, "secrets": filepath.Join(dir, "secrets.json"),
+	return printJSON(stdout, map[string]any{"config": cfgPath, "secrets": filepath.Join(dir, "secrets"),
 		"registrarKey": filepath.Join(dir, "keys", "registrar.jwk"), "issuerKey": filepath.Join(dir, "keys", "issuer.jwk"),
 		"operatorKey": filepath.Join(dir, "keys", "operator.jwk"), "credentials": len(stored)})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/manifest"
 )
@@ -107,17 +109,17 @@ func TestInitThenServe(t *testing.T) {
 	if code := run(context.Background(), []string{"init", "--pool", "github-v1-4", "--listen", "127.0.0.1:0", dir}, nil, &out, &errb); code != 0 {
 		t.Fatalf("init: exit %d %s", code, errb.String())
 	}
-	var secrets map[string]string
-	raw, err := os.ReadFile(filepath.Join(dir, "secrets.json"))
-	if err != nil || json.Unmarshal(raw, &secrets) != nil {
-		t.Fatalf("secrets.json: %v", err)
-	}
+	secrets := map[string]string{}
 	for _, id := range []string{"registrar", "host", "gateway", "approver-1", "approver-2", "operator", "backend-github-v1-4", "gateway-github-v1-4"} {
-		if secrets[id] == "" {
-			t.Errorf("no secret for %s", id)
+		raw, err := os.ReadFile(filepath.Join(dir, "secrets", id))
+		if secrets[id] = strings.TrimSpace(string(raw)); err != nil || secrets[id] == "" {
+			t.Errorf("no secret for %s: %v", id, err)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "secrets", id)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("secrets/%s: %v %v", id, err, fi)
 		}
 	}
-	for _, f := range []string{"secrets.json", "credentials.json", "keys/signing.jwk", "keys/registrar.jwk", "authzd.yaml"} {
+	for _, f := range []string{"credentials.json", "keys/signing.jwk", "keys/registrar.jwk", "authzd.yaml"} {
 		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v %v", f, err, fi)
 		}
@@ -137,38 +139,99 @@ func TestInitThenServe(t *testing.T) {
 	if code, body := readyz(t, url, http.StatusOK); code != http.StatusOK {
 		t.Fatalf("readyz %d %s", code, body)
 	}
-	key, err := manifest.LoadPrivateKey(filepath.Join(dir, "keys", "registrar.jwk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := os.ReadFile("../../examples/github/manifest-v1.4.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jws, err := manifest.Sign(bytes.TrimSpace(m), key, manifest.TypManifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest("POST", url+"/v1/manifests", bytes.NewReader(jws))
-	req.Header.Set("Authorization", "Bearer "+secrets["registrar"])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("register with the generated key and secret: %d", resp.StatusCode)
-	}
-	for _, id := range []string{"approver-1", "approver-2"} {
-		req, _ := http.NewRequest("GET", url+"/v1/approvers/me", nil)
-		req.Header.Set("Authorization", "Bearer "+secrets[id])
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+	// The registrar signs and registers with the generated key and its
+	// secret file, through the CLI.
+	secret := func(id string) string { return filepath.Join(dir, "secrets", id) }
+	cmd := func(args ...string) (string, error) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), args, nil, &out, &errb); code != 0 {
+			return out.String(), fmt.Errorf("authzd %s: exit %d: %s", strings.Join(args, " "), code, strings.TrimSpace(errb.String()))
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %d", id, resp.StatusCode)
+		return out.String(), nil
+	}
+	jws := filepath.Join(t.TempDir(), "v1.4.jws")
+	signed, err := cmd("manifest", "sign", "--key", filepath.Join(dir, "keys", "registrar.jwk"), "../../examples/github/manifest-v1.4.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jws, []byte(signed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := cmd("manifest", "register", "--url", url, "--credential-file", secret("registrar"), jws)
+	var reg struct{ Epoch string }
+	if err != nil || json.Unmarshal([]byte(reply), &reg) != nil || !strings.HasPrefix(reg.Epoch, "sha256:") {
+		t.Fatalf("manifest register with the generated key and secret: %v %s", err, reply)
+	}
+	if _, err := cmd("manifest", "register", "--url", url, "--credential-file", secret("host"), jws); err == nil ||
+		!strings.Contains(err.Error(), "forbidden-role") {
+		t.Fatalf("a host registering: %v, want forbidden-role", err)
+	}
+
+	// A host forms a write (the typed client); the two approvers find it
+	// and decide it from the CLI, each with their own secret.
+	hostSecret, err := os.ReadFile(secret("host"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := client.New(url, strings.TrimSpace(string(hostSecret)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	snap, err := host.CreateSnapshotWithResponse(ctx, client.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	form := func(name string) string {
+		t.Helper()
+		args := map[string]any{"name": name}
+		f, err := host.CreateFormationWithResponse(ctx, client.FormationRequest{
+			Snapshot: snap.JSON201.Id, Session: "init-then-serve", Tool: "github/create_repository", Arguments: &args,
+		})
+		if err != nil || f.JSON201 == nil || f.JSON201.Status != "pending_approval" {
+			t.Fatalf("form %s: %v %s", name, err, f.Body)
+		}
+		return f.JSON201.Id
+	}
+	approved, denied := form("approved-from-the-cli"), form("denied-from-the-cli")
+	as := func(id string, args ...string) []string {
+		return append(args, "--url", url, "--credential-file", secret(id))
+	}
+	reply, err = cmd(as("approver-1", "formation", "pending")...)
+	if err != nil || !strings.Contains(reply, approved) || !strings.Contains(reply, denied) {
+		t.Fatalf("formation pending: %v %s", err, reply)
+	}
+	reply, err = cmd(as("approver-2", "formation", "show", approved)...)
+	if err != nil || !strings.Contains(reply, "approved-from-the-cli") {
+		t.Fatalf("formation show: %v %s", err, reply)
+	}
+	reply, err = cmd(as("approver-1", "formation", "approve", approved, "--reason", "reviewed")...)
+	var f struct{ Status string }
+	if err != nil || json.Unmarshal([]byte(reply), &f) != nil || f.Status != "ready" {
+		t.Fatalf("formation approve: %v %s", err, reply)
+	}
+	if _, err := cmd(as("approver-1", "formation", "approve", approved, "--reason", "again")...); err == nil {
+		t.Fatal("a second decision by one approver was taken")
+	}
+	reply, err = cmd(as("approver-2", "formation", "deny", denied, "--reason", "not this one")...)
+	if err != nil || json.Unmarshal([]byte(reply), &f) != nil || f.Status != "denied" {
+		t.Fatalf("formation deny: %v %s", err, reply)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{as("approver-1", "formation", "approve", approved), "--reason"},
+		{as("approver-1", "formation", "approve", "--reason", "x"), "FORMATION"},
+		{as("approver-1", "formation", "frobnicate", approved), "show, pending, approve, deny"},
+		{as("approver-1", "formation", "show", "fm_unknown"), "formation-not-found"},
+		{[]string{"formation", "show", approved, "--url", url, "--credential-file", filepath.Join(dir, "no-such-file")}, "no-such-file"},
+		{as("approver-1", "manifest", "register"), "needs FILE"},
+	} {
+		if _, err := cmd(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("authzd %v: %v, want an error naming %q", c.args, err, c.want)
 		}
 	}
+
 }

@@ -37,6 +37,10 @@ const usage = `usage:
                                             verify a signed manifest; print its epoch
   authzd manifest lint [--json] [FILE|-]    MCP+ lint of a manifest (exit 1 on errors)
   authzd manifest digest [--tools] [FILE|-] print the epoch id (and tool digests)
+  authzd manifest register FILE|-           register a signed manifest (as the registrar)
+  authzd formation show|pending|approve|deny [ID] [--reason TEXT]
+                                            a call's record, the calls awaiting approval, and
+                                            an approver's decision on the record shown now
   authzd cert sign --key FILE [--valid-for D] [FILE|-]
                                             sign a compatibility certificate with an issuer key
                                             (--valid-for: valid from now for D, e.g. 720h)
@@ -108,9 +112,17 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return keysCommand(args[1], args[2:], stdout)
 	case "manifest":
 		if len(args) < 2 {
-			return fmt.Errorf("%w: manifest needs sign, verify, lint or digest", cli.ErrUsage)
+			return fmt.Errorf("%w: manifest needs sign, verify, lint, digest or register", cli.ErrUsage)
+		}
+		if args[1] == "register" {
+			return manifestRegister(ctx, args[2:], stdin, stdout)
 		}
 		return manifestCommand(args[1], args[2:], stdin, stdout)
+	case "formation":
+		if len(args) < 2 {
+			return fmt.Errorf("%w: formation needs show, pending, approve or deny", cli.ErrUsage)
+		}
+		return formationCommand(ctx, args[1], args[2:], stdout)
 	case "cert":
 		if len(args) < 2 {
 			return fmt.Errorf("%w: cert needs sign or verify", cli.ErrUsage)
