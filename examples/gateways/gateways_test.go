@@ -497,7 +497,7 @@ func TestTraefikConfig(t *testing.T) {
 	}
 	h := dyn.HTTP
 	auth := h.Routers["fcd-authorize"]
-	if strings.Join(auth.Middlewares, ",") != "fcd-callers,fcd-credential,fcd-authorize,fcd-drop-credential" || auth.Service != "fcd-routed" {
+	if strings.Join(auth.Middlewares, ",") != "fcd-strip,fcd-callers,fcd-credential,fcd-authorize,fcd-drop-credential" || auth.Service != "fcd-routed" {
 		t.Errorf("router fcd-authorize %+v", auth)
 	}
 	ba := h.Middlewares["fcd-callers"].BasicAuth
@@ -513,8 +513,23 @@ func TestTraefikConfig(t *testing.T) {
 	if c := h.Middlewares["fcd-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "Bearer "+credential {
 		t.Errorf("fcd-credential %+v", c)
 	}
-	if c := h.Middlewares["fcd-drop-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "" || c.CustomRequestHeaders["Fcd-Caller"] != "" || len(c.CustomRequestHeaders) != 2 {
+	if c := h.Middlewares["fcd-drop-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "" || c.CustomRequestHeaders["Fcd-Caller"] != "" ||
+		c.CustomRequestHeaders["Fcd-Formation"] != "" || len(c.CustomRequestHeaders) != 3 {
 		t.Errorf("fcd-drop-credential %+v", c)
+	}
+	// Every fcd header a client must not send is removed before authzd is
+	// asked (Fcd-Formation, which authzd decides on, after).
+	strip := h.Middlewares["fcd-strip"].Headers
+	if strip == nil {
+		t.Fatal("no fcd-strip middleware")
+	}
+	for _, name := range gateways.ClientHeaders() {
+		if name == "Fcd-Formation" {
+			continue
+		}
+		if v, ok := strip.CustomRequestHeaders[name]; !ok || v != "" {
+			t.Errorf("fcd-strip does not remove %s: %+v", name, strip.CustomRequestHeaders)
+		}
 	}
 	rule := regexp.MustCompile("^Header\\(`Fcd-Target`, `([a-z0-9.-]+)`\\)$")
 	for _, p := range d.Pools {
