@@ -121,11 +121,10 @@ func Configure(kind string, args []string, getenv func(string) string, help io.W
 		return Output{}, fmt.Errorf("%w: unknown gateway %q (want one of %s)", ErrFlag, kind, strings.Join(Kinds(), ", "))
 	}
 	fs := flag.NewFlagSet("gateway config "+kind, flag.ContinueOnError)
-	fs.SetOutput(help)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), Usage)
-		fs.PrintDefaults()
-	}
+	// The flag package prints errors with the whole usage; the caller
+	// prints the error, and -h alone prints the help (to help).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	var o options
 	defAuthzd := "http://127.0.0.1:8080"
 	if u := getenv("FCD_URL"); u != "" {
@@ -145,6 +144,9 @@ func Configure(kind string, args []string, getenv func(string) string, help io.W
 	fs.StringVar(&o.out, "out", "", "directory to write the files into (created 0700; an existing file is replaced); unset: standard output")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(help, Usage)
+			fs.SetOutput(help)
+			fs.PrintDefaults()
 			return Output{}, err
 		}
 		return Output{}, fmt.Errorf("%w: %v", ErrFlag, err)
