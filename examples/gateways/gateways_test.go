@@ -551,12 +551,12 @@ func TestTraefikConfig(t *testing.T) {
 	}
 }
 
-// TestConfigureEnvoy: what `authzd gateway config envoy` writes (through
+// TestGatewayConfigEnvoy: what `authzd gateway config envoy` writes (through
 // Configure, as the command runs it) decodes strictly into Envoy's v3
 // protos and validates, with every server of a pool as an endpoint, the
 // vhost removing what authzd decided on, and no gRPC cluster unless
 // --authzd-grpc is given.
-func TestConfigureEnvoy(t *testing.T) {
+func TestGatewayConfigEnvoy(t *testing.T) {
 	cred := filepath.Join(t.TempDir(), "cred")
 	if err := os.WriteFile(cred, []byte(credential+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -594,11 +594,11 @@ func TestConfigureEnvoy(t *testing.T) {
 	}
 }
 
-// TestEveryExampleStripsClientHeaders: each example names every header of
+// TestGatewayExamplesStripClientHeaders: each example names every header of
 // gateways.ClientHeaders in a removal of its own syntax (the real nginx
 // and Caddy are checked in internal/gatewaytest, where forged headers are
 // sent).
-func TestEveryExampleStripsClientHeaders(t *testing.T) {
+func TestGatewayExamplesStripClientHeaders(t *testing.T) {
 	d := data(t, "github-v1-4")
 	for name, remove := range map[string]func(h string) string{
 		gateways.Nginx:     func(h string) string { return `proxy_set_header ` + h },

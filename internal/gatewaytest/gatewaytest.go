@@ -1,5 +1,7 @@
 // Package gatewaytest runs real gateways (nginx, Caddy) for tests, with the
-// example configurations of examples/gateways: the files a reader copies
+// example configurations of examples/gateways rendered by `authzd gateway
+// config` (its function, gateways.Configure, or with Config.Command the
+// built command itself, given the same flags): the files an operator gets
 // are the files the tests run. A gateway is rendered into a temporary
 // directory, started on a free loopback port with no root-owned or global
 // path, and stopped when the test ends; its logs are printed if the test
