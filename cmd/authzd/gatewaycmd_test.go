@@ -116,6 +116,9 @@ func TestGatewayConfigFlags(t *testing.T) {
 				if out.Len() == 0 {
 					t.Fatal("nothing written")
 				}
+				if tc.note == "help" && (!strings.Contains(out.String(), "Example:") || !strings.Contains(out.String(), "-credential-file")) {
+					t.Errorf("help lacks the example or the flags:\n%s", out.String())
+				}
 				return
 			}
 			if !strings.Contains(first, tc.want) {

@@ -801,3 +801,52 @@ func TestStopWithOpenStream(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayPoolOfSeveralServers: a pool given several servers
+// (--pool NAME=A,B) has the gateway spread its requests over all of them:
+// admitted calls to the pool and session traffic both reach each server,
+// and no other pool.
+func TestGatewayPoolOfSeveralServers(t *testing.T) {
+	for _, g := range kinds {
+		t.Run(g.kind, func(t *testing.T) {
+			t.Parallel()
+			auth := newStandIn(t)
+			a, b, v13 := newUpstream(t, "github-v1-4"), newUpstream(t, "github-v1-4"), newUpstream(t, "github-v1-3")
+			gw := gatewaytest.Start(t, g.kind, gatewaytest.Config{
+				Authzd: auth.srv.URL, Credential: credential, Default: "github-v1-4", Users: users,
+				Pools: map[string]string{"github-v1-4": a.srv.URL + "," + b.srv.URL, "github-v1-3": v13.srv.URL},
+			})
+			client := &http.Client{Timeout: 20 * time.Second}
+			t.Cleanup(client.CloseIdleConnections)
+			// Caddy picks a server at random: 40 requests miss one of two
+			// with probability 2^-39.
+			const n = 40
+			for i := range n {
+				req, err := http.NewRequest(http.MethodPost, gw.URL+"/mcp", strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.SetBasicAuth("alice", users["alice"])
+				if i%2 == 0 {
+					req.Header.Set("Fcd-Formation", "ok-v14")
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || string(data) != `{"pool":"github-v1-4"}` {
+					t.Fatalf("request %d: %d %q", i, resp.StatusCode, data)
+				}
+			}
+			na, nb := len(a.take()), len(b.take())
+			if na == 0 || nb == 0 || na+nb != n {
+				t.Errorf("servers of github-v1-4 got %d and %d requests, want both some of %d", na, nb, n)
+			}
+			if n := len(v13.take()); n != 0 {
+				t.Errorf("github-v1-3 got %d requests", n)
+			}
+		})
+	}
+}
