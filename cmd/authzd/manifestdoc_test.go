@@ -80,10 +80,10 @@ var docRow = regexp.MustCompile("(?m)^\\| `([^`]+)` \\|([^|]*)\\|")
 
 // TestManifestReference keeps docs/manifest.md true to the code: each of
 // its field tables has one row for every JSON member of its document type
-// (manifests with their Tool+ descriptors, snapshots, certificates) and no
-// row for a member that does not exist; its lint table lists every lint
-// rule with its severity, and nothing else; every token claim it names is
-// one the fence reads.
+// (manifests with their Tool+ descriptors, snapshots, certificates,
+// resolutions) and no row for a member that does not exist; its lint
+// table lists every lint rule with its severity, and nothing else; every
+// token claim it names is one the fence reads.
 func TestManifestReference(t *testing.T) {
 	sections := docSections(t, manifestDoc)
 	for _, tc := range []struct {
@@ -93,6 +93,7 @@ func TestManifestReference(t *testing.T) {
 		{"Fields", reflect.TypeFor[manifest.Manifest]()},
 		{"Snapshots", reflect.TypeFor[record.Snapshot]()},
 		{"Compatibility certificates", reflect.TypeFor[manifest.Certificate]()},
+		{"Resolutions", reflect.TypeFor[manifest.Resolution]()},
 	} {
 		body, ok := sections[tc.section]
 		if !ok {
