@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -247,22 +248,44 @@ func devDispatchKey(dc *devCredentials, dir, alg string) error {
 
 // writeEnvFile writes shell exports for the README walkthrough:
 // FCD_<ROLE>=credential, FCD_REGISTRAR_KEY, FCD_ISSUER_KEY, FCD_OPERATOR_KEY,
-// FCD_REGISTRAR_JWKS, FCD_JWKS_URL and FCD_URL.
-func writeEnvFile(path string, dc *devCredentials, url string) error {
+// FCD_REGISTRAR_JWKS, FCD_JWKS_URL, FCD_URL and FCD_DATA (the data
+// directory, absolute, so that a script that sourced the file finds the
+// audit trail and the keys wherever --data-dir put them). Values are
+// quoted for the shell when they need it (a data directory with a space).
+func writeEnvFile(path string, dc *devCredentials, url, dataDir string) error {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	export := func(name, value string) string { return "export " + name + "=" + shellQuote(value) }
 	var lines []string
 	for role, secret := range dc.Credentials {
-		lines = append(lines, fmt.Sprintf("export FCD_%s=%s", strings.ToUpper(string(role)), secret))
+		lines = append(lines, export("FCD_"+strings.ToUpper(string(role)), string(secret)))
 	}
 	if dc.SecondApprover != "" {
-		lines = append(lines, "export FCD_APPROVER_2="+string(dc.SecondApprover))
+		lines = append(lines, export("FCD_APPROVER_2", string(dc.SecondApprover)))
 	}
 	sort.Strings(lines)
-	lines = append(lines, "export FCD_REGISTRAR_KEY="+dc.Keys["registrar"], "export FCD_JWKS_URL="+url+"/.well-known/jwks.json", "export FCD_ISSUER_KEY="+dc.Keys["issuer"], "export FCD_OPERATOR_KEY="+dc.Keys["operator"], "export FCD_REGISTRAR_JWKS="+dc.RegistrarKeys, "export FCD_URL="+url)
+	lines = append(lines, export("FCD_REGISTRAR_KEY", dc.Keys["registrar"]), export("FCD_JWKS_URL", url+"/.well-known/jwks.json"),
+		export("FCD_ISSUER_KEY", dc.Keys["issuer"]), export("FCD_OPERATOR_KEY", dc.Keys["operator"]),
+		export("FCD_REGISTRAR_JWKS", dc.RegistrarKeys), export("FCD_URL", url), export("FCD_DATA", abs))
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// shellSafe matches the values a POSIX shell reads as one word, unquoted.
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+
+// shellQuote returns s as one shell word: as it is when nothing in it is
+// special to the shell, else in single quotes.
+func shellQuote(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func writeJSONFile(path string, v any, mode os.FileMode) error {

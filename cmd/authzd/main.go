@@ -14,6 +14,7 @@
 //	authzd lease sign-resolution --key FILE --outcome effect|no_effect --reason TEXT [--operator ID] LEASE
 //	authzd audit verify [--jwks FILE|URL] [--json] [DIR]
 //	authzd audit formation ID [DIR]
+//	authzd gateway config nginx|caddy|envoy|traefik [flags]
 //
 // Every command reads a file or stdin and writes stdout; errors go to
 // stderr with a non-zero exit status.
@@ -79,6 +80,12 @@ const usage = `usage:
                                             generate a key pair: KIND.jwk (private, 0600) and
                                             KIND-jwks.json; KIND is registrar, issuer, signing
                                             or operator
+  authzd gateway config nginx|caddy|envoy|traefik --pool NAME=HOST:PORT[,...] ... [--out DIR]
+                                            render the example gateway configuration for your
+                                            authzd (--authzd), pools (--pool, --default) and
+                                            clients (--users; envoy: --jwt-issuer, --jwt-jwks);
+                                            the credential from --credential-file or
+                                            $FCD_GATEWAY; -h for every flag and an example
   authzd --version                          print the version, VCS revision and Go version
 `
 
@@ -143,6 +150,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return fmt.Errorf("%w: lease needs resolve or sign-resolution", cli.ErrUsage)
 		}
 		return leaseCommand(ctx, args[1], args[2:], stdout)
+	case "gateway":
+		return gatewayCommand(args[1:], os.Getenv, stdout, stderr)
 	case "credential":
 		if len(args) < 2 || args[1] != "new" {
 			return fmt.Errorf("%w: credential new --role ROLE", cli.ErrUsage)

@@ -56,7 +56,11 @@ func startServerLog(t *testing.T, dataDir string, extra ...string) (string, stri
 }
 
 // TestREADMEWalkthrough runs the README's walkthrough block, as written,
-// against a fresh `serve --dev`: the newcomer's path must keep working.
+// twice in a row against one fresh `serve --dev`: the newcomer's path
+// must keep working, and a second run on the same server must tell the
+// same story. The server's data directory is not ./fcd-data (and has a
+// space in its name), so the block must find it through $FCD_DATA; the
+// repository root must hold no new file afterwards but bin/.
 func TestREADMEWalkthrough(t *testing.T) {
 	for _, tool := range []string{"curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -71,8 +75,9 @@ func TestREADMEWalkthrough(t *testing.T) {
 	if block == nil {
 		t.Fatal("README has no walkthrough block")
 	}
-	// The walkthrough runs at the repository root next to ./fcd-data; give it
-	// a root of its own that links to the real sources.
+	// The walkthrough runs at the repository root; give it a root of its
+	// own that links to the real sources, so that what it leaves there
+	// can be seen.
 	root := t.TempDir()
 	entries, err := os.ReadDir("../..")
 	if err != nil {
@@ -88,49 +93,51 @@ func TestREADMEWalkthrough(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, stop := startServer(t, filepath.Join(root, "fcd-data"), "--dev")
+	before := dirNames(t, root)
+	dataDir := filepath.Join(t.TempDir(), "fcd data")
+	scratch := t.TempDir() // the walkthrough's mktemp -d makes its directories here
+	_, stop := startServer(t, dataDir, "--dev")
 	defer stop()
 
 	// The README's first command runs the server with its defaults; only the
-	// ports differ here. The walkthrough learns the URL from the env file.
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", string(block[1]))
-	cmd.Dir = root
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("walkthrough failed: %v\n%s", err, out.String())
-	}
-	got := out.String()
-	// What the walkthrough must have shown, in order.
-	for _, want := range []string{
-		`"release":"v1.3.0"`, `"release":"v1.4.0"`, `{"release":"v1.3.0","state":"ACTIVE"`,
-		`"github/create_repository"`,
-		`"status":"pending_approval","approvalsRequired":1`, `{"engine":"rego","rules":["allow-write"]}`,
-		`"status":"ready","approvals":["dev-approver"]`,
-		`{"lease":"ls_`, `"target":{"epoch":"sha256:`, `"crv":"Ed25519"`, `"outcome":"effect"`,
-		`"revoked":false}`,
-		`{"status":"pending_approval","successor":"v1.3.0"}`, `{"status":"pending_approval","successor":null}`,
-		`"state":"DRAINING"`, `"state":"STALE"`,
-		`"target":{"epoch":"sha256:`, `"pool":"github-v1-3"}`,
-		`{"status":410,"type":"https://`, `#source-stale"}`,
-	} {
-		i := strings.Index(got, want)
-		if i < 0 {
-			t.Fatalf("walkthrough output lacks %s:\n%s", want, got)
+	// ports and the data directory differ here. The walkthrough learns the
+	// URL from the env file it finds through FCD_DATA.
+	var outputs []string
+	for range 2 {
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", string(block[1]))
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "FCD_DATA="+dataDir, "TMPDIR="+scratch)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("walkthrough run %d failed: %v\n%s", len(outputs)+1, err, out.String())
 		}
-		got = got[i:]
+		outputs = append(outputs, out.String())
 	}
-	// The two snapshots differ: the second binds the tools to v1.3.
-	ids := regexp.MustCompile(`\{"id":"(sha256:[0-9a-f]+)","tools"`).FindAllStringSubmatch(out.String(), -1)
-	if len(ids) != 2 || ids[0][1] == ids[1][1] {
-		t.Fatalf("want two different snapshots, got %v", ids)
+	var firstSnapshots []string
+	for i, got := range outputs {
+		checkWalkthroughRun(t, i+1, got)
+		firstSnapshots = append(firstSnapshots, regexp.MustCompile(`\{"id":"(sha256:[0-9a-f]+)","tools"`).FindStringSubmatch(got)[1])
+	}
+	if firstSnapshots[0] == firstSnapshots[1] {
+		t.Errorf("both runs froze the same snapshot %s: the second run did not register epochs of its own", firstSnapshots[0])
+	}
+	for _, name := range dirNames(t, root) {
+		if !slices.Contains(before, name) && name != "bin" {
+			t.Errorf("the walkthrough left %s in the repository root", name)
+		}
+	}
+	for _, name := range []string{"v1.3.jws", "v1.4.jws", "cert.jws", "certificate.json", "manifest-v1.3.json"} {
+		if found, _ := filepath.Glob(filepath.Join(scratch, "*", name)); len(found) != 2 {
+			t.Errorf("%s in the scratch directories of the two runs: %v", name, found)
+		}
 	}
 
 	// The server stopped signs its trail's head: the trail of the whole
 	// walkthrough verifies, holds every kind of change it made, and fails
 	// once a byte of it is edited.
 	stop()
-	trail := filepath.Join(root, "fcd-data", "audit")
+	trail := filepath.Join(dataDir, "audit")
 	var report bytes.Buffer
 	if code := run(t.Context(), []string{"audit", "verify", trail}, nil, &report, &report); code != 0 || !strings.Contains(report.String(), "ok: ") {
 		t.Fatalf("audit verify exited %d:\n%s", code, report.String())
@@ -143,7 +150,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	}
 	// What the trail keeps of the first call formed, as etcd no longer
 	// will once its retention ends: formed, approved, admitted, claimed, reported.
-	fm := regexp.MustCompile(`"id":"(fm_[a-z0-9]+)"`).FindStringSubmatch(out.String())
+	fm := regexp.MustCompile(`"id":"(fm_[a-z0-9]+)"`).FindStringSubmatch(outputs[0])
 	if fm == nil {
 		t.Fatalf("no formation id in the walkthrough's output")
 	}
@@ -189,12 +196,26 @@ func TestREADMEWalkthrough(t *testing.T) {
 		t.Fatalf("audit verify of an edited trail exited %d:\n%s", code, report.String())
 	}
 
-	info, err := os.Stat(filepath.Join(root, "fcd-data", "dev-credentials.json"))
+	// The certified call of each run, admitted to its successor, was
+	// claimed and its effect reported too: its lease never turns uncertain.
+	for i, got := range outputs {
+		reported := regexp.MustCompile(`\{"outcome":"effect","formation":"(fm_[a-z0-9]+)"\}`).FindAllStringSubmatch(got, -1)
+		if len(reported) != 2 {
+			t.Fatalf("run %d reported %d outcomes, want 2", i+1, len(reported))
+		}
+		history.Reset()
+		if code := run(t.Context(), []string{"audit", "formation", reported[1][1], trail}, nil, &history, &history); code != 0 ||
+			!strings.Contains(history.String(), `"kind":"claim"`) || !strings.Contains(history.String(), `"kind":"outcome"`) {
+			t.Errorf("run %d: the certified call's history (exit %d) lacks its claim or outcome:\n%s", i+1, code, history.String())
+		}
+	}
+
+	info, err := os.Stat(filepath.Join(dataDir, "dev-credentials.json"))
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("dev-credentials.json: %v, mode %v", err, info.Mode())
 	}
 	var dc devCredentials
-	data, _ = os.ReadFile(filepath.Join(root, "fcd-data", "dev-credentials.json"))
+	data, _ = os.ReadFile(filepath.Join(dataDir, "dev-credentials.json"))
 	if err := json.Unmarshal(data, &dc); err != nil || len(dc.Credentials) != 6 || dc.Keys["registrar"] == "" {
 		t.Fatalf("dev-credentials.json content: %v %+v", err, dc)
 	}
@@ -203,6 +224,57 @@ func TestREADMEWalkthrough(t *testing.T) {
 			t.Fatalf("private key %s: %v", k, err)
 		}
 	}
+}
+
+// checkWalkthroughRun checks what one run of the walkthrough showed, in
+// order: the same story on every run.
+func checkWalkthroughRun(t *testing.T, n int, got string) {
+	t.Helper()
+	all := got
+	for _, want := range []string{
+		`"release":"v1.3.0"`, `"release":"v1.4.0"`,
+		`{"release":"v1.3.0","state":"ACTIVE","activeLeases":0,"uncertainLeases":0}`,
+		`{"release":"v1.4.0","state":"ACTIVE","activeLeases":0,"uncertainLeases":0}`,
+		`"github/create_repository"`,
+		`"status":"pending_approval","approvalsRequired":1`, `{"engine":"rego","rules":["allow-write"]}`,
+		`"status":"ready","approvals":["dev-approver"]`,
+		`{"lease":"ls_`, `"target":{"epoch":"sha256:`, `"pool":"github-v1-4"}`, `"crv":"Ed25519"`,
+		`"claim":"walkthrough-1"}`, `{"outcome":"effect","formation":"fm_`,
+		`"revoked":false}`,
+		`{"status":"pending_approval","successor":"v1.3.0"}`, `{"status":"pending_approval","successor":null}`,
+		`"state":"DRAINING"`, `"state":"STALE"`,
+		`"target":{"epoch":"sha256:`, `"pool":"github-v1-3"}`,
+		`"claim":"walkthrough-2"}`, `{"outcome":"effect","formation":"fm_`,
+		`{"status":410,"type":"https://`, `#source-stale"}`,
+		`{"release":"v1.3.0","state":"ACTIVE","activeLeases":0,"uncertainLeases":0}`,
+		`{"release":"v1.4.0","state":"STALE","activeLeases":0,"uncertainLeases":0}`,
+	} {
+		i := strings.Index(got, want)
+		if i < 0 {
+			t.Fatalf("walkthrough run %d: output lacks %s (in order):\n%s", n, want, all)
+		}
+		got = got[i+len(want):]
+	}
+	// The two snapshots differ: the second binds the tools to v1.3.
+	ids := regexp.MustCompile(`\{"id":"(sha256:[0-9a-f]+)","tools"`).FindAllStringSubmatch(all, -1)
+	if len(ids) != 2 || ids[0][1] == ids[1][1] {
+		t.Fatalf("walkthrough run %d: want two different snapshots, got %v", n, ids)
+	}
+}
+
+// dirNames lists the names in dir, sorted.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	return names
 }
 
 // TestDevRestartKeepsCredentialsAndData: a second --dev start on the same

@@ -151,7 +151,7 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 		return nil, err
 	}
 	if s.dev != nil {
-		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), s.dev, s.url); err != nil {
+		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), s.dev, s.url, cfg.DataDir); err != nil {
 			return nil, err
 		}
 	}

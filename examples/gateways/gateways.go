@@ -59,9 +59,13 @@ func (e Endpoint) IsZero() bool { return e == Endpoint{} }
 // Pool is one backend pool: the name authzd returns in Fcd-Target, and
 // where its servers are.
 type Pool struct {
+	// Endpoint is the pool's first server, for files that name one.
 	Endpoint
 	Index int    // position in Data.Pools, for names that must be simple
 	Name  string // the pool name, e.g. github-v1-4
+	// Servers are all the pool's upstream servers (at least one, the
+	// first is Endpoint), which the gateway balances requests over.
+	Servers []Endpoint
 }
 
 // Data is what the example files are rendered with. The fields are the
@@ -95,6 +99,30 @@ type Data struct {
 	// authenticate clients by JWT (envoy.yaml: jwt_authn, whose sub claim
 	// becomes Fcd-Caller).
 	CallerJWT JWTIssuer
+	// TraefikRouted is Traefik's loopback entry point whose routers match
+	// Fcd-Target (traefik.yml explains why there are two). NewData sets
+	// 127.0.0.1:8481.
+	TraefikRouted Endpoint
+	// TraefikDynamicFile is the path traefik.yml's file provider reads
+	// the rendered traefik-dynamic.yml from. NewData sets
+	// /etc/traefik/fcd-dynamic.yml.
+	TraefikDynamicFile string
+}
+
+// ClientHeaders returns the request headers of fcd's protocols that no
+// backend may receive from a client: every example removes each of them
+// (or replaces it with authzd's or its own value) before proxying.
+// Fcd-Dispatch-Token and Fcd-Target reach a backend only as authzd set
+// them; Fcd-Caller only as the gateway authenticated the client (and only
+// to authzd); Fcd-Recovery-Of only as fencecheck set it from a verified
+// token; Fcd-Snapshot, Fcd-Session, Fcd-Server and Fcd-Principal only as
+// the gateway vouches for them (to authzd, in one-step mode). A client's
+// Fcd-Formation goes to authzd, which decides on it, and no further.
+func ClientHeaders() []string {
+	return []string{
+		"Fcd-Dispatch-Token", "Fcd-Target", "Fcd-Recovery-Of", "Fcd-Outcome", "Fcd-Problem",
+		"Fcd-Caller", "Fcd-Formation", "Fcd-Snapshot", "Fcd-Session", "Fcd-Server", "Fcd-Principal",
+	}
 }
 
 // User is a client the gateway authenticates with HTTP basic
@@ -125,8 +153,8 @@ var (
 	// bcryptHash is the shape of a bcrypt hash: $2a$NN$ and 53 characters
 	// of bcrypt's base64 (./A-Za-z0-9), no syntax anywhere.
 	bcryptHash = regexp.MustCompile(`^\$2[aby]\$[0-9]{2}\$[./A-Za-z0-9]{53}$`)
-	// jwtField is what the JWT issuer and the JWKS path may be: URL and
-	// path characters only.
+	// jwtField is what the JWT issuer and the JWKS path (and Traefik's
+	// dynamic file) may be: URL and path characters only.
 	jwtField = regexp.MustCompile(`^[A-Za-z0-9:/._~%+-]+$`)
 )
 
@@ -225,7 +253,8 @@ func ParseEndpoint(s string) (Endpoint, error) {
 }
 
 // NewData checks and assembles template data. pools maps pool name to its
-// upstream URL; def names the default pool or is empty.
+// upstream URL, or to several separated by commas (the pool's servers);
+// def names the default pool or is empty.
 func NewData(listen, authzd, credential string, pools map[string]string, def string) (Data, error) {
 	var d Data
 	var err error
@@ -251,16 +280,29 @@ func NewData(listen, authzd, credential string, pools map[string]string, def str
 		if !poolName.MatchString(n) {
 			return Data{}, fmt.Errorf("pool %q: name must match %s", n, poolName)
 		}
-		e, err := ParseEndpoint(pools[n])
-		if err != nil {
-			return Data{}, fmt.Errorf("pool %q: %w", n, err)
+		var servers []Endpoint
+		seen := map[string]bool{}
+		for _, u := range strings.Split(pools[n], ",") {
+			e, err := ParseEndpoint(strings.TrimSpace(u))
+			if err != nil {
+				return Data{}, fmt.Errorf("pool %q: %w", n, err)
+			}
+			if seen[e.HostPort] {
+				return Data{}, fmt.Errorf("pool %q: server %s given twice", n, e.HostPort)
+			}
+			seen[e.HostPort] = true
+			servers = append(servers, e)
 		}
-		d.Pools = append(d.Pools, Pool{Endpoint: e, Index: i, Name: n})
+		d.Pools = append(d.Pools, Pool{Endpoint: servers[0], Index: i, Name: n, Servers: servers})
 	}
 	d.Default = def
 	if def != "" && d.DefaultPool() == nil {
 		return Data{}, fmt.Errorf("default pool %q is not one of the pools %v", def, names)
 	}
+	if d.TraefikRouted, err = ParseEndpoint("127.0.0.1:8481"); err != nil {
+		return Data{}, err
+	}
+	d.TraefikDynamicFile = "/etc/traefik/fcd-dynamic.yml"
 	return d, nil
 }
 
@@ -276,7 +318,7 @@ func Render(name string, d Data) ([]byte, error) {
 			return nil, err
 		}
 	}
-	for field, v := range map[string]string{"CallerJWT.Issuer": d.CallerJWT.Issuer, "CallerJWT.JWKSFile": d.CallerJWT.JWKSFile} {
+	for field, v := range map[string]string{"CallerJWT.Issuer": d.CallerJWT.Issuer, "CallerJWT.JWKSFile": d.CallerJWT.JWKSFile, "TraefikDynamicFile": d.TraefikDynamicFile} {
 		if v != "" && !jwtField.MatchString(v) {
 			return nil, fmt.Errorf("%s %q: want URL or path characters only", field, v)
 		}
@@ -307,4 +349,6 @@ var needWhy = map[string]string{
 	"Users":              "the gateway authenticates its clients and names them to authzd in Fcd-Caller; give at least one user (NewUser)",
 	"CallerJWT.Issuer":   "the gateway authenticates its clients by JWT; name the issuer",
 	"CallerJWT.JWKSFile": "the gateway authenticates its clients by JWT; give the issuer's JWKS file",
+	"TraefikRouted":      "Traefik's loopback entry point that routes by Fcd-Target (NewData sets one)",
+	"TraefikDynamicFile": "where Traefik reads the dynamic configuration (NewData sets one)",
 }

@@ -1,6 +1,9 @@
 package gateways_test
 
 import (
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -497,7 +500,7 @@ func TestTraefikConfig(t *testing.T) {
 	}
 	h := dyn.HTTP
 	auth := h.Routers["fcd-authorize"]
-	if strings.Join(auth.Middlewares, ",") != "fcd-callers,fcd-credential,fcd-authorize,fcd-drop-credential" || auth.Service != "fcd-routed" {
+	if strings.Join(auth.Middlewares, ",") != "fcd-strip,fcd-callers,fcd-credential,fcd-authorize,fcd-drop-credential" || auth.Service != "fcd-routed" {
 		t.Errorf("router fcd-authorize %+v", auth)
 	}
 	ba := h.Middlewares["fcd-callers"].BasicAuth
@@ -513,8 +516,23 @@ func TestTraefikConfig(t *testing.T) {
 	if c := h.Middlewares["fcd-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "Bearer "+credential {
 		t.Errorf("fcd-credential %+v", c)
 	}
-	if c := h.Middlewares["fcd-drop-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "" || c.CustomRequestHeaders["Fcd-Caller"] != "" || len(c.CustomRequestHeaders) != 2 {
+	if c := h.Middlewares["fcd-drop-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "" || c.CustomRequestHeaders["Fcd-Caller"] != "" ||
+		c.CustomRequestHeaders["Fcd-Formation"] != "" || len(c.CustomRequestHeaders) != 3 {
 		t.Errorf("fcd-drop-credential %+v", c)
+	}
+	// Every fcd header a client must not send is removed before authzd is
+	// asked (Fcd-Formation, which authzd decides on, after).
+	strip := h.Middlewares["fcd-strip"].Headers
+	if strip == nil {
+		t.Fatal("no fcd-strip middleware")
+	}
+	for _, name := range gateways.ClientHeaders() {
+		if name == "Fcd-Formation" {
+			continue
+		}
+		if v, ok := strip.CustomRequestHeaders[name]; !ok || v != "" {
+			t.Errorf("fcd-strip does not remove %s: %+v", name, strip.CustomRequestHeaders)
+		}
 	}
 	rule := regexp.MustCompile("^Header\\(`Fcd-Target`, `([a-z0-9.-]+)`\\)$")
 	for _, p := range d.Pools {
@@ -530,5 +548,75 @@ func TestTraefikConfig(t *testing.T) {
 	}
 	if r := h.Routers["fcd-session"]; r.Service != "fcd-pool-github-v1-4" {
 		t.Errorf("session router %+v", r)
+	}
+}
+
+// TestGatewayConfigEnvoy: what `authzd gateway config envoy` writes (through
+// Configure, as the command runs it) decodes strictly into Envoy's v3
+// protos and validates, with every server of a pool as an endpoint, the
+// vhost removing what authzd decided on, and no gRPC cluster unless
+// --authzd-grpc is given.
+func TestGatewayConfigEnvoy(t *testing.T) {
+	cred := filepath.Join(t.TempDir(), "cred")
+	if err := os.WriteFile(cred, []byte(credential+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, grpc := range []string{"", "127.0.0.1:7071"} {
+		args := []string{"--credential-file", cred, "--pool", "a=127.0.0.1:9001,127.0.0.1:9002", "--pool", "b=127.0.0.1:9003", "--default", "a",
+			"--jwt-issuer", "https://idp.example", "--jwt-jwks", "/etc/envoy/jwks.json"}
+		if grpc != "" {
+			args = append(args, "--authzd-grpc", grpc)
+		}
+		out, err := gateways.Configure(gateways.KindEnvoy, args, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := decodeEnvoy(t, string(out.Files[0].Text))
+		clusters := map[string]int{}
+		for _, c := range b.GetStaticResources().GetClusters() {
+			n := 0
+			for _, e := range c.GetLoadAssignment().GetEndpoints() {
+				n += len(e.GetLbEndpoints())
+			}
+			clusters[c.GetName()] = n
+		}
+		if clusters["fcd_pool_a"] != 2 || clusters["fcd_pool_b"] != 1 || clusters["fcd_authzd"] != 1 {
+			t.Errorf("clusters (endpoints) %v", clusters)
+		}
+		if _, ok := clusters["fcd_authzd_grpc"]; ok != (grpc != "") {
+			t.Errorf("--authzd-grpc %q: gRPC cluster defined %v", grpc, ok)
+		}
+		hcm := findAny(t, b, "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager").(*hcmv3.HttpConnectionManager)
+		vh := hcm.GetRouteConfig().GetVirtualHosts()[0]
+		if got := strings.Join(vh.GetRequestHeadersToRemove(), ","); got != "fcd-formation,fcd-caller,fcd-snapshot,fcd-session,fcd-server,fcd-principal" {
+			t.Errorf("virtual host removes %s", got)
+		}
+	}
+}
+
+// TestGatewayExamplesStripClientHeaders: each example names every header of
+// gateways.ClientHeaders in a removal of its own syntax (the real nginx
+// and Caddy are checked in internal/gatewaytest, where forged headers are
+// sent).
+func TestGatewayExamplesStripClientHeaders(t *testing.T) {
+	d := data(t, "github-v1-4")
+	for name, remove := range map[string]func(h string) string{
+		gateways.Nginx:     func(h string) string { return `proxy_set_header ` + h },
+		gateways.Caddyfile: func(h string) string { return "request_header -" + h },
+		gateways.Envoy:     func(h string) string { return "remove: " + strings.ToLower(h) + "\n" },
+		gateways.TraefikDynamic: func(h string) string {
+			return h + `: ""`
+		},
+	} {
+		text := render(t, name, d)
+		if name == gateways.Envoy {
+			// The virtual host's request_headers_to_remove, as "remove: ".
+			text = regexp.MustCompile(`(?m)^\s*- (fcd-[a-z-]+)$`).ReplaceAllString(text, "remove: $1")
+		}
+		for _, h := range gateways.ClientHeaders() {
+			if !strings.Contains(text, remove(h)) {
+				t.Errorf("%s does not remove %s (no %q)", name, h, remove(h))
+			}
+		}
 	}
 }

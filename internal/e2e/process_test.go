@@ -77,6 +77,9 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	if authzdBinDir != "" {
+		os.RemoveAll(authzdBinDir)
+	}
 	os.Exit(code)
 }
 

@@ -1,5 +1,7 @@
 // Package gatewaytest runs real gateways (nginx, Caddy) for tests, with the
-// example configurations of examples/gateways: the files a reader copies
+// example configurations of examples/gateways rendered by `authzd gateway
+// config` (its function, gateways.Configure, or with Config.Command the
+// built command itself, given the same flags): the files an operator gets
 // are the files the tests run. A gateway is rendered into a temporary
 // directory, started on a free loopback port with no root-owned or global
 // path, and stopped when the test ends; its logs are printed if the test
@@ -33,6 +35,7 @@ package gatewaytest
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -84,6 +87,59 @@ type Config struct {
 	// cost, which keeps each request's check cheap; send them with
 	// [BasicAuth].
 	Users map[string]string
+	// Command, when set, is the path of a built authzd: the configuration
+	// is then written by running `authzd gateway config KIND --out DIR`
+	// with the flags [Config.Args] makes, as an operator would. Unset, the
+	// same flags go to gateways.Configure in this process, which is what
+	// the command runs: either way the gateway runs what the command
+	// renders.
+	Command string
+}
+
+// Args returns the flags of `authzd gateway config` that render cfg for a
+// gateway listening on listen, its credential and users written into dir
+// (files the flags name) and its configuration into out.
+func (cfg Config) Args(listen, dir, out string) ([]string, error) {
+	credFile := filepath.Join(dir, "gateway.credential")
+	if err := os.WriteFile(credFile, []byte(cfg.Credential+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(cfg.Users))
+	for name := range cfg.Users {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var users []gateways.User
+	for _, name := range names {
+		u, err := gateways.NewUser(name, cfg.Users[name], bcrypt.MinCost)
+		if err != nil {
+			return nil, err
+		}
+		users = append(users, u)
+	}
+	htpasswd, err := gateways.Htpasswd(users)
+	if err != nil {
+		return nil, err
+	}
+	usersFile := filepath.Join(dir, "users.htpasswd")
+	if err := os.WriteFile(usersFile, htpasswd, 0o600); err != nil {
+		return nil, err
+	}
+	def := cfg.Default
+	if def == "" {
+		def = "none"
+	}
+	args := []string{"--authzd", cfg.Authzd, "--credential-file", credFile, "--users", usersFile,
+		"--listen", listen, "--default", def, "--out", out}
+	pools := make([]string, 0, len(cfg.Pools))
+	for name := range cfg.Pools {
+		pools = append(pools, name)
+	}
+	sort.Strings(pools)
+	for _, name := range pools {
+		args = append(args, "--pool", name+"="+cfg.Pools[name])
+	}
+	return args, nil
 }
 
 // Gateway is a running gateway.
@@ -172,7 +228,7 @@ func ValidateCaddyfile(t testing.TB, cfg Config) {
 	t.Helper()
 	bin := binary(t, Caddy, "/usr/bin/caddy")
 	dir := t.TempDir()
-	conf := render(t, gateways.Caddyfile, cfg, FreeAddr(t), dir)
+	conf := render(t, Caddy, gateways.Caddyfile, cfg, FreeAddr(t), dir)
 	cmd := exec.Command(bin, "validate", "--adapter", "caddyfile", "--config", conf)
 	cmd.Env = append(filteredEnv("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"),
 		"HOME="+dir, "XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "XDG_DATA_HOME="+filepath.Join(dir, "data"))
@@ -247,7 +303,7 @@ func start(t testing.TB, kind, file string, cfg Config, newCmd func(dir, conf st
 	for attempt := 1; attempt <= startAttempts; attempt++ {
 		dir := t.TempDir()
 		addr := FreeAddr(t)
-		conf := render(t, file, cfg, addr, dir)
+		conf := render(t, kind, file, cfg, addr, dir)
 		g := &Gateway{
 			Kind: kind, URL: "http://" + addr, Addr: addr, Dir: dir, ConfigFile: conf,
 			t: t, out: &cmdtest.SyncBuffer{}, done: make(chan struct{}),
@@ -307,43 +363,35 @@ func (g *Gateway) waitReady(timeout time.Duration) error {
 	}
 }
 
-// render renders the example file with cfg for a gateway listening on
-// addr, writes it into dir and returns its path.
-func render(t testing.TB, file string, cfg Config, addr, dir string) string {
+// render writes the configuration of a gateway of kind listening on addr
+// into dir, through `authzd gateway config` (cfg.Command) or the function
+// it runs, and returns the path of file, the main configuration file.
+func render(t testing.TB, kind, file string, cfg Config, addr, dir string) string {
 	t.Helper()
-	data, err := gateways.NewData(addr, cfg.Authzd, cfg.Credential, cfg.Pools, cfg.Default)
+	in := filepath.Join(dir, "in")
+	if err := os.Mkdir(in, 0o700); err != nil {
+		t.Fatalf("gatewaytest: %v", err)
+	}
+	args, err := cfg.Args(addr, in, dir)
 	if err != nil {
-		t.Fatalf("gatewaytest: config for %s: %v", file, err)
+		t.Fatalf("gatewaytest: config for %s: %v", kind, err)
 	}
-	names := make([]string, 0, len(cfg.Users))
-	for name := range cfg.Users {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		u, err := gateways.NewUser(name, cfg.Users[name], bcrypt.MinCost)
-		if err != nil {
-			t.Fatalf("gatewaytest: config for %s: %v", file, err)
+	if cfg.Command != "" {
+		cmd := exec.Command(cfg.Command, append([]string{"gateway", "config", kind}, args...)...)
+		cmd.Env = filteredEnv("FCD_GATEWAY", "FCD_URL")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gatewaytest: %s gateway config %s %s: %v\n%s", cfg.Command, kind, strings.Join(args, " "), err, out)
 		}
-		data.Users = append(data.Users, u)
+	} else {
+		out, err := gateways.Configure(kind, args, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatalf("gatewaytest: gateway config %s %s: %v", kind, strings.Join(args, " "), err)
+		}
+		if err := out.Write(io.Discard); err != nil {
+			t.Fatalf("gatewaytest: %v", err)
+		}
 	}
-	text, err := gateways.Render(file, data)
-	if err != nil {
-		t.Fatalf("gatewaytest: render %s: %v", file, err)
-	}
-	// nginx reads its users from a file beside its configuration.
-	users, err := gateways.Htpasswd(data.Users)
-	if err != nil {
-		t.Fatalf("gatewaytest: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, gateways.NginxUsers), users, 0o600); err != nil {
-		t.Fatalf("gatewaytest: %v", err)
-	}
-	path := filepath.Join(dir, file)
-	if err := os.WriteFile(path, text, 0o600); err != nil {
-		t.Fatalf("gatewaytest: %v", err)
-	}
-	return path
+	return filepath.Join(dir, file)
 }
 
 // binary finds a gateway's executable on PATH or at its Debian path.

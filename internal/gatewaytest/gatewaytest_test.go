@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/examples/gateways"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 
@@ -67,6 +68,7 @@ func (r *recorder) take() []seen {
 //	ok-v14, ok-v13  allow to pool github-v1-4 / github-v1-3 (tokens tok14, tok13)
 //	ok-nowhere      allow to a pool no gateway knows
 //	deny            403 not-admitted
+//	draining        403 source-draining with Retry-After: 5
 //	unauth          401 unauthenticated
 //	boom            500 (nginx turns it into its own 500; Caddy passes it on)
 //	(none)          200 without token: session traffic
@@ -113,6 +115,11 @@ func newStandIn(t *testing.T) *standIn {
 			allow("tok99", "github-v9-9")
 		case "deny":
 			problem(http.StatusForbidden, "not-admitted")
+		case "draining":
+			// authzd's 409 source-draining, folded into 403 for forward
+			// auth, with the time to wait.
+			w.Header().Set("Retry-After", "5")
+			problem(http.StatusForbidden, "source-draining")
 		case "unauth":
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fcd"`)
 			problem(http.StatusUnauthorized, "unauthenticated")
@@ -303,6 +310,8 @@ func TestGateways(t *testing.T) {
 				{"deny 401 reaches no pool", testUnauthorized},
 				{"session traffic goes to the default pool without a token", testSession},
 				{"client cannot choose token or pool", testSpoof},
+				{"no Fcd-* header a client sent reaches a pool", testStripClientHeaders},
+				{"a refusal reaches the client with Fcd-Problem, Retry-After and a problem body", testRetryAfter},
 				{"client without a known user and password is answered 401 and asks no authzd", testUnauthenticatedClient},
 				{"the caller is the authenticated user, not the client's Fcd-Caller", testCaller},
 				{"unknown target reaches no pool", testUnknownPool},
@@ -465,6 +474,78 @@ func testSpoof(t *testing.T, g gatewayKind, e *env) {
 			t.Errorf("backend got the client's %s %q, want none", h, u.Header.Values(h))
 		}
 	}
+}
+
+// testStripClientHeaders: every Fcd-* header of fcd's protocols that a
+// client sends (gateways.ClientHeaders: the token, the target, the
+// recovery, the caller, the one-step headers…) is removed before the
+// request reaches a pool, on session traffic and on an admitted call; on
+// the call the pool gets only authzd's token and target, and authzd got
+// none of the client's forged values.
+func testStripClientHeaders(t *testing.T, g gatewayKind, e *env) {
+	for _, c := range []struct {
+		name      string
+		formation string
+		pool      *upstream
+		token     string
+	}{
+		{name: "session traffic", pool: e.v14},
+		{name: "admitted call", formation: "ok-v13", pool: e.v13, token: "tok13"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			header := map[string]string{"Mcp-Method": "tools/call"}
+			for _, h := range gateways.ClientHeaders() {
+				header[h] = "forged-" + strings.ToLower(h)
+			}
+			delete(header, "Fcd-Formation")
+			if c.formation != "" {
+				header["Fcd-Formation"] = c.formation
+			}
+			resp, data := e.do(t, http.MethodPost, "/mcp", strings.NewReader(`{}`), header)
+			if resp.StatusCode != http.StatusOK || string(data) != `{"pool":"`+c.pool.pool+`"}` {
+				t.Fatalf("got %d %q, want 200 from %s", resp.StatusCode, data, c.pool.pool)
+			}
+			a := e.authCall(t, g, http.MethodPost, "/mcp")
+			for name, vs := range a.Header {
+				for _, v := range vs {
+					if strings.HasPrefix(v, "forged-") {
+						t.Errorf("authzd got the client's %s %q", name, v)
+					}
+				}
+			}
+			u := e.hits(t, c.pool)
+			for name, vs := range u.Header {
+				if !strings.HasPrefix(strings.ToLower(name), "fcd-") {
+					continue
+				}
+				switch {
+				case c.token != "" && name == "Fcd-Dispatch-Token" && len(vs) == 1 && vs[0] == c.token:
+				case c.token != "" && name == "Fcd-Target" && len(vs) == 1 && vs[0] == c.pool.pool:
+				default:
+					t.Errorf("pool got %s %q: only authzd's Fcd-Dispatch-Token and Fcd-Target may reach it", name, vs)
+				}
+			}
+			if c.token != "" && u.Header.Get("Fcd-Dispatch-Token") != c.token {
+				t.Errorf("pool got no token from authzd: %v", u.Header)
+			}
+		})
+	}
+}
+
+// testRetryAfter: authzd's refusal reaches the client whole: status,
+// Fcd-Problem, Retry-After, Fcd-Formation and a problem+json body of the
+// same type (nginx writes the body itself; Caddy passes authzd's).
+func testRetryAfter(t *testing.T, g gatewayKind, e *env) {
+	resp, data := e.do(t, http.MethodPost, "/mcp", strings.NewReader(`{}`), map[string]string{"Fcd-Formation": "draining", "Mcp-Method": "tools/call"})
+	checkProblem(t, resp, data, http.StatusForbidden, "source-draining")
+	if got := resp.Header.Get("Retry-After"); got != "5" {
+		t.Errorf("Retry-After %q, want authzd's 5", got)
+	}
+	if got := resp.Header.Get("Fcd-Formation"); got != "draining" {
+		t.Errorf("Fcd-Formation %q, want authzd's", got)
+	}
+	e.authCall(t, g, http.MethodPost, "/mcp")
+	e.hits(t, nil)
 }
 
 // testUnauthenticatedClient: without basic credentials, or with a wrong
@@ -717,6 +798,55 @@ func TestStopWithOpenStream(t *testing.T) {
 				t.Errorf("Stop took %v with a stream open", d)
 			}
 			e.v14.release <- struct{}{}
+		})
+	}
+}
+
+// TestGatewayPoolOfSeveralServers: a pool given several servers
+// (--pool NAME=A,B) has the gateway spread its requests over all of them:
+// admitted calls to the pool and session traffic both reach each server,
+// and no other pool.
+func TestGatewayPoolOfSeveralServers(t *testing.T) {
+	for _, g := range kinds {
+		t.Run(g.kind, func(t *testing.T) {
+			t.Parallel()
+			auth := newStandIn(t)
+			a, b, v13 := newUpstream(t, "github-v1-4"), newUpstream(t, "github-v1-4"), newUpstream(t, "github-v1-3")
+			gw := gatewaytest.Start(t, g.kind, gatewaytest.Config{
+				Authzd: auth.srv.URL, Credential: credential, Default: "github-v1-4", Users: users,
+				Pools: map[string]string{"github-v1-4": a.srv.URL + "," + b.srv.URL, "github-v1-3": v13.srv.URL},
+			})
+			client := &http.Client{Timeout: 20 * time.Second}
+			t.Cleanup(client.CloseIdleConnections)
+			// Caddy picks a server at random: 40 requests miss one of two
+			// with probability 2^-39.
+			const n = 40
+			for i := range n {
+				req, err := http.NewRequest(http.MethodPost, gw.URL+"/mcp", strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.SetBasicAuth("alice", users["alice"])
+				if i%2 == 0 {
+					req.Header.Set("Fcd-Formation", "ok-v14")
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || string(data) != `{"pool":"github-v1-4"}` {
+					t.Fatalf("request %d: %d %q", i, resp.StatusCode, data)
+				}
+			}
+			na, nb := len(a.take()), len(b.take())
+			if na == 0 || nb == 0 || na+nb != n {
+				t.Errorf("servers of github-v1-4 got %d and %d requests, want both some of %d", na, nb, n)
+			}
+			if n := len(v13.take()); n != 0 {
+				t.Errorf("github-v1-3 got %d requests", n)
+			}
 		})
 	}
 }
