@@ -252,3 +252,70 @@ func sortedCopy(s []string) []string {
 	}
 	return c
 }
+
+// TestGatewayUser: `authzd gateway user` adds a user with the bcrypt hash
+// of the password read from standard input to the users file (0600), which
+// the gateway configurations accept; a second user is appended, a name
+// already there is refused and the file is unchanged, and bad command
+// lines name what is missing.
+func TestGatewayUser(t *testing.T) {
+	users := filepath.Join(t.TempDir(), "users")
+	add := func(stdin string, args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), append([]string{"gateway", "user"}, args...), strings.NewReader(stdin), &out, &errb)
+		return code, errb.String()
+	}
+	if code, msg := add("alice-password\n", "--users", users, "alice"); code != 0 {
+		t.Fatalf("add alice: %d %s", code, msg)
+	}
+	if code, msg := add("bob-password", "bob", "--users", users); code != 0 {
+		t.Fatalf("add bob (no newline): %d %s", code, msg)
+	}
+	data, err := os.ReadFile(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(users); fi.Mode().Perm() != 0o600 {
+		t.Errorf("users file mode %v", fi.Mode().Perm())
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("users file: %q", data)
+	}
+	for i, want := range []struct{ name, password string }{{"alice", "alice-password"}, {"bob", "bob-password"}} {
+		name, hash, _ := strings.Cut(lines[i], ":")
+		if name != want.name || bcrypt.CompareHashAndPassword([]byte(hash), []byte(want.password)) != nil {
+			t.Errorf("line %d %q: want %s with the hash of its password", i, lines[i], want.name)
+		}
+	}
+	if code, msg := add("other\n", "--users", users, "alice"); code == 0 || !strings.Contains(msg, `"alice"`) {
+		t.Errorf("a second alice: %d %s", code, msg)
+	}
+	if again, _ := os.ReadFile(users); !bytes.Equal(again, data) {
+		t.Error("a refused user changed the file")
+	}
+	// The file is what the configurations take.
+	cred := filepath.Join(t.TempDir(), "gateway.secret")
+	if err := os.WriteFile(cred, []byte("fcd_gateway_secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"gateway", "config", "caddy", "--pool", "p=127.0.0.1:9000", "--users", users, "--credential-file", cred},
+		nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "alice") {
+		t.Fatalf("gateway config caddy with the users file: %d %s", code, errb.String())
+	}
+	for _, c := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"pw\n", []string{"--users", users}, "NAME"},
+		{"pw\n", []string{"carol"}, "--users"},
+		{"\n", []string{"--users", users, "carol"}, "no password"},
+		{"pw\n", []string{"--users", users, "carol dan"}, "carol dan"},
+	} {
+		if code, msg := add(c.stdin, c.args...); code == 0 || !strings.Contains(msg, c.want) {
+			t.Errorf("gateway user %v: %d %s, want an error naming %q", c.args, code, msg, c.want)
+		}
+	}
+}

@@ -15,6 +15,7 @@
 //	authzd audit verify [--jwks FILE|URL] [--json] [DIR]
 //	authzd audit formation ID [DIR]
 //	authzd gateway config nginx|caddy|envoy|traefik [flags]
+//	authzd gateway user --users FILE NAME
 //
 // Every command reads a file or stdin and writes stdout; errors go to
 // stderr with a non-zero exit status.
@@ -86,6 +87,8 @@ const usage = `usage:
                                             clients (--users; envoy: --jwt-issuer, --jwt-jwks);
                                             the credential from --credential-file or
                                             $FCD_GATEWAY; -h for every flag and an example
+  authzd gateway user --users FILE NAME     add a client the gateway authenticates (bcrypt; the
+                                            password is read from standard input)
   authzd --version                          print the version, VCS revision and Go version
 `
 
@@ -151,7 +154,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return leaseCommand(ctx, args[1], args[2:], stdout)
 	case "gateway":
-		return gatewayCommand(args[1:], os.Getenv, stdout, stderr)
+		return gatewayCommand(args[1:], os.Getenv, stdin, stdout, stderr)
 	case "credential":
 		if len(args) < 2 || args[1] != "new" {
 			return fmt.Errorf("%w: credential new --role ROLE", cli.ErrUsage)

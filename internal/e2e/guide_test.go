@@ -1,0 +1,86 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/internal/etcdtest"
+)
+
+// TestProtectGuide runs docs/protect.md's block, as written, from the
+// repository root: from an empty directory through `authzd init`, `serve
+// --config`, a manifest signed and registered with the generated key and
+// secret, `fencecheck proxy` in front of the real server-everything,
+// `authzd gateway config nginx` run by a real nginx, and the host library's
+// MCP client making a call an approver approves from the CLI — no --dev,
+// no JSON written by hand. Every output the guide shows in a comment must
+// be printed, in order (the server's port is the test's).
+func TestProtectGuide(t *testing.T) {
+	for _, tool := range []string{"curl", "jq", "node", "nginx", "go", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed for docs/protect.md (.ci/run installs it)", tool)
+		}
+	}
+	nodeHost(t, "", nil, "", "") // installs server-everything (npm ci) if .ci/run has not
+	doc, err := os.ReadFile("../../docs/protect.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)<!-- guide:begin -->\\s*```sh\\n(.*?)```\\s*<!-- guide:end -->").FindSubmatch(doc)
+	if block == nil {
+		t.Fatal("docs/protect.md has no guide block")
+	}
+	port := func() string {
+		_, p, _ := strings.Cut(etcdtest.FreeAddr(t), ":")
+		return p
+	}
+	serverPort := port()
+	env := append(os.Environ(), "TMPDIR="+t.TempDir(),
+		"AUTHZD_PORT="+port(), "SERVER_PORT="+serverPort, "FENCE_PORT="+port(), "GATEWAY_PORT="+port())
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", string(block[1]))
+	cmd.Dir = "../.."
+	cmd.Env = env
+	// Its own process group, so that whatever it started in the
+	// background ends with it even if it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if err != nil {
+		t.Fatalf("the guide failed: %v\n%s", err, out.String())
+	}
+
+	// The outputs the guide shows, in its order.
+	var want []string
+	for _, line := range strings.Split(string(block[1]), "\n") {
+		if m := regexp.MustCompile(`^# (\{.*\}|[a-z_]+)$`).FindStringSubmatch(line); m != nil {
+			want = append(want, strings.ReplaceAll(m[1], `"8181"`, `"`+serverPort+`"`))
+		}
+	}
+	if len(want) < 6 {
+		t.Fatalf("the guide shows %d outputs: %q", len(want), want)
+	}
+	got := strings.Split(strings.TrimSpace(out.String()), "\n")
+	i := 0
+	for _, line := range got {
+		if i < len(want) && strings.TrimSpace(line) == want[i] {
+			i++
+		}
+	}
+	if i != len(want) {
+		t.Fatalf("the guide printed no %q (after %d of its %d outputs):\n%s", want[i], i, len(want), out.String())
+	}
+}
