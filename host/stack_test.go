@@ -210,6 +210,8 @@ type sent struct {
 type tap struct {
 	mu   sync.Mutex
 	reqs []sent
+	// inspect, if set, is given each body sent.
+	inspect func(body []byte)
 }
 
 func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -220,6 +222,9 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 			var m struct{ Method string }
 			raw, _ := io.ReadAll(b)
 			_ = json.Unmarshal(raw, &m)
+			if tp.inspect != nil {
+				tp.inspect(raw)
+			}
 			s.RPCMethod = m.Method
 		}
 	}

@@ -47,6 +47,10 @@ func (Credential) GoString() string { return `"[redacted]"` }
 // LogValue keeps slog from printing the secret.
 func (Credential) LogValue() slog.Value { return slog.StringValue("[redacted]") }
 
+// MarshalJSON keeps a JSON log of a struct holding it from printing the
+// secret.
+func (Credential) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
+
 // Principal is who a call is formed for, as the host vouches
 // (FormationRequest.principal). Behind a gateway that binds callers
 // (authzd --gateway-caller principal, the default), ID must be the user
@@ -103,6 +107,13 @@ type Config struct {
 	// Logger receives one debug record per formed call; nil means none.
 	// Credentials are never logged.
 	Logger *slog.Logger
+}
+
+// LogValue logs the configuration without its credential and functions.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("authzdURL", c.AuthzdURL), slog.Any("credential", c.Credential),
+		slog.String("snapshot", c.Snapshot), slog.Any("servers", c.Servers), slog.String("server", c.Server),
+		slog.String("principal", c.Principal.ID), slog.Bool("waitForApproval", c.WaitForApproval))
 }
 
 // Transport is an [http.RoundTripper] for an MCP host's client: it forms
