@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/audit"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
@@ -109,28 +110,9 @@ func auditFormation(args []string, stdout io.Writer) error {
 func checkpointKeys(ctx context.Context, src, dir string) (jwk.Set, string, error) {
 	switch {
 	case strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://"):
-		u := strings.TrimSuffix(src, "/")
-		if !strings.HasSuffix(u, ".json") {
-			u += "/.well-known/jwks.json"
-		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(cctx, http.MethodGet, u, nil)
+		set, u, err := fetchJWKS(ctx, src)
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: --jwks %q: %v", cli.ErrUsage, src, err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, "", fmt.Errorf("fetch the published keys: %w", err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return nil, "", fmt.Errorf("fetch the published keys from %s: status %d %v", u, resp.StatusCode, err)
-		}
-		set, err := jwk.Parse(body)
-		if err != nil {
-			return nil, "", fmt.Errorf("the published keys at %s: %w", u, err)
+			return nil, "", err
 		}
 		return set, u, nil
 	case src != "":
@@ -165,3 +147,57 @@ func checkpointKeys(ctx context.Context, src, dir string) (jwk.Set, string, erro
 	}
 	return set, dc.Keys["dispatch"] + " (--dev)", nil
 }
+
+// fetchJWKS reads the published keys from src: authzd's URL (its
+// /.well-known/jwks.json, through the typed client), or the URL of a JWKS
+// document elsewhere (one ending in .json). It returns the set and the
+// URL it was read from.
+func fetchJWKS(ctx context.Context, src string) (jwk.Set, string, error) {
+	u := strings.TrimSuffix(src, "/")
+	base, isAuthzd := strings.CutSuffix(u, jwksPath)
+	if !isAuthzd && !strings.HasSuffix(u, ".json") {
+		base, isAuthzd = u, true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var body []byte
+	if isAuthzd {
+		u = base + jwksPath
+		c, err := client.New(base, "")
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: --jwks %q: %v", cli.ErrUsage, src, err)
+		}
+		resp, err := c.GetJWKSWithResponse(ctx)
+		if err != nil {
+			return nil, "", fmt.Errorf("fetch the published keys from %s: %w", u, err)
+		}
+		if resp.StatusCode() != http.StatusOK {
+			return nil, "", fmt.Errorf("fetch the published keys from %s: status %d", u, resp.StatusCode())
+		}
+		body = resp.Body
+	} else {
+		// A JWKS kept elsewhere than authzd (a file server, an object
+		// store) is not an operation of the API.
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: --jwks %q: %v", cli.ErrUsage, src, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, "", fmt.Errorf("fetch the published keys: %w", err)
+		}
+		defer resp.Body.Close()
+		body, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return nil, "", fmt.Errorf("fetch the published keys from %s: status %d %v", u, resp.StatusCode, err)
+		}
+	}
+	set, err := jwk.Parse(body)
+	if err != nil {
+		return nil, "", fmt.Errorf("the published keys at %s: %w", u, err)
+	}
+	return set, u, nil
+}
+
+// jwksPath is where authzd publishes its signing keys.
+const jwksPath = "/.well-known/jwks.json"

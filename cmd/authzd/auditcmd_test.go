@@ -69,6 +69,9 @@ func TestAuditVerifyKeys(t *testing.T) {
 	}{
 		{"the signer's JWKS file", []string{"--jwks", good}, 0, "ok: "},
 		{"authzd's URL", []string{"--jwks", srv.URL}, 0, "ok: "},
+		{"authzd's JWKS URL", []string{"--jwks", srv.URL + "/.well-known/jwks.json"}, 0, "ok: "},
+		{"a JWKS URL elsewhere that answers 404", []string{"--jwks", srv.URL + "/keys/jwks.json"}, 1, "status 404"},
+		{"a server without the JWKS route", []string{"--jwks", srv.URL + "/base"}, 1, "/base/.well-known/jwks.json: authzd answered 404"},
 		{"another key", []string{"--jwks", bad}, 1, audit.ProblemSignature},
 		{"no keys and no dev credentials", nil, 2, "dev-credentials.json"},
 		{"a JWKS file that is not one", []string{"--jwks", filepath.Join(dir, "missing")}, 1, "read --jwks"},

@@ -1,20 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"os/user"
 	"strings"
 	"time"
 
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/manifest"
 )
@@ -150,42 +147,25 @@ func operatorCredential(file string) (string, error) {
 // postResolution sends the signed resolution to authzd and prints its
 // answer; a refusal is errResolveRefused, naming the problem.
 func postResolution(ctx context.Context, stdout io.Writer, base, credential, lease string, jws []byte) error {
-	body, err := json.Marshal(map[string]string{"resolution": string(jws)})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-	defer cancel()
-	target := base + "/v1/leases/" + url.PathEscape(lease) + "/resolve"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	c, err := client.New(base, credential)
 	if err != nil {
 		return fmt.Errorf("%w: --url %q: %v", cli.ErrUsage, base, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+credential)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, application/problem+json")
-	resp, err := http.DefaultClient.Do(req)
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	resolution := string(jws)
+	resp, err := c.ResolveLeaseWithResponse(ctx, lease, client.ResolveRequest{Resolution: &resolution})
+	if p, ok := errors.AsType[*client.Problem](err); ok {
+		if p.Slug() == "" {
+			return fmt.Errorf("%w: lease %s: %d %s: %s", errResolveRefused, lease, p.Status, p.Title, p.Detail)
+		}
+		return fmt.Errorf("%w: lease %s: %d %s (%s): %s", errResolveRefused, lease, p.Status, p.Slug(), p.Title, p.Detail)
+	}
 	if err != nil {
 		return fmt.Errorf("resolve %s: %w", lease, err)
 	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("resolve %s: read the answer: %w", lease, err)
+	if resp.JSON200 == nil {
+		return fmt.Errorf("resolve %s: authzd answered %s, not a resolution", lease, resp.Status())
 	}
-	if resp.StatusCode/100 != 2 {
-		var p struct {
-			Type, Title, Detail string
-		}
-		if json.Unmarshal(answer, &p) != nil || p.Type == "" {
-			return fmt.Errorf("%w: lease %s: %s: %s", errResolveRefused, lease, resp.Status, bytes.TrimSpace(answer))
-		}
-		slug := p.Type[strings.LastIndex(p.Type, "#")+1:]
-		return fmt.Errorf("%w: lease %s: %d %s (%s): %s", errResolveRefused, lease, resp.StatusCode, slug, p.Title, p.Detail)
-	}
-	var out any
-	if err := json.Unmarshal(answer, &out); err != nil {
-		return fmt.Errorf("resolve %s: the answer is not JSON: %w", lease, err)
-	}
-	return printJSON(stdout, out)
+	return printJSON(stdout, resp.JSON200)
 }
