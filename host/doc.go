@@ -27,8 +27,10 @@
 //     traffic for a call.
 //   - A refusal of the call by the gateway or the fence (an answer with an
 //     Fcd-Problem header) becomes a [*RefusedError] with its problem type,
-//     detail and Retry-After; authzd's own refusals while forming (a
-//     problem+json answer) a [*ProblemError].
+//     detail and Retry-After; authzd's own refusals while snapshotting or
+//     forming (a problem+json answer) a [*github.com/fcd-authz/fcd/client.Problem], from the typed
+//     REST client (package github.com/fcd-authz/fcd/client) the transport
+//     calls authzd with.
 //
 // The SDK hands a transport's errors to the tools/call's caller: match
 // them with errors.As (and [ErrUnknownTool], [ErrAmbiguousTool],

@@ -106,37 +106,6 @@ func (e *ExpiredError) Error() string {
 		e.Formation.Tool, e.Formation.ID, e.Formation.approved(), e.Formation.ApprovalsRequired)
 }
 
-// ProblemError is authzd's refusal of a request of the transport (taking
-// the snapshot, forming the call, reading the formation): an RFC 9457
-// problem (docs/problems.md says what to do about each type).
-type ProblemError struct {
-	// Status is the HTTP status.
-	Status int
-	// Type is the problem type's slug, e.g. "invalid-arguments" (from
-	// Fcd-Problem, else the end of the type URI).
-	Type string
-	// Title and Detail describe it for people.
-	Title, Detail string
-	// Violations are, for invalid-arguments, each way the arguments fail
-	// the tool's input schema ("/path: message").
-	Violations []string
-	// RetryAfter is when a retry may pass; zero when none can.
-	RetryAfter time.Duration
-}
-
-func (e *ProblemError) Error() string {
-	msg := fmt.Sprintf("authzd refused (%d %s)", e.Status, e.Type)
-	switch {
-	case e.Detail != "":
-		msg += ": " + e.Detail
-	case len(e.Violations) > 0:
-		msg += ": " + strings.Join(e.Violations, "; ")
-	case e.Title != "":
-		msg += ": " + e.Title
-	}
-	return msg
-}
-
 // RefusedError is a refusal of a formed tools/call by the gateway (authzd
 // deciding its admission) or by the backend's fencecheck: an answer with
 // an Fcd-Problem header. Its body was read and closed.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/host"
 )
 
@@ -131,8 +132,8 @@ func TestWaitingEndsWithTheContext(t *testing.T) {
 	if n := len(tp.sent()); n != 0 {
 		t.Fatalf("%d requests sent", n)
 	}
-	if f := s.formation(formation); f["session"] != "host-stateless" || f["status"] != "pending_approval" {
-		t.Fatalf("the formation: %v", f)
+	if f := s.formation(formation); f.Session != "host-stateless" || f.Status != client.FormationStatusPendingApproval {
+		t.Fatalf("the formation: %+v", f)
 	}
 }
 
@@ -148,9 +149,9 @@ func TestConfigIsChecked(t *testing.T) {
 	}{
 		{"no URL", host.Config{Credential: cred}, `AuthzdURL "" is not an http(s) URL`},
 		{"no credential", host.Config{AuthzdURL: s.URL}, "Credential is empty"},
-		{"an unknown server", host.Config{AuthzdURL: s.URL, Credential: cred, Servers: []string{"gitlab"}}, "take a snapshot of gitlab: authzd refused (409 no-active-epochs)"},
-		{"an unknown snapshot", host.Config{AuthzdURL: s.URL, Credential: cred, Snapshot: "sha256:00"}, "read snapshot sha256:00: authzd refused (404 snapshot-not-found)"},
-		{"a wrong credential", host.Config{AuthzdURL: s.URL, Credential: "nope"}, "authzd refused (401 unauthenticated)"},
+		{"an unknown server", host.Config{AuthzdURL: s.URL, Credential: cred, Servers: []string{"gitlab"}}, "take a snapshot of gitlab: authzd answered 409 no-active-epochs"},
+		{"an unknown snapshot", host.Config{AuthzdURL: s.URL, Credential: cred, Snapshot: "sha256:00"}, "read snapshot sha256:00: authzd answered 404 snapshot-not-found"},
+		{"a wrong credential", host.Config{AuthzdURL: s.URL, Credential: "nope"}, "authzd answered 401 unauthenticated"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := host.New(context.Background(), c.cfg)

@@ -5,12 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
-	"time"
+
+	"github.com/fcd-authz/fcd/client"
 )
 
 // authzd is what the transport asks of authzd's REST API. It is an
@@ -37,154 +34,128 @@ type formRequest struct {
 	Principal Principal
 }
 
-// restAuthzd is a minimal caller of authzd's REST API.
-type restAuthzd struct {
-	base       string
-	credential Credential
-	client     *http.Client
+// typedAuthzd calls authzd through the client generated from its OpenAPI
+// document. Its refusals are *client.Problem errors.
+type typedAuthzd struct {
+	c *client.ClientWithResponses
 }
 
-// maxAnswer bounds what is read of one answer of authzd.
-const maxAnswer = 8 << 20
-
-func (a *restAuthzd) do(ctx context.Context, method, path string, body any, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode the request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+func newTypedAuthzd(baseURL string, credential Credential, hc *http.Client) (*typedAuthzd, error) {
+	c, err := client.New(baseURL, string(credential), client.WithHTTPClient(hc))
 	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+string(a.credential))
-	req.Header.Set("Accept", "application/json, application/problem+json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return fmt.Errorf("read authzd's answer to %s %s: %w", method, path, err)
-	}
-	ct := resp.Header.Get("Content-Type")
-	if resp.StatusCode >= 400 && !strings.HasPrefix(ct, "application/json") {
-		return problemOf(resp, raw)
-	}
-	// A denied formation is answered 403 with the formation itself.
-	if resp.StatusCode >= 400 && !(resp.StatusCode == http.StatusForbidden && method == http.MethodPost && path == "/v1/formations") {
-		return problemOf(resp, raw)
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("authzd's answer to %s %s is not the JSON expected: %w", method, path, err)
-	}
-	return nil
-}
-
-// problemOf reads a problem answer.
-func problemOf(resp *http.Response, raw []byte) *ProblemError {
-	var p struct {
-		Type, Title, Detail string
-		Violations          []struct{ InstancePath, Message string }
-	}
-	_ = json.Unmarshal(raw, &p)
-	e := &ProblemError{Status: resp.StatusCode, Type: resp.Header.Get("Fcd-Problem"), Title: p.Title, Detail: p.Detail,
-		RetryAfter: retryAfter(resp.Header)}
-	if e.Type == "" {
-		e.Type = p.Type[strings.LastIndexByte(p.Type, '#')+1:]
-	}
-	for _, v := range p.Violations {
-		e.Violations = append(e.Violations, firstOf(v.InstancePath, "/")+": "+v.Message)
-	}
-	return e
-}
-
-// retryAfter reads a Retry-After header of seconds; zero when absent or
-// not seconds.
-func retryAfter(h http.Header) time.Duration {
-	s, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
-	if err != nil || s < 0 {
-		return 0
-	}
-	return time.Duration(s) * time.Second
-}
-
-func (a *restAuthzd) createSnapshot(ctx context.Context, servers []string) (string, error) {
-	var out struct{ ID string }
-	if err := a.do(ctx, http.MethodPost, "/v1/snapshots", map[string]any{"servers": servers}, &out); err != nil {
-		return "", err
-	}
-	return out.ID, nil
-}
-
-func (a *restAuthzd) snapshotTools(ctx context.Context, id string) ([]string, error) {
-	var out struct{ Tools []struct{ Name string } }
-	if err := a.do(ctx, http.MethodGet, "/v1/snapshots/"+url.PathEscape(id), nil, &out); err != nil {
 		return nil, err
 	}
-	names := make([]string, len(out.Tools))
-	for i, t := range out.Tools {
+	return &typedAuthzd{c: c}, nil
+}
+
+// unexpected is the error of an answer the document does not give the
+// operation (a proxy's 200 page, say).
+func unexpected(op string, resp *http.Response) error {
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	return fmt.Errorf("%s: authzd answered %d without the JSON the API document gives", op, status)
+}
+
+func (a *typedAuthzd) createSnapshot(ctx context.Context, servers []string) (string, error) {
+	req := client.SnapshotRequest{}
+	if len(servers) > 0 {
+		req.Servers = &servers
+	}
+	resp, err := a.c.CreateSnapshotWithResponse(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	if resp.JSON201 == nil {
+		return "", unexpected("take a snapshot", resp.HTTPResponse)
+	}
+	return resp.JSON201.Id, nil
+}
+
+func (a *typedAuthzd) snapshotTools(ctx context.Context, id string) ([]string, error) {
+	resp, err := a.c.GetSnapshotWithResponse(ctx, id, nil)
+	if err != nil {
+		return nil, err
+	}
+	if resp.JSON200 == nil {
+		return nil, unexpected("read the snapshot", resp.HTTPResponse)
+	}
+	snap, err := resp.JSON200.AsSnapshot()
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot: %w", err)
+	}
+	names := make([]string, len(snap.Tools))
+	for i, t := range snap.Tools {
 		names[i] = t.Name
 	}
 	return names, nil
 }
 
-// formationJSON is a formation as authzd answers it, in part.
-type formationJSON struct {
-	ID, Session, Tool, Digest, Status string
-	ApprovalsRequired                 int
-	ExpiresAt                         time.Time
-	Approvals                         []struct{ Approver, Decision, Reason string }
-	Decision                          struct {
-		Engines []struct {
-			Rules, Reasons []string
-		}
-	}
+// formationRequest is client.FormationRequest with the arguments kept as
+// the call's body holds them: decoded into a map and encoded again, a
+// number could be written otherwise than the backend's fence reads it.
+type formationRequest struct {
+	Snapshot  string                             `json:"snapshot"`
+	Session   string                             `json:"session"`
+	Tool      string                             `json:"tool"`
+	Arguments json.RawMessage                    `json:"arguments,omitempty"`
+	Principal *client.FormationRequest_Principal `json:"principal,omitempty"`
 }
 
-func (f formationJSON) formation() Formation {
-	out := Formation{ID: f.ID, Tool: f.Tool, Session: f.Session, Status: f.Status, Digest: f.Digest,
+func (a *typedAuthzd) form(ctx context.Context, req formRequest) (Formation, error) {
+	body := formationRequest{Snapshot: req.Snapshot, Session: req.Session, Tool: req.Tool, Arguments: req.Arguments}
+	if p := req.Principal; p.ID != "" || p.Attributes != nil {
+		body.Principal = &client.FormationRequest_Principal{}
+		if p.ID != "" {
+			body.Principal.Id = &p.ID
+		}
+		if p.Attributes != nil {
+			body.Principal.Attributes = &p.Attributes
+		}
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return Formation{}, fmt.Errorf("encode the formation request: %w", err)
+	}
+	resp, err := a.c.CreateFormationWithBodyWithResponse(ctx, "application/json", bytes.NewReader(raw))
+	if err != nil {
+		return Formation{}, err
+	}
+	switch {
+	case resp.JSON201 != nil:
+		return formationOf(resp.JSON201), nil
+	case resp.JSON403 != nil: // denied by policy: the record itself
+		return formationOf(resp.JSON403), nil
+	}
+	return Formation{}, unexpected("form the call", resp.HTTPResponse)
+}
+
+func (a *typedAuthzd) formation(ctx context.Context, id string) (Formation, error) {
+	resp, err := a.c.GetFormationWithResponse(ctx, id)
+	if err != nil {
+		return Formation{}, err
+	}
+	if resp.JSON200 == nil {
+		return Formation{}, unexpected("read the formation", resp.HTTPResponse)
+	}
+	return formationOf(resp.JSON200), nil
+}
+
+// formationOf is what the host is told of a formation record.
+func formationOf(f *client.Formation) Formation {
+	out := Formation{ID: f.Id, Tool: f.Tool, Session: f.Session, Status: string(f.Status), Digest: f.Digest,
 		ApprovalsRequired: f.ApprovalsRequired, ExpiresAt: f.ExpiresAt}
 	for _, a := range f.Approvals {
-		out.Approvals = append(out.Approvals, Approval{Approver: a.Approver, Decision: a.Decision, Reason: a.Reason})
+		ap := Approval{Approver: a.Approver, Decision: string(a.Decision)}
+		if a.Reason != nil {
+			ap.Reason = *a.Reason
+		}
+		out.Approvals = append(out.Approvals, ap)
 	}
 	for _, e := range f.Decision.Engines {
 		out.Rules = append(out.Rules, e.Rules...)
 		out.Reasons = append(out.Reasons, e.Reasons...)
 	}
 	return out
-}
-
-func (a *restAuthzd) form(ctx context.Context, req formRequest) (Formation, error) {
-	body := map[string]any{"snapshot": req.Snapshot, "session": req.Session, "tool": req.Tool, "arguments": req.Arguments}
-	p := map[string]any{}
-	if req.Principal.ID != "" {
-		p["id"] = req.Principal.ID
-	}
-	if req.Principal.Attributes != nil {
-		p["attributes"] = req.Principal.Attributes
-	}
-	if len(p) > 0 {
-		body["principal"] = p
-	}
-	var out formationJSON
-	if err := a.do(ctx, http.MethodPost, "/v1/formations", body, &out); err != nil {
-		return Formation{}, err
-	}
-	return out.formation(), nil
-}
-
-func (a *restAuthzd) formation(ctx context.Context, id string) (Formation, error) {
-	var out formationJSON
-	if err := a.do(ctx, http.MethodGet, "/v1/formations/"+url.PathEscape(id), nil, &out); err != nil {
-		return Formation{}, err
-	}
-	return out.formation(), nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,8 +15,8 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
@@ -111,7 +110,9 @@ func startStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.expect(s.do("POST", "/v1/manifests", api.RoleRegistrar, jws), http.StatusCreated)
+	if _, err := s.as(api.RoleRegistrar).RegisterManifestWithBodyWithResponse(context.Background(), "application/jose", bytes.NewReader(jws)); err != nil {
+		t.Fatalf("register the github manifest: %v", err)
+	}
 
 	backend := string(s.creds[api.RoleBackend])
 	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: s.URL, Credential: backend, Logger: log})
@@ -146,42 +147,35 @@ func startStack(t *testing.T) *stack {
 	return s
 }
 
-func (s *stack) do(method, path string, role api.Role, body []byte) apitest.Reply {
+// as is a typed client of authzd with the role's credential.
+func (s *stack) as(role api.Role) *client.ClientWithResponses {
 	s.t.Helper()
-	return apitest.Do(s.t, method, s.URL+path, string(s.creds[role]), nil, body)
-}
-
-func (s *stack) expect(r apitest.Reply, status int) {
-	s.t.Helper()
-	if r.Status != status {
-		s.t.Fatalf("authzd answered %d, want %d: %s", r.Status, status, r.Raw)
+	c, err := client.New(s.URL, string(s.creds[role]))
+	if err != nil {
+		s.t.Fatal(err)
 	}
+	return c
 }
 
 // approve approves a formation of the digest as the approver, over REST.
 // It may run on any goroutine: it reports with t.Error.
 func (s *stack) approve(id, digest string) {
-	body := fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"host test"}`, digest)
-	req, _ := http.NewRequest("POST", s.URL+"/v1/formations/"+id+"/approvals", bytes.NewReader([]byte(body)))
-	req.Header.Set("Authorization", "Bearer "+string(s.creds[api.RoleApprover]))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	reason := "host test"
+	resp, err := s.as(api.RoleApprover).ApproveFormationWithResponse(context.Background(), id,
+		client.ApprovalRequest{Decision: client.ApprovalRequestDecisionApprove, Digest: digest, Reason: &reason})
+	if err != nil || resp.JSON200 == nil {
 		s.t.Errorf("approve %s: %v", id, err)
-		return
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		s.t.Errorf("approve %s: %d %s", id, resp.StatusCode, raw)
 	}
 }
 
 // formation reads a formation as the host.
-func (s *stack) formation(id string) map[string]any {
+func (s *stack) formation(id string) *client.Formation {
 	s.t.Helper()
-	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
-	s.expect(r, http.StatusOK)
-	return r.Body
+	resp, err := s.as(api.RoleHost).GetFormationWithResponse(context.Background(), id)
+	if err != nil || resp.JSON200 == nil {
+		s.t.Fatalf("read formation %s: %v", id, err)
+	}
+	return resp.JSON200
 }
 
 // waitStatus waits until a formation has the status (fencecheck reports
@@ -189,8 +183,8 @@ func (s *stack) formation(id string) map[string]any {
 func (s *stack) waitStatus(id, want string) {
 	s.t.Helper()
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		got := s.formation(id)["status"]
-		if got == want {
+		got := s.formation(id).Status
+		if string(got) == want {
 			return
 		}
 		if time.Now().After(deadline) {

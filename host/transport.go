@@ -13,9 +13,11 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fcd-authz/fcd/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -146,12 +148,16 @@ func New(ctx context.Context, cfg Config) (*Transport, error) {
 	if cfg.Credential == "" {
 		return nil, errors.New("host: Credential is empty: give the host's bearer credential")
 	}
-	client := cfg.AuthzdClient
-	if client == nil {
-		client = http.DefaultClient
+	hc := cfg.AuthzdClient
+	if hc == nil {
+		hc = http.DefaultClient
 	}
 	base := strings.TrimRight(cfg.AuthzdURL, "/")
-	return newTransport(ctx, cfg, &restAuthzd{base: base, credential: cfg.Credential, client: client}, base+"/ui/")
+	api, err := newTypedAuthzd(base, cfg.Credential, hc)
+	if err != nil {
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	return newTransport(ctx, cfg, api, base+"/ui/")
 }
 
 // newTransport is New with an authzd of the caller's.
@@ -328,7 +334,7 @@ func (t *Transport) awaitDecision(ctx context.Context, f Formation) (Formation, 
 		wait := t.poll
 		next, err := t.api.formation(ctx, f.ID)
 		if err != nil {
-			var p *ProblemError
+			var p *client.Problem
 			if !errors.As(err, &p) || p.RetryAfter == 0 {
 				return Formation{}, fmt.Errorf("host: read formation %s: %w", f.ID, err)
 			}
@@ -420,4 +426,14 @@ func refusalOf(resp *http.Response, formation string) *RefusedError {
 		e.Type, e.Detail = body.Type, firstOf(body.Detail, body.Title)
 	}
 	return e
+}
+
+// retryAfter reads a Retry-After header of seconds; zero when absent or
+// not seconds.
+func retryAfter(h http.Header) time.Duration {
+	s, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After")))
+	if err != nil || s < 0 {
+		return 0
+	}
+	return time.Duration(s) * time.Second
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/host"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -139,8 +140,8 @@ func TestTransportThroughTheGateway(t *testing.T) {
 		}
 		// The formation's session is the MCP session the call ran in.
 		f := s.formation(ids[0])
-		if e := reads[0]; e.Session == "" || e.FcdSession != e.Session || f["session"] != e.Session || f["snapshot"] != ss.tr.Snapshot() {
-			t.Fatalf("the call ran in session %q with a token for %q; the formation %v", e.Session, e.FcdSession, f)
+		if e := reads[0]; e.Session == "" || e.FcdSession != e.Session || f.Session != e.Session || f.Snapshot != ss.tr.Snapshot() {
+			t.Fatalf("the call ran in session %q with a token for %q; the formation %+v", e.Session, e.FcdSession, f)
 		}
 	})
 
@@ -226,6 +227,19 @@ func TestTransportThroughTheGateway(t *testing.T) {
 		}
 	})
 
+	t.Run("authzd's refusal to form a call is a client.Problem", func(t *testing.T) {
+		ss := connect(t, s, host.Config{})
+		_, err := ss.call(context.Background(), "create_repository", `{"nam":"typo"}`)
+		var p *client.Problem
+		if !errors.As(err, &p) || p.Slug() != "invalid-arguments" || p.Status != http.StatusUnprocessableEntity ||
+			!strings.Contains(err.Error(), "github/create_repository") {
+			t.Fatalf("arguments the schema refuses: %v", err)
+		}
+		if ids := ss.formed(t); len(ids) != 0 {
+			t.Fatalf("sent %v", ids)
+		}
+	})
+
 	t.Run("refusals of the gateway and the fence are typed, the session goes on", func(t *testing.T) {
 		ss := connect(t, s, host.Config{})
 		before := len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository"}))
@@ -237,11 +251,15 @@ func TestTransportThroughTheGateway(t *testing.T) {
 		}
 		// A formation of other arguments: the gateway admits it, the fence
 		// refuses the call it did not admit.
-		other := s.do("POST", "/v1/formations", api.RoleHost, []byte(`{"snapshot":"`+ss.tr.Snapshot()+
-			`","session":"host-other","tool":"github/get_repository","arguments":{"owner":"octo-org","repo":"other"},"principal":{"id":"alice"}}`))
-		s.expect(other, http.StatusCreated)
-		_, err = ss.call(host.WithFormation(context.Background(), other.Body["id"].(string)), "get_repository", helloWorld)
-		if !errors.As(err, &refused) || !refused.Fence || refused.Problem != "arguments" || refused.Formation != other.Body["id"] {
+		otherArgs, alice := map[string]any{"owner": "octo-org", "repo": "other"}, user
+		other, err := s.as(api.RoleHost).CreateFormationWithResponse(context.Background(), client.FormationRequest{
+			Snapshot: ss.tr.Snapshot(), Session: "host-other", Tool: "github/get_repository", Arguments: &otherArgs,
+			Principal: &client.FormationRequest_Principal{Id: &alice}})
+		if err != nil || other.JSON201 == nil {
+			t.Fatalf("form a call of other arguments: %v", err)
+		}
+		_, err = ss.call(host.WithFormation(context.Background(), other.JSON201.Id), "get_repository", helloWorld)
+		if !errors.As(err, &refused) || !refused.Fence || refused.Problem != "arguments" || refused.Formation != other.JSON201.Id {
 			t.Fatalf("a call of other arguments: %v (%+v)", err, refused)
 		}
 		if n := len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository"})); n != before {
