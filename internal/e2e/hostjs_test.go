@@ -54,8 +54,9 @@ func runHostJS(gatewayMCP, authzdURL, credential, snapshot, authorization string
 // once; a write needing approval rejects with the pending formation and is
 // never sent; a delete the policies deny rejects with their reasons; a
 // tool the snapshot does not list is not formed; and in a session that
-// waits, a write runs once after an approver approves it over REST. Only
-// the tools/call requests carry a formation.
+// waits, a write runs once after an approver approves it over REST; a
+// call formed for bob and sent by alice is refused by the gateway
+// (caller-mismatch). Only the tools/call requests carry a formation.
 func TestTypeScriptHostRecipe(t *testing.T) {
 	eachGateway(t, func(t *testing.T, kind string, s *stack) {
 		nodeHost(t, "", nil, "", "") // installs the packages
@@ -131,7 +132,10 @@ func TestTypeScriptHostRecipe(t *testing.T) {
 			t.Fatalf("the waited write's effects: %+v", es)
 		}
 		s.waitStatus(approved, "completed")
-		// Only the two calls sent went out with a formation, each on its
+		if r, _ := out["refused"].(map[string]any); r["kind"] != "refused" || r["problem"] != "caller-mismatch" || r["fence"] != false {
+			t.Fatalf("a call formed for bob, sent by alice: %v", r)
+		}
+		// Only the calls sent went out with a formation, each on its
 		// tools/call; initialize, notifications, tools/list and DELETE
 		// carried none.
 		var sent []string
@@ -146,8 +150,8 @@ func TestTypeScriptHostRecipe(t *testing.T) {
 				sent = append(sent, r["formation"].(string))
 			}
 		}
-		if len(sent) != 2 || sent[1] != approved || len(reqs) < 8 {
-			t.Fatalf("formations sent %v in %d requests; want the read's and %s", sent, len(reqs), approved)
+		if len(sent) != 3 || sent[1] != approved || len(reqs) < 12 {
+			t.Fatalf("formations sent %v in %d requests; want the read's, %s and bob's", sent, len(reqs), approved)
 		}
 	})
 }

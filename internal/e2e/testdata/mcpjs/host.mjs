@@ -1,6 +1,7 @@
 // Runs the TypeScript host recipe (fcd-host.mjs) with the official MCP
-// TypeScript SDK client, unmodified, through a gateway: two sessions, the
-// first not waiting for approvals, the second waiting. It prints what
+// TypeScript SDK client, unmodified, through a gateway: three sessions, the
+// first not waiting for approvals, the second waiting, the third forming
+// its call for another user than the gateway authenticates. It prints what
 // happened as one JSON object. internal/e2e/hostjs_test.go runs it and
 // approves the waiting call as an approver.
 //
@@ -23,11 +24,11 @@ const observed = (input, init = {}) => {
   return fetch(input, init);
 };
 
-const session = async (waitForApproval, work) => {
+const session = async (waitForApproval, work, principal = { id: "alice", attributes: { groups: ["dev"] } }) => {
   const transport = new StreamableHTTPClientTransport(new URL(url), {
     requestInit: { headers: { Authorization: authorization } },
     fetch: fcdFetch({
-      authzdURL, credential, snapshot, server: "github", principal: { id: "alice", attributes: { groups: ["dev"] } },
+      authzdURL, credential, snapshot, server: "github", principal,
       waitForApproval, pollMs: 50, fetch: observed,
       onPending: (p) => { out.announced = p.formation; },
     }),
@@ -45,7 +46,7 @@ const outcome = async (client, name, args) => {
     const res = await client.callTool({ name, arguments: args }, undefined, { timeout: 120000 });
     return { isError: res.isError === true, text: (res.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("\n") };
   } catch (e) {
-    if (e instanceof FcdError) return { kind: e.kind, message: e.message, formation: e.formation, reasons: e.reasons, problem: e.problem };
+    if (e instanceof FcdError) return { kind: e.kind, message: e.message, formation: e.formation, reasons: e.reasons, problem: e.problem, fence: e.fence };
     return { error: String(e?.message ?? e) };
   }
 };
@@ -60,6 +61,10 @@ try {
   await session(true, async (client) => {
     out.waited = await outcome(client, "create_repository", { name: "ts-waited" });
   });
+  // Formed for bob, sent by alice: the gateway refuses it.
+  await session(false, async (client) => {
+    out.refused = await outcome(client, "get_repository", { owner: "octo-org", repo: "hello-world" });
+  }, { id: "bob" });
   out.done = true;
 } catch (e) {
   out.error = String(e?.stack ?? e);
