@@ -48,6 +48,10 @@ type stack struct {
 	Rec   *fixtures.Recorder
 	// MCP is the gateway's URL of the fixture's MCP endpoint.
 	MCP string
+	// serve serves another github v1.4 fixture of cfg (its sink and logger
+	// set) behind the fence and a gateway of its own, and returns the
+	// gateway's URL of its MCP endpoint.
+	serve func(t *testing.T, cfg fixtures.Config) string
 }
 
 func startStack(t *testing.T) *stack {
@@ -133,17 +137,20 @@ func startStack(t *testing.T) *stack {
 	if err := v.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	fx := fixtures.MustNew("github", "v1.4", fixtures.Config{Sink: s.Rec, Logger: log})
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", v.Middleware(fx, fencecheck.MiddlewareConfig{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log}))
-	fsrv := httptest.NewServer(mux)
-	t.Cleanup(fsrv.Close)
-
-	gw := gatewaytest.Start(t, gatewaytest.Nginx, gatewaytest.Config{
-		Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Pools: map[string]string{pool: fsrv.URL},
-		Default: pool, Users: map[string]string{user: password},
-	})
-	s.MCP = gw.URL + "/mcp"
+	s.serve = func(t *testing.T, cfg fixtures.Config) string {
+		cfg.Sink, cfg.Logger = s.Rec, log
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", v.Middleware(fixtures.MustNew("github", "v1.4", cfg),
+			fencecheck.MiddlewareConfig{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log}))
+		fsrv := httptest.NewServer(mux)
+		t.Cleanup(fsrv.Close)
+		gw := gatewaytest.Start(t, gatewaytest.Nginx, gatewaytest.Config{
+			Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Pools: map[string]string{pool: fsrv.URL},
+			Default: pool, Users: map[string]string{user: password},
+		})
+		return gw.URL + "/mcp"
+	}
+	s.MCP = s.serve(t, fixtures.Config{})
 	return s
 }
 

@@ -32,6 +32,12 @@ type session struct {
 // Servers, Server, Principal and Base filled in when zero).
 func connect(t *testing.T, s *stack, cfg host.Config) *session {
 	t.Helper()
+	return connectTo(t, s, s.MCP, cfg)
+}
+
+// connectTo is connect to another MCP endpoint URL of the stack.
+func connectTo(t *testing.T, s *stack, mcpURL string, cfg host.Config) *session {
+	t.Helper()
 	tp := &tap{}
 	if cfg.AuthzdURL == "" {
 		cfg.AuthzdURL = s.URL
@@ -55,7 +61,7 @@ func connect(t *testing.T, s *stack, cfg host.Config) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mt := tr.MCPTransport(s.MCP)
+	mt := tr.MCPTransport(mcpURL)
 	mt.DisableStandaloneSSE = true
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fcd-host-test", Version: "0"}, nil).Connect(ctx, mt, nil)
 	if err != nil {
@@ -143,6 +149,25 @@ func TestTransportThroughTheGateway(t *testing.T) {
 		if e := reads[0]; e.Session == "" || e.FcdSession != e.Session || f.Session != e.Session || f.Snapshot != ss.tr.Snapshot() {
 			t.Fatalf("the call ran in session %q with a token for %q; the formation %+v", e.Session, e.FcdSession, f)
 		}
+	})
+
+	t.Run("a stateless server: the call is formed in the host's session", func(t *testing.T) {
+		// Without sessions the SDK speaks protocol 2026-07-28, which sends
+		// Mcp-Method and Mcp-Name itself.
+		url := s.serve(t, fixtures.Config{Stateless: true})
+		ss := connectTo(t, s, url, host.Config{Session: "conversation-7"})
+		res, err := ss.call(context.Background(), "get_repository", helloWorld)
+		if err != nil || res.IsError {
+			t.Fatalf("the read: %v %+v", err, res)
+		}
+		ids := ss.formed(t)
+		if len(ids) != 1 {
+			t.Fatalf("formations sent: %v, want one", ids)
+		}
+		if f := s.formation(ids[0]); f.Session != "conversation-7" {
+			t.Fatalf("formed in session %q", f.Session)
+		}
+		s.waitStatus(ids[0], "completed")
 	})
 
 	t.Run("a write needing approval is pending, then sent once approved", func(t *testing.T) {
