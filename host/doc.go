@@ -27,8 +27,8 @@
 //     traffic for a call.
 //   - A refusal of the call by the gateway or the fence (an answer with an
 //     Fcd-Problem header) becomes a [*RefusedError] with its problem type,
-//     detail and Retry-After; authzd's own refusals while snapshotting or
-//     forming (a problem+json answer) a [*github.com/fcd-authz/fcd/client.Problem], from the typed
+//     detail and Retry-After. authzd's own refusals while snapshotting or
+//     forming (a problem+json answer) are a *client.Problem of the typed
 //     REST client (package github.com/fcd-authz/fcd/client) the transport
 //     calls authzd with.
 //

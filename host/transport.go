@@ -64,9 +64,8 @@ type Principal struct {
 	Attributes map[string]any
 }
 
-// Config configures a [Transport]. AuthzdURL, Credential and one of
-// Snapshot or Servers are required; every other zero field means its
-// default.
+// Config configures a [Transport]. AuthzdURL and Credential are
+// required; every other zero field means its default.
 type Config struct {
 	// AuthzdURL is authzd's base URL (scheme://host:port).
 	AuthzdURL string
