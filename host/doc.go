@@ -13,7 +13,7 @@
 //     (params.name, on the server [Config.Server]) is looked up in the
 //     snapshot, and authzd records the call with its arguments exactly as
 //     the body holds them, for [Config.Principal], in the session the
-//     request's Mcp-Session-Id names (docs/mcp-sessions.md). A formation
+//     request's Mcp-Session-Id names (docs/hosts.md). A formation
 //     that needs approval either makes RoundTrip wait until approvers
 //     decide ([Config.WaitForApproval]) or ends the call with a
 //     [*PendingError] that names the formation and the approval page. A
