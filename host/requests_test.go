@@ -8,12 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/host"
+	"github.com/fcd-authz/fcd/internal/fixtures"
 )
 
 // newTransport returns a host transport on the stack sending through tp.
@@ -101,12 +105,16 @@ func TestRequestsOtherThanOneCall(t *testing.T) {
 		tr := newTransport(t, s, tp, host.Config{})
 		tp.inspect = func(b []byte) { seen = b }
 		defer func() { tp.inspect = nil }()
-		resp, err := tr.RoundTrip(post(context.Background(), t, s.MCP, body, map[string]string{
+		resp, err := tr.RoundTrip(post(context.Background(), t, s.serve(t, fixtures.Config{Stateless: true}), body, map[string]string{
 			"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}))
 		if err != nil {
 			t.Fatal(err)
 		}
+		answer, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), "hello-world") {
+			t.Fatalf("the call's answer: %d %s", resp.StatusCode, answer)
+		}
 		if !bytes.Equal(seen, []byte(body)) {
 			t.Fatalf("sent %s, want %s", seen, body)
 		}
@@ -172,5 +180,94 @@ func TestCredentialIsNeverPrinted(t *testing.T) {
 		if strings.Contains(out, "s3cret") || !strings.Contains(out, "[redacted]") {
 			t.Errorf("printed %s", out)
 		}
+	}
+}
+
+// statusTap records the answers authzd gives the transport.
+type statusTap struct {
+	mu       sync.Mutex
+	statuses []string // "GET /v1/formations/fm_… 503"
+}
+
+func (st *statusTap) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err == nil {
+		st.mu.Lock()
+		st.statuses = append(st.statuses, fmt.Sprintf("%s %s %d", req.Method, req.URL.Path, resp.StatusCode))
+		st.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (st *statusTap) saw(s string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Contains(st.statuses, s)
+}
+
+// TestWaitingOutlastsAStoreOutage: while a call waits for approval,
+// authzd's etcd stops; reading the formation is answered 503
+// store-unavailable with Retry-After, and the transport keeps waiting
+// instead of failing the call. Once etcd is back and an approver
+// approves, the call is sent and runs once.
+func TestWaitingOutlastsAStoreOutage(t *testing.T) {
+	s := startStack(t)
+	// A stateless server runs a call that comes without a session.
+	stateless := s.serve(t, fixtures.Config{Stateless: true})
+	tp, authzdTap := &tap{}, &statusTap{}
+	pending, stopped := make(chan *host.PendingError, 1), make(chan struct{})
+	tr := newTransport(t, s, tp, host.Config{WaitForApproval: true, PollInterval: 20 * time.Millisecond,
+		AuthzdClient: &http.Client{Transport: authzdTap},
+		OnPending: func(_ context.Context, p *host.PendingError) {
+			pending <- p
+			<-stopped // the first read of the formation meets the outage
+		}})
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_repository","arguments":{"name":"outlasted"}}}`
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := tr.RoundTrip(post(context.Background(), t, stateless, body, map[string]string{
+			"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}))
+		done <- result{resp, err}
+	}()
+	p := <-pending
+	s.member.Stop()
+	close(stopped)
+	unavailable := "GET /v1/formations/" + p.Formation.ID + " 503"
+	for deadline := time.Now().Add(60 * time.Second); !authzdTap.saw(unavailable); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the formation was never read during the outage: %v", authzdTap.statuses)
+		}
+	}
+	s.member.Restart()
+	reason := "after the outage"
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := s.as(api.RoleApprover).ApproveFormationWithResponse(context.Background(), p.Formation.ID,
+			client.ApprovalRequest{Decision: client.ApprovalRequestDecisionApprove, Digest: p.Formation.Digest, Reason: &reason})
+		if err == nil && resp.JSON200 != nil {
+			break
+		}
+		if pr, ok := errors.AsType[*client.Problem](err); !ok || pr.Slug() != "store-unavailable" || time.Now().After(deadline) {
+			t.Fatalf("approve after the outage: %v", err)
+		}
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the waiting call: %v", r.err)
+	}
+	answer, _ := io.ReadAll(r.resp.Body)
+	r.resp.Body.Close()
+	if r.resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), "outlasted") {
+		t.Fatalf("the call's answer: %d %s", r.resp.StatusCode, answer)
+	}
+	if ids := tp.sent(); len(ids) != 1 || ids[0].Formation != p.Formation.ID {
+		t.Fatalf("sent %+v, want the call with formation %s", ids, p.Formation.ID)
+	}
+	s.waitStatus(p.Formation.ID, "completed")
+	if es := repoEffects(s.Rec, "outlasted"); len(es) != 1 {
+		t.Fatalf("effects %+v, want one", es)
 	}
 }

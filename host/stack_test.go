@@ -52,12 +52,15 @@ type stack struct {
 	// set) behind the fence and a gateway of its own, and returns the
 	// gateway's URL of its MCP endpoint.
 	serve func(t *testing.T, cfg fixtures.Config) string
+	// member is authzd's etcd member.
+	member *etcdtest.Member
 }
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	store := etcdtest.Start(t).Store(t, "/host/")
-	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder()}
+	member := etcdtest.Start(t)
+	store := member.Store(t, "/host/")
+	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), member: member}
 	var stored []api.Credential
 	for _, role := range api.Roles() {
 		secret, cred, err := api.NewCredential(string(role), role)
