@@ -75,11 +75,10 @@ func (p *Problem) Slug() string {
 	return p.Header.Get("Fcd-Problem")
 }
 
-// ReadProblem reads resp's body (at most 1 MiB of it) as a problem. It
-// does not close the body. It is what the clients of New do with every
-// answer of status 400 or more; callers of the plain generated client
-// (NewClientWithResponses) can use it on a response's HTTPResponse after
-// restoring its Body.
+// ReadProblem reads resp's body (at most 1 MiB of it) as a problem; it
+// does not close the body. It is what the clients of New do with a
+// problem answer, for callers that send requests on their own (through
+// NewClient, or an HttpRequestDoer of theirs) and still want a *Problem.
 func ReadProblem(resp *http.Response) *Problem {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBody))
 	return problemOf(resp.StatusCode, resp.Header, body)

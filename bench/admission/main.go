@@ -56,6 +56,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
@@ -174,6 +175,8 @@ type bench struct {
 	url   string
 	http  *http.Client
 	gate  api.Secret
+	// gateAPI calls the server as the gateway (design b).
+	gateAPI *client.ClientWithResponses
 	// registrar signs a manifest with the trusted registrar key.
 	registrar func(payload []byte) ([]byte, error)
 
@@ -394,7 +397,7 @@ func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.L
 	b.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true,
 	}}
-	return func() {
+	stop := func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
@@ -402,7 +405,12 @@ func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.L
 		b.http.CloseIdleConnections()
 		pcancel()
 		publishing.Wait()
-	}, nil
+	}
+	if b.gateAPI, err = client.New(b.url, string(b.gate), client.WithHTTPClient(b.http)); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
 // registerAndSnapshot registers the example manifest as an ACTIVE epoch,
@@ -523,27 +531,15 @@ func (b *bench) waitForSigning(ctx context.Context) error {
 	}
 }
 
-// admit is one operation of design b: the gateway's admission request.
+// admit is one operation of design b: the gateway's admission request,
+// through the typed client.
 func (b *bench) admit(ctx context.Context, id string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/v1/formations/"+id+"/admit", nil)
+	resp, err := b.gateAPI.AdmitFormationWithResponse(ctx, id)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+string(b.gate))
-	resp, err := b.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(body[:min(len(body), 300)]))
-	}
-	if !bytes.Contains(body, []byte(`"token":"ey`)) {
-		return fmt.Errorf("HTTP 200 without a token: %.300s", body)
+	if resp.JSON200 == nil || !strings.HasPrefix(resp.JSON200.Token, "ey") {
+		return fmt.Errorf("HTTP %d without a token: %.300s", resp.StatusCode(), resp.Body)
 	}
 	return nil
 }

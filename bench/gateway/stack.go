@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/lease"
@@ -69,6 +69,12 @@ type stack struct {
 	guarded, offline, bare string
 	snapshot               string
 	closers                []func()
+	// api calls authzd (by its base URL: url or urlTrail) as a role,
+	// through the typed client.
+	clients map[string]map[api.Role]*client.ClientWithResponses
+	// args are benchArgs decoded, the arguments of every formation (read
+	// only once set).
+	args map[string]any
 }
 
 // close stops everything started, in reverse order.
@@ -195,6 +201,18 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	if s.urlTrail, err = serve(s, hT); err != nil {
 		return nil, err
 	}
+	if err := json.Unmarshal([]byte(benchArgs), &s.args); err != nil {
+		return nil, err
+	}
+	s.clients = map[string]map[api.Role]*client.ClientWithResponses{}
+	for _, base := range []string{s.url, s.urlTrail} {
+		s.clients[base] = map[api.Role]*client.ClientWithResponses{}
+		for _, role := range append(api.Roles(), "") {
+			if s.clients[base][role], err = client.New(base, string(s.creds[role]), client.WithHTTPClient(s.http)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return nil, errors.New("authzd's signing key was not published within 30s")
@@ -209,14 +227,21 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.do(ctx, "POST", "/v1/manifests", api.RoleRegistrar, jws, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	snap, err := s.do(ctx, "POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`), http.StatusCreated)
+	reg, err := s.clients[s.url][api.RoleRegistrar].RegisterManifestWithBodyWithResponse(ctx, "application/jose", bytes.NewReader(jws))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("register the manifest: %w", err)
 	}
-	s.snapshot, _ = snap["id"].(string)
+	if reg.JSON201 == nil {
+		return nil, fmt.Errorf("register the manifest: authzd answered %d, want 201", reg.StatusCode())
+	}
+	snap, err := s.clients[s.url][api.RoleHost].CreateSnapshotWithResponse(ctx, client.SnapshotRequest{Servers: &[]string{"github"}})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if snap.JSON201 == nil {
+		return nil, fmt.Errorf("snapshot: authzd answered %d, want 201", snap.StatusCode())
+	}
+	s.snapshot = snap.JSON201.Id
 
 	s.rep, err = fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend]), Logger: quiet, Workers: reportWorkers})
 	if err != nil {
@@ -293,32 +318,6 @@ func serve(s *stack, h http.Handler) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
-// do calls authzd's REST API as role and wants status.
-func (s *stack) do(ctx context.Context, method, path string, role api.Role, body []byte, want int) (map[string]any, error) {
-	return s.doAt(ctx, s.url, method, path, role, body, want)
-}
-
-// doAt is do at the authzd at base.
-func (s *stack) doAt(ctx context.Context, base, method, path string, role api.Role, body []byte, want int) (map[string]any, error) {
-	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+string(s.creds[role]))
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		return nil, fmt.Errorf("%s %s: authzd answered %d, want %d: %s", method, path, resp.StatusCode, want, raw)
-	}
-	var out map[string]any
-	_ = json.Unmarshal(raw, &out)
-	return out, nil
-}
-
 // form forms one ready get_repository call over REST as the host, in a
 // session of its own, for principal alice (group dev), as internal/e2e does.
 func (s *stack) form(ctx context.Context, session string) (string, error) {
@@ -327,18 +326,21 @@ func (s *stack) form(ctx context.Context, session string) (string, error) {
 
 // formAt is form through the authzd at base.
 func (s *stack) formAt(ctx context.Context, base, session string) (string, error) {
-	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":["dev"]}}}`,
-		s.snapshot, session, benchTool, benchArgs)
-	r, err := s.doAt(ctx, base, "POST", "/v1/formations", api.RoleHost, []byte(body), http.StatusCreated)
+	args := s.args
+	r, err := s.clients[base][api.RoleHost].CreateFormationWithResponse(ctx, client.FormationRequest{
+		Snapshot: s.snapshot, Session: session, Tool: "github/" + benchTool, Arguments: &args,
+		Principal: &client.FormationRequest_Principal{Id: ptr("alice"), Attributes: &map[string]any{"groups": []string{"dev"}}},
+	})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("form: %w", err)
 	}
-	id, _ := r["id"].(string)
-	if st, _ := r["status"].(string); st != "ready" || id == "" {
-		return "", fmt.Errorf("formation %q is %q, want ready: %v", id, st, r)
+	if r.JSON201 == nil || r.JSON201.Status != client.FormationStatusReady {
+		return "", fmt.Errorf("formation answered %d, want 201 and ready: %s", r.StatusCode(), r.Body)
 	}
-	return id, nil
+	return r.JSON201.Id, nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // formMany forms n ready formations with 16 parallel requests.
 func (s *stack) formMany(ctx context.Context, base, prefix string, n int) ([]string, error) {
@@ -413,13 +415,9 @@ func (s *stack) claims(ctx context.Context) (uint64, error) {
 
 // claimsAt is claims of the authzd at u.
 func (s *stack) claimsAt(ctx context.Context, u string) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", u+"/metrics", nil)
+	resp, err := s.clients[u][""].GetMetrics(ctx)
 	if err != nil {
-		return 0, err
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("authzd /metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)

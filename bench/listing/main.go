@@ -34,7 +34,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -48,6 +47,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
@@ -98,15 +98,18 @@ func parseFlags(args []string) (options, error) {
 }
 
 type bench struct {
-	opts      options
-	out       io.Writer
-	store     *lease.Store
-	reg       *authz.Registry
-	uc        *authz.UseCases
-	url       string
-	http      *http.Client
-	host      api.Secret
-	gate      api.Secret
+	opts  options
+	out   io.Writer
+	store *lease.Store
+	reg   *authz.Registry
+	uc    *authz.UseCases
+	url   string
+	http  *http.Client
+	host  api.Secret
+	gate  api.Secret
+	// hostAPI and gateAPI call the server as the host and the gateway.
+	hostAPI   *client.ClientWithResponses
+	gateAPI   *client.ClientWithResponses
 	snapshot  string
 	registrar func([]byte) ([]byte, error)
 }
@@ -352,7 +355,7 @@ func (b *bench) startServer(ctx context.Context, log *slog.Logger) (func(), erro
 	serving.Go(func() { _ = srv.Serve(ln) })
 	b.url = "http://" + ln.Addr().String()
 	b.http = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
-	return func() {
+	stop := func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
 		_ = srv.Shutdown(sctx)
@@ -360,7 +363,16 @@ func (b *bench) startServer(ctx context.Context, log *slog.Logger) (func(), erro
 		b.http.CloseIdleConnections()
 		pcancel()
 		publishing.Wait()
-	}, nil
+	}
+	if b.hostAPI, err = client.New(b.url, string(b.host), client.WithHTTPClient(b.http)); err != nil {
+		stop()
+		return nil, err
+	}
+	if b.gateAPI, err = client.New(b.url, string(b.gate), client.WithHTTPClient(b.http)); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
 func (b *bench) registerAndSnapshot(ctx context.Context) error {
@@ -428,44 +440,42 @@ func (b *bench) formMany(ctx context.Context, n int) ([]string, error) {
 }
 
 // walk lists every page once and returns the formations and pages seen.
+// It builds each request with the typed client but decodes only what it
+// counts: the listers share the machine with the server, and decoding
+// every record in full would take CPU from the admissions measured.
 func (b *bench) walk(ctx context.Context) (n, pages int, err error) {
-	after := ""
+	params := client.ListFormationsParams{Limit: &b.opts.Limit}
+	if b.opts.Status != "" {
+		status := client.FormationStatus(b.opts.Status)
+		params.Status = &status
+	}
 	for {
-		q := url.Values{"limit": {fmt.Sprint(b.opts.Limit)}, "after": {after}}
-		if b.opts.Status != "" {
-			q.Set("status", b.opts.Status)
-		}
 		var page struct {
 			Formations []json.RawMessage `json:"formations"`
 			Next       string            `json:"next"`
 		}
-		if err := b.get(ctx, "/v1/formations?"+q.Encode(), &page); err != nil {
+		if err := b.listPage(ctx, &params, &page); err != nil {
 			return n, pages, err
 		}
 		n, pages = n+len(page.Formations), pages+1
 		if page.Next == "" {
 			return n, pages, nil
 		}
-		after = page.Next
+		params.After = &page.Next
 	}
 }
 
-func (b *bench) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+path, nil)
+// listPage reads one page of GET /v1/formations as the host into page.
+func (b *bench) listPage(ctx context.Context, params *client.ListFormationsParams, page any) error {
+	resp, err := b.hostAPI.ListFormations(ctx, params)
 	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+string(b.host))
-	resp, err := b.http.Do(req)
-	if err != nil {
-		return err
+		return fmt.Errorf("list formations: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		return fmt.Errorf("GET %s: HTTP %d: %s", path, resp.StatusCode, body)
+		return fmt.Errorf("list formations: HTTP %d", resp.StatusCode)
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return json.NewDecoder(resp.Body).Decode(page)
 }
 
 // phase is the latencies (sorted) and failures of timed admissions.
@@ -503,19 +513,12 @@ func (b *bench) admitSeq(ctx context.Context, ids []string, walks *atomic.Int64)
 }
 
 func (b *bench) admit(ctx context.Context, id string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/v1/formations/"+id+"/admit", nil)
+	resp, err := b.gateAPI.AdmitFormationWithResponse(ctx, id)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+string(b.gate))
-	resp, err := b.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, body)
+	if resp.JSON200 == nil {
+		return fmt.Errorf("HTTP %d: %.300s", resp.StatusCode(), resp.Body)
 	}
 	return nil
 }

@@ -2,9 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/decisionlogtest"
 	"github.com/fcd-authz/fcd/manifest"
 )
@@ -39,30 +37,8 @@ func TestServeExportsDecisionLogs(t *testing.T) {
 			stop()
 		}
 	}()
-	raw, err := os.ReadFile(filepath.Join(dir, "dev-credentials.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dc devCredentials
-	if err := json.Unmarshal(raw, &dc); err != nil {
-		t.Fatal(err)
-	}
-	post := func(role, path string, body []byte) []byte {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+string(dc.Credentials[api.Role(role)]))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, out)
-		}
-		return out
-	}
-	key, err := manifest.LoadPrivateKey(dc.Keys["registrar"])
+	c := newDevClient(t, url, dir)
+	key, err := manifest.LoadPrivateKey(c.dc.Keys["registrar"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,20 +50,16 @@ func TestServeExportsDecisionLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post("registrar", "/v1/manifests", jws)
-	var snap struct{ ID string }
-	if err := json.Unmarshal(post("host", "/v1/snapshots", []byte(`{"servers":["github"]}`)), &snap); err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		ID       string
-		Decision struct{ PolicyDigest string }
-	}
-	body, _ := json.Marshal(map[string]any{"snapshot": snap.ID, "session": "s", "tool": "github/create_repository",
-		"arguments": map[string]any{"name": "payroll-exports", "private": true}, "principal": map[string]any{"id": "alice"}})
-	if err := json.Unmarshal(post("host", "/v1/formations", body), &f); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.as(api.RoleRegistrar).RegisterManifestWithBodyWithResponse(t.Context(), "application/jose", bytes.NewReader(jws))
+	c.must("register", err)
+	host := c.as(api.RoleHost)
+	snap, err := host.CreateSnapshotWithResponse(t.Context(), client.SnapshotRequest{Servers: &[]string{"github"}})
+	c.must("snapshot", err)
+	args, alice := map[string]any{"name": "payroll-exports", "private": true}, "alice"
+	formed, err := host.CreateFormationWithResponse(t.Context(), client.FormationRequest{Snapshot: snap.JSON201.Id, Session: "s", Tool: "github/create_repository",
+		Arguments: &args, Principal: &client.FormationRequest_Principal{Id: &alice}})
+	c.must("form", err)
+	f := formed.JSON201
 
 	deadline := time.Now().Add(10 * time.Second)
 	for len(r.Events()) == 0 {
@@ -99,8 +71,8 @@ func TestServeExportsDecisionLogs(t *testing.T) {
 	events, rawEvents := r.Events(), r.Raw()
 	ev := events[0]
 	fcd, _ := ev.Custom["fcd"].(map[string]any)
-	if len(events) != 1 || fcd["formation"] != f.ID || ev.Bundles["fcd"].Revision != f.Decision.PolicyDigest || f.Decision.PolicyDigest == "" {
-		t.Fatalf("%d events; first: custom %v bundles %v; formation %s policy %s", len(events), ev.Custom, ev.Bundles, f.ID, f.Decision.PolicyDigest)
+	if len(events) != 1 || fcd["formation"] != f.Id || ev.Bundles["fcd"].Revision != f.Decision.PolicyDigest || f.Decision.PolicyDigest == "" {
+		t.Fatalf("%d events; first: custom %v bundles %v; formation %s policy %s", len(events), ev.Custom, ev.Bundles, f.Id, f.Decision.PolicyDigest)
 	}
 	if ev.Labels["env"] != "test" || ev.Labels["team"] != "fcd" || ev.Labels["id"] == "" {
 		t.Errorf("labels %v", ev.Labels)
@@ -115,13 +87,9 @@ func TestServeExportsDecisionLogs(t *testing.T) {
 	want := []string{"fcd_decision_log_events_sent_total 1\n", `fcd_decision_log_uploads_total{result="ok"} 1` + "\n",
 		"fcd_decision_log_events_pending 0\n", "fcd_decision_log_events_dropped_total 0\n"}
 	for metrics := ""; ; time.Sleep(10 * time.Millisecond) {
-		resp, err := http.Get(url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		metrics = string(b)
+		resp, err := c.as("").GetMetricsWithResponse(t.Context())
+		c.must("metrics", err)
+		metrics = string(resp.Body)
 		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(metrics, w) })
 		if len(missing) == 0 {
 			break

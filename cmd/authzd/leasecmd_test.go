@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,11 +14,12 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/internal/apitest"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/manifest"
 )
 
-// devClient calls a --dev server with the credentials it wrote.
+// devClient calls a --dev server with the credentials it wrote, through
+// the typed client.
 type devClient struct {
 	t   *testing.T
 	url string
@@ -37,14 +39,22 @@ func newDevClient(t *testing.T, url, dataDir string) *devClient {
 	return c
 }
 
-// do calls path as role and requires status.
-func (c *devClient) do(method, path string, role api.Role, body []byte, status int) apitest.Reply {
+// as is a client of the server with role's credential.
+func (c *devClient) as(role api.Role) *client.ClientWithResponses {
 	c.t.Helper()
-	r := apitest.Do(c.t, method, c.url+path, string(c.dc.Credentials[role]), nil, body)
-	if r.Status != status {
-		c.t.Fatalf("%s %s: %d, want %d: %s", method, path, r.Status, status, r.Raw)
+	cl, err := client.New(c.url, string(c.dc.Credentials[role]))
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	return r
+	return cl
+}
+
+// must fails the test on err, naming what was called.
+func (c *devClient) must(what string, err error) {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatalf("%s: %v", what, err)
+	}
 }
 
 // uncertainLease registers the github v1.4 example (once), forms and
@@ -53,6 +63,7 @@ func (c *devClient) do(method, path string, role api.Role, body []byte, status i
 // the formation.
 func (c *devClient) uncertainLease(session string) (string, string) {
 	c.t.Helper()
+	ctx := c.t.Context()
 	key, err := manifest.LoadPrivateKey(c.dc.Keys["registrar"])
 	if err != nil {
 		c.t.Fatal(err)
@@ -65,36 +76,50 @@ func (c *devClient) uncertainLease(session string) (string, string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if r := apitest.Do(c.t, "POST", c.url+"/v1/manifests", string(c.dc.Credentials[api.RoleRegistrar]), nil, jws); r.Status/100 != 2 {
-		c.t.Fatalf("register: %d %s", r.Status, r.Raw)
-	}
-	snap := c.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`), http.StatusCreated).Body["id"].(string)
-	body, _ := json.Marshal(map[string]any{"snapshot": snap, "session": session, "tool": "github/get_repository",
-		"arguments": map[string]any{"owner": "octo", "repo": session}})
-	formation := c.do("POST", "/v1/formations", api.RoleHost, body, http.StatusCreated).Body["id"].(string)
-	tok := c.do("POST", "/v1/formations/"+formation+"/admit", api.RoleHost, nil, http.StatusOK).Body["token"].(string)
-	payload, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+	_, err = c.as(api.RoleRegistrar).RegisterManifestWithBodyWithResponse(ctx, "application/jose", bytes.NewReader(jws))
+	c.must("register", err)
+	host := c.as(api.RoleHost)
+	snap, err := host.CreateSnapshotWithResponse(ctx, client.SnapshotRequest{Servers: &[]string{"github"}})
+	c.must("snapshot", err)
+	args := map[string]any{"owner": "octo", "repo": session}
+	formed, err := host.CreateFormationWithResponse(ctx, client.FormationRequest{Snapshot: snap.JSON201.Id, Session: session, Tool: "github/get_repository", Arguments: &args})
+	c.must("form", err)
+	formation := formed.JSON201.Id
+	admitted, err := host.AdmitFormationWithResponse(ctx, formation)
+	c.must("admit", err)
+	payload, err := base64.RawURLEncoding.DecodeString(strings.Split(admitted.JSON200.Token, ".")[1])
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	var claims struct {
 		Lease    string `json:"jti"`
 		Epoch    string `json:"fcd_epoch"`
-		Revision int64  `json:"fcd_revision"`
+		Revision int    `json:"fcd_revision"`
 	}
 	if err := json.Unmarshal(payload, &claims); err != nil {
 		c.t.Fatal(err)
 	}
-	claim, _ := json.Marshal(map[string]any{"claim": "cl_" + session, "epoch": claims.Epoch, "revision": claims.Revision})
-	c.do("POST", "/v1/leases/"+claims.Lease+"/claim", api.RoleBackend, claim, http.StatusOK)
-	c.do("POST", "/v1/leases/"+claims.Lease+"/complete", api.RoleBackend, []byte(`{"outcome":"uncertain","claim":"cl_`+session+`"}`), http.StatusOK)
+	backend := c.as(api.RoleBackend)
+	_, err = backend.ClaimLeaseWithResponse(ctx, claims.Lease, client.ClaimRequest{Claim: "cl_" + session, Epoch: claims.Epoch, Revision: claims.Revision})
+	c.must("claim", err)
+	claim := "cl_" + session
+	_, err = backend.CompleteLeaseWithResponse(ctx, claims.Lease, client.CompleteRequest{Outcome: client.CompleteRequestOutcomeUncertain, Claim: &claim})
+	c.must("complete", err)
 	return claims.Lease, formation
 }
 
+// isStatus says whether err is a problem answer of status.
+func isStatus(err error, status int) bool {
+	p, ok := errors.AsType[*client.Problem](err)
+	return ok && p.Status == status
+}
+
 // status is the formation's status.
-func (c *devClient) status(formation string) string {
+func (c *devClient) status(formation string) client.FormationStatus {
 	c.t.Helper()
-	return c.do("GET", "/v1/formations/"+formation, api.RoleOperator, nil, http.StatusOK).Body["status"].(string)
+	got, err := c.as(api.RoleOperator).GetFormationWithResponse(c.t.Context(), formation)
+	c.must("get formation", err)
+	return got.JSON200.Status
 }
 
 // TestLeaseResolveCommand runs `authzd lease resolve` against a real
@@ -135,7 +160,10 @@ func TestLeaseResolveCommand(t *testing.T) {
 	}
 
 	// The dev server requires signed resolutions.
-	c.do("POST", "/v1/leases/"+leaseID+"/resolve", api.RoleOperator, []byte(`{"outcome":"no_effect","reason":"x"}`), http.StatusForbidden)
+	outcome, reason := client.ResolveRequestOutcomeNoEffect, "x"
+	if _, err := c.as(api.RoleOperator).ResolveLeaseWithResponse(t.Context(), leaseID, client.ResolveRequest{Outcome: &outcome, Reason: &reason}); !isStatus(err, http.StatusForbidden) {
+		t.Fatalf("a bare resolution on a server with operator keys: %v, want 403", err)
+	}
 
 	for _, tc := range []struct {
 		note string
@@ -184,9 +212,9 @@ func TestLeaseResolveCommand(t *testing.T) {
 	if st := c.status(formation); st != "rejected" {
 		t.Fatalf("after the resolution the formation is %s", st)
 	}
-	kept := c.do("GET", "/v1/leases/"+leaseID+"/resolution", api.RoleOperator, nil, http.StatusOK)
-	if kept.Body["digest"] != answer["digest"] || kept.Body["reason"] != "the repository was never created" {
-		t.Fatalf("kept resolution %s", kept.Raw)
+	kept, err := c.as(api.RoleOperator).GetLeaseResolutionWithResponse(t.Context(), leaseID)
+	if err != nil || kept.JSON200 == nil || kept.JSON200.Digest != answer["digest"] || kept.JSON200.Reason != "the repository was never created" {
+		t.Fatalf("kept resolution: %v %+v", err, kept)
 	}
 	code, _, errs = cli("lease", "resolve", "--key", c.dc.Keys["operator"], "--url", url, "--credential-file", credFile,
 		"--outcome", "effect", "--reason", "again", leaseID)

@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/authztest"
@@ -389,12 +390,30 @@ func (s *stack) expect(r reply, status int) {
 	}
 }
 
+// as is a typed client of authzd with role's credential.
+func (s *stack) as(role api.Role) *client.ClientWithResponses {
+	s.t.Helper()
+	c, err := client.New(s.URL, string(s.creds[role]))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// must fails the test on err, naming what was called.
+func (s *stack) must(what string, err error) {
+	s.t.Helper()
+	if err != nil {
+		s.t.Fatalf("%s: %v", what, err)
+	}
+}
+
 // snapshot takes a snapshot of the registry as the host.
 func (s *stack) snapshot() string {
 	s.t.Helper()
-	r := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["github"]}`))
-	s.expect(r, http.StatusCreated)
-	return r.Body["id"].(string)
+	r, err := s.as(api.RoleHost).CreateSnapshotWithResponse(s.t.Context(), client.SnapshotRequest{Servers: &[]string{"github"}})
+	s.must("snapshot", err)
+	return r.JSON201.Id
 }
 
 type formation struct {
@@ -417,40 +436,46 @@ func (s *stack) form(snapshot, session, tool, args string) formation {
 // groups (a JSON array).
 func (s *stack) formFor(snapshot, session, tool, args, groups string) formation {
 	s.t.Helper()
-	body := fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":"github/%s","arguments":%s,"principal":{"id":"alice","attributes":{"groups":%s}}}`,
-		snapshot, session, tool, args, groups)
-	r := s.do("POST", "/v1/formations", api.RoleHost, []byte(body))
-	if r.Status != http.StatusForbidden || r.Body["status"] != "denied" { // a denied call is recorded and answered 403
-		s.expect(r, http.StatusCreated)
+	var arguments map[string]any
+	var inGroups []any
+	if err := json.Unmarshal([]byte(args), &arguments); err != nil {
+		s.t.Fatalf("arguments %s: %v", args, err)
 	}
-	f := formation{ID: r.Body["id"].(string), Status: r.Body["status"].(string), Digest: r.Body["digest"].(string)}
-	if d, ok := r.Body["decision"].(map[string]any); ok {
-		es, _ := d["engines"].([]any)
-		for _, e := range es {
-			rules, _ := e.(map[string]any)["rules"].([]any)
-			for _, rule := range rules {
-				f.Rules = append(f.Rules, fmt.Sprint(rule))
-			}
-		}
+	if err := json.Unmarshal([]byte(groups), &inGroups); err != nil {
+		s.t.Fatalf("groups %s: %v", groups, err)
 	}
-	if src, ok := r.Body["source"].(map[string]any); ok {
-		f.Pool, _ = src["pool"].(string)
+	r, err := s.as(api.RoleHost).CreateFormationWithResponse(s.t.Context(), client.FormationRequest{
+		Snapshot: snapshot, Session: session, Tool: "github/" + tool, Arguments: &arguments,
+		Principal: &client.FormationRequest_Principal{Id: ptr("alice"), Attributes: &map[string]any{"groups": inGroups}},
+	})
+	s.must("form", err)
+	rec := r.JSON201
+	if rec == nil { // a denied call is recorded and answered 403 with its record
+		rec = r.JSON403
 	}
-	if succ, ok := r.Body["successor"].(map[string]any); ok {
-		f.Successor, _ = succ["pool"].(string)
-		f.Certificate, _ = succ["certificate"].(string)
+	if rec == nil {
+		s.t.Fatalf("formation answered %d: %s", r.StatusCode(), r.Body)
+	}
+	f := formation{ID: rec.Id, Status: string(rec.Status), Digest: rec.Digest, Pool: rec.Source.Pool}
+	for _, e := range rec.Decision.Engines {
+		f.Rules = append(f.Rules, e.Rules...)
+	}
+	if rec.Successor != nil {
+		f.Successor, f.Certificate = rec.Successor.Pool, rec.Successor.Certificate
 	}
 	return f
 }
 
+func ptr[T any](v T) *T { return &v }
+
 // approve approves a formation as the approver, over REST.
 func (s *stack) approve(f formation) {
 	s.t.Helper()
-	r := s.do("POST", "/v1/formations/"+f.ID+"/approvals", api.RoleApprover,
-		[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, f.Digest)))
-	s.expect(r, http.StatusOK)
-	if r.Body["status"] != "ready" {
-		s.t.Fatalf("after approval: %s", r.Raw)
+	r, err := s.as(api.RoleApprover).ApproveFormationWithResponse(s.t.Context(), f.ID,
+		client.ApprovalRequest{Decision: client.ApprovalRequestDecisionApprove, Digest: f.Digest, Reason: ptr("e2e")})
+	s.must("approve", err)
+	if r.JSON200.Status != client.FormationStatusReady {
+		s.t.Fatalf("after approval: %s", r.Body)
 	}
 }
 
@@ -492,9 +517,12 @@ func (s *stack) certify() string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	r := s.do("POST", "/v1/certificates", api.RoleRegistrar, jws)
-	s.expect(r, http.StatusCreated)
-	return r.Body["id"].(string)
+	r, err := s.as(api.RoleRegistrar).RegisterCertificateWithBodyWithResponse(s.t.Context(), "application/jose", bytes.NewReader(jws))
+	s.must("register the certificate", err)
+	if r.JSON201 == nil {
+		s.t.Fatalf("register the certificate: %d %s, want 201", r.StatusCode(), r.Body)
+	}
+	return r.JSON201.Id
 }
 
 // retire drains and retires a pool's epoch as the operator.
@@ -507,17 +535,18 @@ func (s *stack) retire(pool string) {
 // retireDrained retires a drained pool's epoch as the operator.
 func (s *stack) retireDrained(pool string) {
 	s.t.Helper()
-	r := s.do("POST", "/v1/epochs/"+s.Epoch[pool]+"/retire", api.RoleOperator, nil)
-	s.expect(r, http.StatusOK)
-	if r.Body["state"] != "STALE" {
-		s.t.Fatalf("retire: %s", r.Raw)
+	r, err := s.as(api.RoleOperator).RetireEpochWithResponse(s.t.Context(), s.Epoch[pool], nil)
+	s.must("retire", err)
+	if r.JSON200 == nil || r.JSON200.State != client.EpochStateSTALE {
+		s.t.Fatalf("retire: %s", r.Body)
 	}
 }
 
 // drain drains a pool's epoch as the operator.
 func (s *stack) drain(pool string) {
 	s.t.Helper()
-	s.expect(s.do("POST", "/v1/epochs/"+s.Epoch[pool]+"/drain", api.RoleOperator, nil), http.StatusOK)
+	_, err := s.as(api.RoleOperator).DrainEpochWithResponse(s.t.Context(), s.Epoch[pool])
+	s.must("drain", err)
 }
 
 // status returns a formation's status.

@@ -36,6 +36,9 @@ var allowed = map[string][]string{
 	// The typed REST client is generated from the document alone; hosts
 	// and tools embed it, so it imports no server package.
 	"client": {},
+	// Hosts embed the host library: it speaks to authzd over HTTP only,
+	// through the typed client.
+	"host": {"client"},
 }
 
 // forbiddenDeps are modules a package must not pull in, even indirectly:
@@ -50,8 +53,10 @@ var forbiddenDeps = map[string][]string{
 	"authz/decisionlog": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
 	"manifest":          {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
 	"audit":             {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
-	// Hosts embed the client: no store, no policy engine.
+	// Hosts embed the client and the host library: no store, no policy
+	// engine.
 	"client": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"host":   {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
 }
 
 type pkg struct {
