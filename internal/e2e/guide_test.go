@@ -66,7 +66,7 @@ func TestProtectGuide(t *testing.T) {
 	// The outputs the guide shows, in its order.
 	var want []string
 	for _, line := range strings.Split(string(block[1]), "\n") {
-		if m := regexp.MustCompile(`^# (\{.*\}|[a-z_]+)$`).FindStringSubmatch(line); m != nil {
+		if m := regexp.MustCompile(`^# (\{.*\}|[A-Za-z_]+)$`).FindStringSubmatch(line); m != nil {
 			want = append(want, strings.ReplaceAll(m[1], `"8181"`, `"`+serverPort+`"`))
 		}
 	}
