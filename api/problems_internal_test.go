@@ -81,7 +81,7 @@ func TestProblemsDocumented(t *testing.T) {
 // TestToProblem maps a representative error of every rule, wrapped as
 // handlers and use cases wrap them.
 func TestToProblem(t *testing.T) {
-	findings := []manifest.Finding{{Rule: "approval-required", Severity: "error", Path: "$.tools[0].requiresApproval", Message: "m"}}
+	findings := []manifest.Finding{{Rule: "approval-required", Severity: "error", Path: "/tools/0/requiresApproval", Message: "m"}}
 	violations := []manifest.Violation{{InstancePath: "/name", Message: "missing property"}, {InstancePath: "/private", Message: "got string, want boolean"}}
 	cases := []struct {
 		name   string
@@ -99,7 +99,7 @@ func TestToProblem(t *testing.T) {
 		{"bad page", fmt.Errorf("%w: limit must be 1 to 1000, not 0", authz.ErrBadPage), 400, "invalid-parameter", nil},
 		{"rate limited", &rateLimitedError{wait: 1500 * time.Millisecond, limit: RateLimit{Rate: 1, Burst: 2}}, 429, "rate-limited", nil},
 		{"malformed document", fmt.Errorf("%w: not a JWS", manifest.ErrMalformed), 400, "malformed-document", nil},
-		{"invalid manifest", fmt.Errorf("%w: $.pool: is required", manifest.ErrInvalid), 400, "invalid-manifest", nil},
+		{"invalid manifest", fmt.Errorf("%w: /pool is required", manifest.ErrInvalid), 400, "invalid-manifest", nil},
 		{"lint", &manifest.LintError{Findings: findings}, 422, "lint-failed", map[string]any{"findings": findings}},
 		{"bad signature", fmt.Errorf("%w: typ", manifest.ErrBadSignature), 401, "bad-signature", nil},
 		{"untrusted signer", fmt.Errorf("%w: kid %q", manifest.ErrUntrustedSigner, "k"), 403, "untrusted-signer", nil},

@@ -339,7 +339,7 @@ func TestManifestRefusals(t *testing.T) {
 		}), nil), 422, "lint-failed", func(r reply) bool {
 			fs, _ := r.Body["findings"].([]any)
 			for _, x := range fs {
-				if x.(map[string]any)["rule"] == "approval-required" && strings.HasPrefix(x.(map[string]any)["path"].(string), "$.tools[") {
+				if x.(map[string]any)["rule"] == "approval-required" && strings.HasPrefix(x.(map[string]any)["path"].(string), "/tools/") {
 					return true
 				}
 			}

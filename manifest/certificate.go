@@ -69,58 +69,58 @@ func DecodeCertificate(data []byte) (*Certificate, error) {
 func (c *Certificate) Validate() error {
 	var errs []error
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+		errs = append(errs, &DecodeError{Pointer: path, Offset: -1, Reason: fmt.Sprintf(format, args...)})
 	}
 	if !ValidDigest(c.Source) {
-		bad("$.source", "must be sha256:<64 hex>")
+		bad("/source", "must be sha256:<64 hex>")
 	}
 	if !ValidDigest(c.Target) {
-		bad("$.target", "must be sha256:<64 hex>")
+		bad("/target", "must be sha256:<64 hex>")
 	}
 	if c.Source != "" && c.Source == c.Target {
-		bad("$.target", "must differ from the source epoch")
+		bad("/target", "must differ from the source epoch")
 	}
 	if !toolNamePattern.MatchString(c.Tool) {
-		bad("$.tool", "must match %s", toolNamePattern)
+		bad("/tool", "must match %s", toolNamePattern)
 	}
 	if env := bytes.TrimSpace(c.Envelope); len(env) == 0 || env[0] != '{' {
-		bad("$.envelope", "must be a JSON object")
+		bad("/envelope", "must be a JSON object")
 	} else {
 		var top struct {
 			Type any `json:"type"`
 		}
 		if err := json.Unmarshal(env, &top); err != nil || top.Type != "object" {
-			bad("$.envelope.type", `must be "object"`)
+			bad("/envelope/type", `must be "object"`)
 		}
 		if _, err := CompileSchema(env); err != nil {
-			bad("$.envelope", "does not compile: %v", err)
+			bad("/envelope", "does not compile: %v", err)
 		}
 	}
 	if len(c.Effects) == 0 {
-		bad("$.effects", "must name at least one effect")
+		bad("/effects", "must name at least one effect")
 	}
 	for k := range c.Effects {
 		if k == "" {
-			bad("$.effects", "has an empty effect name")
+			bad("/effects", "has an empty effect name")
 		}
 	}
 	if c.Profile.ID == "" {
-		bad("$.profile.id", "is required")
+		bad("/profile/id", "is required")
 	}
 	if !ValidDigest(c.Profile.Digest) {
-		bad("$.profile.digest", "must be sha256:<64 hex>")
+		bad("/profile/digest", "must be sha256:<64 hex>")
 	}
 	if c.IssuedAt.IsZero() {
-		bad("$.issuedAt", "is required")
+		bad("/issuedAt", "is required")
 	}
 	if c.ExpiresAt.IsZero() {
-		bad("$.expiresAt", "is required")
+		bad("/expiresAt", "is required")
 	}
 	if !c.IssuedAt.IsZero() && !c.ExpiresAt.IsZero() && !c.IssuedAt.Before(c.ExpiresAt) {
-		bad("$.expiresAt", "must be after issuedAt")
+		bad("/expiresAt", "must be after issuedAt")
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+		return invalid(errs)
 	}
 	return nil
 }

@@ -139,28 +139,28 @@ func TestCertificateValidate(t *testing.T) {
 		mutate func(c *Certificate)
 		path   string
 	}{
-		{"bad source", func(c *Certificate) { c.Source = "sha256:abc" }, "$.source"},
-		{"missing target", func(c *Certificate) { c.Target = "" }, "$.target"},
-		{"same epochs", func(c *Certificate) { c.Target = c.Source }, "$.target"},
-		{"bad tool name", func(c *Certificate) { c.Tool = "create repository" }, "$.tool"},
-		{"empty tool", func(c *Certificate) { c.Tool = "" }, "$.tool"},
-		{"no envelope", func(c *Certificate) { c.Envelope = nil }, "$.envelope"},
-		{"envelope not an object", func(c *Certificate) { c.Envelope = json.RawMessage(`true`) }, "$.envelope"},
-		{"envelope without type", func(c *Certificate) { c.Envelope = json.RawMessage(`{"required":["private"]}`) }, "$.envelope.type"},
-		{"envelope of another type", func(c *Certificate) { c.Envelope = json.RawMessage(`{"type":"array"}`) }, "$.envelope.type"},
-		{"envelope type list", func(c *Certificate) { c.Envelope = json.RawMessage(`{"type":["object"]}`) }, "$.envelope.type"},
-		{"envelope does not compile", func(c *Certificate) { c.Envelope = json.RawMessage(`{"type":"object","minProperties":-1}`) }, "$.envelope"},
+		{"bad source", func(c *Certificate) { c.Source = "sha256:abc" }, "/source"},
+		{"missing target", func(c *Certificate) { c.Target = "" }, "/target"},
+		{"same epochs", func(c *Certificate) { c.Target = c.Source }, "/target"},
+		{"bad tool name", func(c *Certificate) { c.Tool = "create repository" }, "/tool"},
+		{"empty tool", func(c *Certificate) { c.Tool = "" }, "/tool"},
+		{"no envelope", func(c *Certificate) { c.Envelope = nil }, "/envelope"},
+		{"envelope not an object", func(c *Certificate) { c.Envelope = json.RawMessage(`true`) }, "/envelope"},
+		{"envelope without type", func(c *Certificate) { c.Envelope = json.RawMessage(`{"required":["private"]}`) }, "/envelope/type"},
+		{"envelope of another type", func(c *Certificate) { c.Envelope = json.RawMessage(`{"type":"array"}`) }, "/envelope/type"},
+		{"envelope type list", func(c *Certificate) { c.Envelope = json.RawMessage(`{"type":["object"]}`) }, "/envelope/type"},
+		{"envelope does not compile", func(c *Certificate) { c.Envelope = json.RawMessage(`{"type":"object","minProperties":-1}`) }, "/envelope"},
 		{"envelope with remote ref", func(c *Certificate) {
 			c.Envelope = json.RawMessage(`{"type":"object","$ref":"https://example.com/s.json"}`)
-		}, "$.envelope"},
-		{"no effects", func(c *Certificate) { c.Effects = nil }, "$.effects"},
-		{"empty effect name", func(c *Certificate) { c.Effects = map[string]any{"": "x"} }, "$.effects"},
-		{"no profile id", func(c *Certificate) { c.Profile.ID = "" }, "$.profile.id"},
-		{"bad profile digest", func(c *Certificate) { c.Profile.Digest = "md5:00" }, "$.profile.digest"},
-		{"no issuedAt", func(c *Certificate) { c.IssuedAt = time.Time{} }, "$.issuedAt"},
-		{"no expiresAt", func(c *Certificate) { c.ExpiresAt = time.Time{} }, "$.expiresAt"},
-		{"expiry before issue", func(c *Certificate) { c.ExpiresAt = c.IssuedAt.Add(-time.Second) }, "$.expiresAt"},
-		{"expiry equals issue", func(c *Certificate) { c.ExpiresAt = c.IssuedAt }, "$.expiresAt"},
+		}, "/envelope"},
+		{"no effects", func(c *Certificate) { c.Effects = nil }, "/effects"},
+		{"empty effect name", func(c *Certificate) { c.Effects = map[string]any{"": "x"} }, "/effects"},
+		{"no profile id", func(c *Certificate) { c.Profile.ID = "" }, "/profile/id"},
+		{"bad profile digest", func(c *Certificate) { c.Profile.Digest = "md5:00" }, "/profile/digest"},
+		{"no issuedAt", func(c *Certificate) { c.IssuedAt = time.Time{} }, "/issuedAt"},
+		{"no expiresAt", func(c *Certificate) { c.ExpiresAt = time.Time{} }, "/expiresAt"},
+		{"expiry before issue", func(c *Certificate) { c.ExpiresAt = c.IssuedAt.Add(-time.Second) }, "/expiresAt"},
+		{"expiry equals issue", func(c *Certificate) { c.ExpiresAt = c.IssuedAt }, "/expiresAt"},
 	}
 	if err := baseCertificate().Validate(); err != nil {
 		t.Fatalf("base certificate: %v", err)
@@ -170,7 +170,7 @@ func TestCertificateValidate(t *testing.T) {
 			c := baseCertificate()
 			tc.mutate(c)
 			err := c.Validate()
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.path+":") {
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.path+" ") {
 				t.Fatalf("got %v, want ErrInvalid at %s", err, tc.path)
 			}
 			// DecodeCertificate applies the same checks.

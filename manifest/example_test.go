@@ -31,10 +31,10 @@ func ExampleLint() {
 	}
 	fmt.Println("registrable:", !manifest.HasErrors(findings))
 	// Output:
-	// warning artifact-not-pinned        $.artifact.digest
-	// error   secret-in-config           $.config.values['github.token']
-	// warning description-restates-name  $.tools[0].description
-	// warning parameter-undocumented     $.tools[0].inputSchema.properties.name.description
-	// error   approval-required          $.tools[0].requiresApproval
+	// warning artifact-not-pinned        /artifact/digest
+	// error   secret-in-config           /config/values/github.token
+	// warning description-restates-name  /tools/0/description
+	// warning parameter-undocumented     /tools/0/inputSchema/properties/name/description
+	// error   approval-required          /tools/0/requiresApproval
 	// registrable: false
 }

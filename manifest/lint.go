@@ -65,8 +65,8 @@ type Finding struct {
 	// Rule is the stable id of the rule that produced the finding.
 	Rule     string   `json:"rule"`
 	Severity Severity `json:"severity"`
-	// Path is a JSONPath into the manifest, e.g.
-	// "$.tools[2].requiresApproval" or "$.config.values['db.password']".
+	// Path is an RFC 6901 JSON Pointer into the manifest, e.g.
+	// "/tools/2/requiresApproval" or "/config/values/db.password".
 	Path    string `json:"path"`
 	Message string `json:"message"`
 }
@@ -243,8 +243,8 @@ func Lint(m *Manifest) []Finding {
 	for i := range m.Tools {
 		name := m.Tools[i].Name
 		if first, dup := l.index[name]; dup {
-			l.add(RuleDuplicateToolName, fmt.Sprintf("$.tools[%d].name", i),
-				"tool name %q is already used by $.tools[%d]", name, first)
+			l.add(RuleDuplicateToolName, fmt.Sprintf("/tools/%d/name", i),
+				"tool name %q is already used by /tools/%d", name, first)
 			continue
 		}
 		l.index[name] = i
@@ -261,20 +261,20 @@ func Lint(m *Manifest) []Finding {
 
 func (l *linter) lintArtifact() {
 	if !l.m.Artifact.Pinned() {
-		l.add(RuleArtifactNotPinned, "$.artifact.digest",
+		l.add(RuleArtifactNotPinned, "/artifact/digest",
 			"the artifact is not pinned by a sha256 digest; the same image reference may run different code")
 	}
 }
 
 func (l *linter) lintSecrets() {
 	for i, s := range l.m.Secrets {
-		p := fmt.Sprintf("$.secrets[%d]", i)
+		p := fmt.Sprintf("/secrets/%d", i)
 		if s.Value != "" {
-			l.add(RuleSecretValue, p+".value",
+			l.add(RuleSecretValue, p+"/value",
 				"secret %q is given by value; name its version instead and remove the value", s.Name)
 		}
 		if s.Version == "" {
-			l.add(RuleSecretUnversioned, p+".version",
+			l.add(RuleSecretUnversioned, p+"/version",
 				"secret %q has no version; an epoch must name the exact version it reads", s.Name)
 		}
 	}
@@ -301,41 +301,41 @@ func (l *linter) lintConfig() {
 			}
 		case []any:
 			for i, e := range v {
-				walk(e, fmt.Sprintf("%s[%d]", path, i), secretKey)
+				walk(e, fmt.Sprintf("%s/%d", path, i), secretKey)
 			}
 		case []string:
 			for i, e := range v {
-				walk(e, fmt.Sprintf("%s[%d]", path, i), secretKey)
+				walk(e, fmt.Sprintf("%s/%d", path, i), secretKey)
 			}
 		case string:
 			if secretKey && v != "" {
 				// Never echo v.
 				l.add(RuleSecretInConfig, path,
-					"this config key looks like a secret and holds a string; list the secret under $.secrets by version and keep its value out of the manifest")
+					"this config key looks like a secret and holds a string; list the secret under /secrets by version and keep its value out of the manifest")
 			}
 		}
 	}
 	for _, k := range sortedKeys(l.m.Config.Values) {
-		walk(l.m.Config.Values[k], "$.config.values"+pathKey(k), secretKeyPattern.MatchString(k))
+		walk(l.m.Config.Values[k], "/config/values"+pathKey(k), secretKeyPattern.MatchString(k))
 	}
 }
 
 func (l *linter) lintTool(i int) {
 	t := &l.m.Tools[i]
-	p := fmt.Sprintf("$.tools[%d]", i)
+	p := fmt.Sprintf("/tools/%d", i)
 
 	// Explicit action boundaries.
 	if t.SideEffects.Mutating() && !t.RequiresApproval {
-		l.add(RuleApprovalRequired, p+".requiresApproval",
+		l.add(RuleApprovalRequired, p+"/requiresApproval",
 			"tool %q has %s side effects but does not require approval", t.Name, t.SideEffects)
 	}
 	if a := t.Annotations; a != nil {
 		if a.ReadOnlyHint != nil && *a.ReadOnlyHint && t.SideEffects.Mutating() {
-			l.add(RuleAnnotationConflict, p+".annotations.readOnlyHint",
+			l.add(RuleAnnotationConflict, p+"/annotations/readOnlyHint",
 				"readOnlyHint is true but the tool has %s side effects", t.SideEffects)
 		}
 		if a.DestructiveHint != nil && !*a.DestructiveHint && t.SideEffects == SideEffectDelete {
-			l.add(RuleAnnotationConflict, p+".annotations.destructiveHint",
+			l.add(RuleAnnotationConflict, p+"/annotations/destructiveHint",
 				"destructiveHint is false but the tool has delete side effects")
 		}
 	}
@@ -343,9 +343,9 @@ func (l *linter) lintTool(i int) {
 	// Progressive disclosure.
 	summary := strings.TrimSpace(t.Summary)
 	if summary == "" {
-		l.add(RuleSummaryMissing, p+".summary", "tool %q has no summary for the catalog's summary view", t.Name)
+		l.add(RuleSummaryMissing, p+"/summary", "tool %q has no summary for the catalog's summary view", t.Name)
 	} else if n := utf8.RuneCountInString(summary); n > MaxSummaryLength {
-		l.add(RuleSummaryTooLong, p+".summary",
+		l.add(RuleSummaryTooLong, p+"/summary",
 			"the summary has %d characters (at most %d); move details into the description", n, MaxSummaryLength)
 	}
 
@@ -353,41 +353,41 @@ func (l *linter) lintTool(i int) {
 	desc := strings.TrimSpace(t.Description)
 	switch nd := normalizeText(desc); {
 	case desc == "":
-		l.add(RuleDescriptionMissing, p+".description", "tool %q has no description", t.Name)
+		l.add(RuleDescriptionMissing, p+"/description", "tool %q has no description", t.Name)
 	case nd == "" || nd == normalizeText(t.Name) || (t.Title != "" && nd == normalizeText(t.Title)):
-		l.add(RuleDescriptionRestatesName, p+".description",
+		l.add(RuleDescriptionRestatesName, p+"/description",
 			"the description of %q only restates its name; say what it does, on what, and when to use it", t.Name)
 	case len(strings.Fields(desc)) < MinDescriptionWords:
-		l.add(RuleDescriptionTooThin, p+".description",
+		l.add(RuleDescriptionTooThin, p+"/description",
 			"the description of %q has %d words (at least %d); say what it does and when to use it",
 			t.Name, len(strings.Fields(desc)), MinDescriptionWords)
 	}
-	l.lintInputSchema(p+".inputSchema", t.InputSchema)
+	l.lintInputSchema(p+"/inputSchema", t.InputSchema)
 
 	// Failure modes.
 	for j, f := range t.FailureModes {
-		fp := fmt.Sprintf("%s.failureModes[%d]", p, j)
+		fp := fmt.Sprintf("%s/failureModes/%d", p, j)
 		switch {
 		case f.Recovery == "":
-			l.add(RuleRecoveryMissing, fp+".recovery", "failure mode %q has no recovery strategy", f.Error)
+			l.add(RuleRecoveryMissing, fp+"/recovery", "failure mode %q has no recovery strategy", f.Error)
 		case f.Recovery == RecoveryFallback && f.Fallback == "":
-			l.add(RuleRecoveryMissing, fp+".fallback", "failure mode %q falls back but names no fallback tool", f.Error)
+			l.add(RuleRecoveryMissing, fp+"/fallback", "failure mode %q falls back but names no fallback tool", f.Error)
 		}
 		if f.Fallback != "" {
-			l.checkToolRef(fp+".fallback", f.Fallback, "fallback")
+			l.checkToolRef(fp+"/fallback", f.Fallback, "fallback")
 		}
 	}
 
 	// Declared relationships.
 	if d := t.Dependencies; d != nil {
 		for j, n := range d.Requires {
-			l.checkToolRef(fmt.Sprintf("%s.dependencies.requires[%d]", p, j), n, "requires")
+			l.checkToolRef(fmt.Sprintf("%s/dependencies/requires/%d", p, j), n, "requires")
 		}
 		for j, n := range d.ProducesInputFor {
-			l.checkToolRef(fmt.Sprintf("%s.dependencies.producesInputFor[%d]", p, j), n, "producesInputFor")
+			l.checkToolRef(fmt.Sprintf("%s/dependencies/producesInputFor/%d", p, j), n, "producesInputFor")
 		}
 		for j, n := range d.ExclusiveWith {
-			ep := fmt.Sprintf("%s.dependencies.exclusiveWith[%d]", p, j)
+			ep := fmt.Sprintf("%s/dependencies/exclusiveWith/%d", p, j)
 			l.checkToolRef(ep, n, "exclusiveWith")
 			if slices.Contains(d.Requires, n) {
 				l.add(RuleRequiresExclusiveConflict, ep,
@@ -420,9 +420,9 @@ func (l *linter) lintInputSchema(p string, raw json.RawMessage) {
 	}
 	switch typ, present := root["type"]; {
 	case !present:
-		l.add(RuleInputSchemaNotObject, p+".type", `inputSchema has no top-level type; it must be "object"`)
+		l.add(RuleInputSchemaNotObject, p+"/type", `inputSchema has no top-level type; it must be "object"`)
 	case typ != "object":
-		l.add(RuleInputSchemaNotObject, p+".type", `inputSchema's top-level type is %s; it must be "object"`, oneLine(compactJSON(typ)))
+		l.add(RuleInputSchemaNotObject, p+"/type", `inputSchema's top-level type is %s; it must be "object"`, oneLine(compactJSON(typ)))
 	}
 	l.lintProperties(root, root, p)
 }
@@ -432,17 +432,17 @@ func (l *linter) lintInputSchema(p string, raw json.RawMessage) {
 func (l *linter) lintProperties(root, sch map[string]any, p string) {
 	props, _ := sch["properties"].(map[string]any)
 	for _, name := range sortedKeys(props) {
-		pp := p + ".properties" + pathKey(name)
+		pp := p + "/properties" + pathKey(name)
 		ps, _ := props[name].(map[string]any)
 		if !documented(root, ps) {
-			l.add(RuleParameterUndocumented, pp+".description", "parameter %q has no description", name)
+			l.add(RuleParameterUndocumented, pp+"/description", "parameter %q has no description", name)
 		}
 		if ps == nil {
 			continue
 		}
 		l.lintProperties(root, ps, pp)
 		if items, ok := ps["items"].(map[string]any); ok {
-			l.lintProperties(root, items, pp+".items")
+			l.lintProperties(root, items, pp+"/items")
 		}
 	}
 }
@@ -507,7 +507,7 @@ func (l *linter) lintCycles() {
 			}
 		}
 	}
-	reqPath := func(i, j int) string { return fmt.Sprintf("$.tools[%d].dependencies.requires[%d]", i, j) }
+	reqPath := func(i, j int) string { return fmt.Sprintf("/tools/%d/dependencies/requires/%d", i, j) }
 
 	// Self-requires.
 	for i := range n {
@@ -633,15 +633,14 @@ func normalizeText(s string) string {
 	return strings.Join(strings.Fields(sb.String()), " ")
 }
 
-var identPattern = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
 
-// pathKey renders an object member name as a JSONPath step.
+// pathKey renders an object member name as a JSON Pointer reference
+// token (RFC 6901: "~" is "~0", "/" is "~1").
 func pathKey(k string) string {
-	if identPattern.MatchString(k) {
-		return "." + k
-	}
-	return "['" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(k) + "']"
+	return "/" + pointerEscaper.Replace(k)
 }
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
@@ -665,7 +664,7 @@ func compactJSON(v any) string {
 }
 
 // naturalCompare compares strings, reading runs of ASCII digits as
-// numbers, so that "$.tools[2]" sorts before "$.tools[10]".
+// numbers, so that "/tools/2" sorts before "/tools/10".
 func naturalCompare(a, b string) int {
 	for a != "" && b != "" {
 		if isDigit(a[0]) && isDigit(b[0]) {

@@ -152,9 +152,9 @@ func TestLintRules(t *testing.T) {
 	}{
 		// approval-required
 		{"write without approval", func(m *Manifest) { m.Tools[2].RequiresApproval = false },
-			[]fk{E(RuleApprovalRequired, "$.tools[2].requiresApproval")}},
+			[]fk{E(RuleApprovalRequired, "/tools/2/requiresApproval")}},
 		{"delete without approval", func(m *Manifest) { m.Tools[3].RequiresApproval = false },
-			[]fk{E(RuleApprovalRequired, "$.tools[3].requiresApproval")}},
+			[]fk{E(RuleApprovalRequired, "/tools/3/requiresApproval")}},
 		{"read and none need no approval", func(m *Manifest) {
 			m.Tools[0].SideEffects = SideEffectNone
 			m.Tools[1].RequiresApproval = true // asking for more is allowed
@@ -162,11 +162,11 @@ func TestLintRules(t *testing.T) {
 
 		// annotation-conflict
 		{"readOnlyHint on write", func(m *Manifest) { m.Tools[2].Annotations.ReadOnlyHint = ptr(true) },
-			[]fk{E(RuleAnnotationConflict, "$.tools[2].annotations.readOnlyHint")}},
+			[]fk{E(RuleAnnotationConflict, "/tools/2/annotations/readOnlyHint")}},
 		{"readOnlyHint on delete", func(m *Manifest) { m.Tools[3].Annotations.ReadOnlyHint = ptr(true) },
-			[]fk{E(RuleAnnotationConflict, "$.tools[3].annotations.readOnlyHint")}},
+			[]fk{E(RuleAnnotationConflict, "/tools/3/annotations/readOnlyHint")}},
 		{"destructiveHint false on delete", func(m *Manifest) { m.Tools[3].Annotations.DestructiveHint = ptr(false) },
-			[]fk{E(RuleAnnotationConflict, "$.tools[3].annotations.destructiveHint")}},
+			[]fk{E(RuleAnnotationConflict, "/tools/3/annotations/destructiveHint")}},
 		{"annotations consistent or absent", func(m *Manifest) {
 			m.Tools[2].Annotations.DestructiveHint = ptr(false) // write may be non-destructive
 			m.Tools[3].Annotations = nil
@@ -175,22 +175,22 @@ func TestLintRules(t *testing.T) {
 
 		// duplicate-tool-name
 		{"duplicate tool name", func(m *Manifest) { m.Tools = append(m.Tools, m.Tools[0], m.Tools[0]) },
-			[]fk{E(RuleDuplicateToolName, "$.tools[4].name"), E(RuleDuplicateToolName, "$.tools[5].name")}},
+			[]fk{E(RuleDuplicateToolName, "/tools/4/name"), E(RuleDuplicateToolName, "/tools/5/name")}},
 		{"distinct tool names", func(m *Manifest) { m.Tools = append(m.Tools, extraTool("get_repository_topics")) }, nil},
 
 		// unknown-dependency
 		{"requires unknown tool", func(m *Manifest) {
 			m.Tools[3].Dependencies.Requires = append(m.Tools[3].Dependencies.Requires, "get_repo")
-		}, []fk{E(RuleUnknownDependency, "$.tools[3].dependencies.requires[1]")}},
+		}, []fk{E(RuleUnknownDependency, "/tools/3/dependencies/requires/1")}},
 		{"producesInputFor unknown tool", func(m *Manifest) {
 			m.Tools[1].Dependencies.ProducesInputFor = []string{"list_branches", "get_repository"}
-		}, []fk{E(RuleUnknownDependency, "$.tools[1].dependencies.producesInputFor[0]")}},
+		}, []fk{E(RuleUnknownDependency, "/tools/1/dependencies/producesInputFor/0")}},
 		{"exclusiveWith unknown tool", func(m *Manifest) {
 			m.Tools[3].Dependencies.ExclusiveWith = []string{"create_repository", "transfer_repository"}
-		}, []fk{E(RuleUnknownDependency, "$.tools[3].dependencies.exclusiveWith[1]")}},
+		}, []fk{E(RuleUnknownDependency, "/tools/3/dependencies/exclusiveWith/1")}},
 		{"fallback unknown tool", func(m *Manifest) {
 			m.Tools[0].FailureModes[0] = FailureMode{Error: "not_found", Recovery: RecoveryFallback, Fallback: "search_repositories"}
-		}, []fk{E(RuleUnknownDependency, "$.tools[0].failureModes[0].fallback")}},
+		}, []fk{E(RuleUnknownDependency, "/tools/0/failureModes/0/fallback")}},
 		{"dependencies all known", func(m *Manifest) {
 			m.Tools[1].Dependencies.ProducesInputFor = []string{"get_repository", "delete_repository"}
 			m.Tools[0].FailureModes[0] = FailureMode{Error: "not_found", Recovery: RecoveryFallback, Fallback: "list_repositories"}
@@ -199,22 +199,22 @@ func TestLintRules(t *testing.T) {
 		// requires-cycle
 		{"self require", func(m *Manifest) {
 			m.Tools[0].Dependencies = &Dependencies{Requires: []string{"get_repository"}}
-		}, []fk{E(RuleRequiresCycle, "$.tools[0].dependencies.requires[0]")}},
+		}, []fk{E(RuleRequiresCycle, "/tools/0/dependencies/requires/0")}},
 		{"two-tool cycle reported once", func(m *Manifest) {
 			m.Tools[0].Dependencies = &Dependencies{Requires: []string{"delete_repository"}}
-		}, []fk{E(RuleRequiresCycle, "$.tools[0].dependencies.requires[0]")}},
+		}, []fk{E(RuleRequiresCycle, "/tools/0/dependencies/requires/0")}},
 		{"three-tool cycle reported once at lowest tool", func(m *Manifest) {
 			m.Tools[2].Dependencies = &Dependencies{Requires: []string{"list_repositories"}}
 			m.Tools[1].Dependencies.Requires = []string{"get_repository"}
 			m.Tools[0].Dependencies = &Dependencies{Requires: []string{"list_repositories", "create_repository"}}
-		}, []fk{E(RuleRequiresCycle, "$.tools[0].dependencies.requires[0]")}},
+		}, []fk{E(RuleRequiresCycle, "/tools/0/dependencies/requires/0")}},
 		{"two disjoint cycles", func(m *Manifest) {
 			m.Tools[0].Dependencies = &Dependencies{Requires: []string{"list_repositories"}}
 			m.Tools[1].Dependencies.Requires = []string{"get_repository"}
 			m.Tools[2].Dependencies = &Dependencies{Requires: []string{"create_repository"}}
 		}, []fk{
-			E(RuleRequiresCycle, "$.tools[0].dependencies.requires[0]"),
-			E(RuleRequiresCycle, "$.tools[2].dependencies.requires[0]"),
+			E(RuleRequiresCycle, "/tools/0/dependencies/requires/0"),
+			E(RuleRequiresCycle, "/tools/2/dependencies/requires/0"),
 		}},
 		{"acyclic chain and diamond", func(m *Manifest) {
 			m.Tools[1].Dependencies.Requires = []string{"get_repository"}
@@ -225,7 +225,7 @@ func TestLintRules(t *testing.T) {
 		// requires-exclusive-conflict
 		{"requires and exclusive with the same tool", func(m *Manifest) {
 			m.Tools[3].Dependencies.ExclusiveWith = append(m.Tools[3].Dependencies.ExclusiveWith, "get_repository")
-		}, []fk{E(RuleRequiresExclusiveConflict, "$.tools[3].dependencies.exclusiveWith[1]")}},
+		}, []fk{E(RuleRequiresExclusiveConflict, "/tools/3/dependencies/exclusiveWith/1")}},
 		{"requires one, exclusive with another", func(m *Manifest) {
 			m.Tools[2].Dependencies = &Dependencies{Requires: []string{"list_repositories"}, ExclusiveWith: []string{"delete_repository"}}
 		}, nil},
@@ -233,15 +233,15 @@ func TestLintRules(t *testing.T) {
 		// invalid-input-schema
 		{"schema does not compile", func(m *Manifest) {
 			m.Tools[0].InputSchema = json.RawMessage(`{"type":"object","properties":{"owner":{"type":"strin","description":"x"}}}`)
-		}, []fk{E(RuleInvalidInputSchema, "$.tools[0].inputSchema")}},
+		}, []fk{E(RuleInvalidInputSchema, "/tools/0/inputSchema")}},
 		{"schema refers to a remote document", func(m *Manifest) {
 			m.Tools[0].InputSchema = json.RawMessage(`{"type":"object","properties":{"owner":{"$ref":"https://schemas.example.com/owner.json"}}}`)
-		}, []fk{E(RuleInvalidInputSchema, "$.tools[0].inputSchema")}},
+		}, []fk{E(RuleInvalidInputSchema, "/tools/0/inputSchema")}},
 		{"schema with duplicate member", func(m *Manifest) {
 			m.Tools[0].InputSchema = json.RawMessage(`{"type":"object","type":"string"}`)
-		}, []fk{E(RuleInvalidInputSchema, "$.tools[0].inputSchema")}},
+		}, []fk{E(RuleInvalidInputSchema, "/tools/0/inputSchema")}},
 		{"schema missing", func(m *Manifest) { m.Tools[0].InputSchema = nil },
-			[]fk{E(RuleInvalidInputSchema, "$.tools[0].inputSchema")}},
+			[]fk{E(RuleInvalidInputSchema, "/tools/0/inputSchema")}},
 		{"schema with local refs and an explicit draft", func(m *Manifest) {
 			m.Tools[0].InputSchema = json.RawMessage(`{
 				"$schema": "http://json-schema.org/draft-07/schema#",
@@ -253,30 +253,30 @@ func TestLintRules(t *testing.T) {
 
 		// input-schema-not-object
 		{"schema of a string", func(m *Manifest) { m.Tools[0].InputSchema = json.RawMessage(`{"type":"string"}`) },
-			[]fk{E(RuleInputSchemaNotObject, "$.tools[0].inputSchema.type")}},
+			[]fk{E(RuleInputSchemaNotObject, "/tools/0/inputSchema/type")}},
 		{"schema without type", func(m *Manifest) { m.Tools[1].InputSchema = json.RawMessage(`{"properties":{}}`) },
-			[]fk{E(RuleInputSchemaNotObject, "$.tools[1].inputSchema.type")}},
+			[]fk{E(RuleInputSchemaNotObject, "/tools/1/inputSchema/type")}},
 		{"boolean schema", func(m *Manifest) { m.Tools[1].InputSchema = json.RawMessage(`true`) },
-			[]fk{E(RuleInputSchemaNotObject, "$.tools[1].inputSchema")}},
+			[]fk{E(RuleInputSchemaNotObject, "/tools/1/inputSchema")}},
 		{"schema of an object without properties", func(m *Manifest) {
 			m.Tools[1].InputSchema = json.RawMessage(`{"type":"object","additionalProperties":false}`)
 		}, nil},
 
 		// secret-value, secret-unversioned
 		{"secret by value", func(m *Manifest) { m.Secrets[0].Value = "-----BEGIN PRIVATE KEY-----" },
-			[]fk{E(RuleSecretValue, "$.secrets[0].value")}},
+			[]fk{E(RuleSecretValue, "/secrets/0/value")}},
 		{"secret by value only", func(m *Manifest) {
 			m.Secrets = append(m.Secrets, Secret{Name: "webhook-secret", Value: "hunter2"})
-		}, []fk{E(RuleSecretValue, "$.secrets[1].value"), E(RuleSecretUnversioned, "$.secrets[1].version")}},
+		}, []fk{E(RuleSecretValue, "/secrets/1/value"), E(RuleSecretUnversioned, "/secrets/1/version")}},
 		{"secret without version", func(m *Manifest) { m.Secrets[0].Version = "" },
-			[]fk{E(RuleSecretUnversioned, "$.secrets[0].version")}},
+			[]fk{E(RuleSecretUnversioned, "/secrets/0/version")}},
 		{"secrets by version", func(m *Manifest) {
 			m.Secrets = append(m.Secrets, Secret{Name: "webhook-secret", Version: "projects/p/secrets/webhook/versions/3"})
 		}, nil},
 
 		// secret-in-config
 		{"token in config", func(m *Manifest) { m.Config.Values["github.token"] = "ghp_0123456789" },
-			[]fk{E(RuleSecretInConfig, "$.config.values['github.token']")}},
+			[]fk{E(RuleSecretInConfig, "/config/values/github.token")}},
 		{"secret-looking keys, any case, nested and in arrays", func(m *Manifest) {
 			m.Config.Values["DB_PASSWORD"] = "pw"
 			m.Config.Values["auth"] = map[string]any{"apiKey": "k", "user": "bob", "Private-Key": "pem"}
@@ -286,14 +286,14 @@ func TestLintRules(t *testing.T) {
 			m.Config.Values["typed"] = map[string]string{"refresh_token": "r"}
 			m.Config.Values["API-KEYS"] = []string{"", "k2"}
 		}, []fk{
-			E(RuleSecretInConfig, "$.config.values['API-KEYS'][1]"),
-			E(RuleSecretInConfig, "$.config.values.typed.refresh_token"),
-			E(RuleSecretInConfig, "$.config.values.DB_PASSWORD"),
-			E(RuleSecretInConfig, "$.config.values.auth.apiKey"),
-			E(RuleSecretInConfig, "$.config.values.auth['Private-Key']"),
-			E(RuleSecretInConfig, "$.config.values.client_credentials[0]"),
-			E(RuleSecretInConfig, "$.config.values.passwd"),
-			E(RuleSecretInConfig, "$.config.values.webhookSecret"),
+			E(RuleSecretInConfig, "/config/values/API-KEYS/1"),
+			E(RuleSecretInConfig, "/config/values/typed/refresh_token"),
+			E(RuleSecretInConfig, "/config/values/DB_PASSWORD"),
+			E(RuleSecretInConfig, "/config/values/auth/apiKey"),
+			E(RuleSecretInConfig, "/config/values/auth/Private-Key"),
+			E(RuleSecretInConfig, "/config/values/client_credentials/0"),
+			E(RuleSecretInConfig, "/config/values/passwd"),
+			E(RuleSecretInConfig, "/config/values/webhookSecret"),
 		}},
 		{"secret-looking keys without string values", func(m *Manifest) {
 			m.Config.Values["token.ttlSeconds"] = 300.0
@@ -304,24 +304,24 @@ func TestLintRules(t *testing.T) {
 
 		// summary-missing, summary-too-long
 		{"no summary", func(m *Manifest) { m.Tools[1].Summary = "  " },
-			[]fk{W(RuleSummaryMissing, "$.tools[1].summary")}},
+			[]fk{W(RuleSummaryMissing, "/tools/1/summary")}},
 		{"summary too long", func(m *Manifest) { m.Tools[1].Summary = strings.Repeat("é", MaxSummaryLength+1) },
-			[]fk{W(RuleSummaryTooLong, "$.tools[1].summary")}},
+			[]fk{W(RuleSummaryTooLong, "/tools/1/summary")}},
 		{"summary at the limit", func(m *Manifest) { m.Tools[1].Summary = strings.Repeat("é", MaxSummaryLength) }, nil},
 
 		// description-missing, description-restates-name, description-too-thin
 		{"no description", func(m *Manifest) { m.Tools[2].Description = "" },
-			[]fk{W(RuleDescriptionMissing, "$.tools[2].description")}},
+			[]fk{W(RuleDescriptionMissing, "/tools/2/description")}},
 		{"description restates name", func(m *Manifest) { m.Tools[2].Description = "Create repository." },
-			[]fk{W(RuleDescriptionRestatesName, "$.tools[2].description")}},
+			[]fk{W(RuleDescriptionRestatesName, "/tools/2/description")}},
 		{"description restates name with odd punctuation", func(m *Manifest) { m.Tools[2].Description = "  CREATE-Repository!! " },
-			[]fk{W(RuleDescriptionRestatesName, "$.tools[2].description")}},
+			[]fk{W(RuleDescriptionRestatesName, "/tools/2/description")}},
 		{"description restates title", func(m *Manifest) {
 			m.Tools[2].Title = "New repo"
 			m.Tools[2].Description = "New repo"
-		}, []fk{W(RuleDescriptionRestatesName, "$.tools[2].description")}},
+		}, []fk{W(RuleDescriptionRestatesName, "/tools/2/description")}},
 		{"description too thin", func(m *Manifest) { m.Tools[2].Description = "Creates a new GitHub repository." },
-			[]fk{W(RuleDescriptionTooThin, "$.tools[2].description")}},
+			[]fk{W(RuleDescriptionTooThin, "/tools/2/description")}},
 		{"description long enough", func(m *Manifest) {
 			m.Tools[2].Description = "Creates a new GitHub repository for the authenticated user account."
 		}, nil},
@@ -330,8 +330,8 @@ func TestLintRules(t *testing.T) {
 		{"top-level parameter undocumented", func(m *Manifest) {
 			m.Tools[2].InputSchema = json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","description":"Name."},"private":{"type":"boolean"},"auto_init":{"type":"boolean","description":"  "}}}`)
 		}, []fk{
-			W(RuleParameterUndocumented, "$.tools[2].inputSchema.properties.auto_init.description"),
-			W(RuleParameterUndocumented, "$.tools[2].inputSchema.properties.private.description"),
+			W(RuleParameterUndocumented, "/tools/2/inputSchema/properties/auto_init/description"),
+			W(RuleParameterUndocumented, "/tools/2/inputSchema/properties/private/description"),
 		}},
 		{"nested parameters undocumented", func(m *Manifest) {
 			m.Tools[2].InputSchema = json.RawMessage(`{"type":"object","properties":{
@@ -340,9 +340,9 @@ func TestLintRules(t *testing.T) {
 				"odd name": true
 			}}`)
 		}, []fk{
-			W(RuleParameterUndocumented, "$.tools[2].inputSchema.properties['odd name'].description"),
-			W(RuleParameterUndocumented, "$.tools[2].inputSchema.properties.template.properties.owner.description"),
-			W(RuleParameterUndocumented, "$.tools[2].inputSchema.properties.topics.items.properties.name.description"),
+			W(RuleParameterUndocumented, "/tools/2/inputSchema/properties/odd name/description"),
+			W(RuleParameterUndocumented, "/tools/2/inputSchema/properties/template/properties/owner/description"),
+			W(RuleParameterUndocumented, "/tools/2/inputSchema/properties/topics/items/properties/name/description"),
 		}},
 		{"parameter documented through a local ref", func(m *Manifest) {
 			m.Tools[2].InputSchema = json.RawMessage(`{"type":"object","properties":{"name":{"$ref":"#/$defs/name"}},"$defs":{"name":{"type":"string","description":"Name of the repository."}}}`)
@@ -352,13 +352,13 @@ func TestLintRules(t *testing.T) {
 		}, nil},
 		{"parameter through a ref without a description", func(m *Manifest) {
 			m.Tools[2].InputSchema = json.RawMessage(`{"type":"object","properties":{"name":{"$ref":"#/$defs/name"}},"$defs":{"name":{"type":"string"}}}`)
-		}, []fk{W(RuleParameterUndocumented, "$.tools[2].inputSchema.properties.name.description")}},
+		}, []fk{W(RuleParameterUndocumented, "/tools/2/inputSchema/properties/name/description")}},
 
 		// recovery-missing
 		{"failure mode without recovery", func(m *Manifest) { m.Tools[2].FailureModes[1].Recovery = "" },
-			[]fk{W(RuleRecoveryMissing, "$.tools[2].failureModes[1].recovery")}},
+			[]fk{W(RuleRecoveryMissing, "/tools/2/failureModes/1/recovery")}},
 		{"fallback without a fallback tool", func(m *Manifest) { m.Tools[2].FailureModes[1].Recovery = RecoveryFallback },
-			[]fk{W(RuleRecoveryMissing, "$.tools[2].failureModes[1].fallback")}},
+			[]fk{W(RuleRecoveryMissing, "/tools/2/failureModes/1/fallback")}},
 		{"every recovery strategy", func(m *Manifest) {
 			m.Tools[2].FailureModes = []FailureMode{
 				{Error: "a", Recovery: RecoveryRetry, MaxAttempts: 2},
@@ -370,7 +370,7 @@ func TestLintRules(t *testing.T) {
 
 		// artifact-not-pinned
 		{"artifact by tag only", func(m *Manifest) { m.Artifact.Digest = "" },
-			[]fk{W(RuleArtifactNotPinned, "$.artifact.digest")}},
+			[]fk{W(RuleArtifactNotPinned, "/artifact/digest")}},
 		{"artifact by digest only", func(m *Manifest) { m.Artifact.Image = "" }, nil},
 	}
 	for _, tt := range tests {
@@ -401,7 +401,7 @@ func TestLintCycleMessage(t *testing.T) {
 	// Shortest cycle through get_repository: delete_repository requires it
 	// directly.
 	want := "requires cycle: get_repository → delete_repository → get_repository"
-	if fs[0].Rule != RuleRequiresCycle || fs[0].Message != want || fs[0].Path != "$.tools[0].dependencies.requires[0]" {
+	if fs[0].Rule != RuleRequiresCycle || fs[0].Message != want || fs[0].Path != "/tools/0/dependencies/requires/0" {
 		t.Fatalf("got %+v, want %q at requires[0]", fs[0], want)
 	}
 }
@@ -448,14 +448,14 @@ func TestLintOrderIsDeterministic(t *testing.T) {
 		paths = append(paths, f.Path)
 	}
 	want := []string{
-		"$.artifact.digest",
-		"$.config.values.a_token",
-		"$.config.values.b_token",
-		"$.tools[2].requiresApproval",
-		"$.tools[2].summary",
+		"/artifact/digest",
+		"/config/values/a_token",
+		"/config/values/b_token",
+		"/tools/2/requiresApproval",
+		"/tools/2/summary",
 	}
 	for i := range 11 {
-		want = append(want, fmt.Sprintf("$.tools[%d].summary", i+4))
+		want = append(want, fmt.Sprintf("/tools/%d/summary", i+4))
 	}
 	if !slices.Equal(paths, want) {
 		t.Fatalf("paths:\n got %q\nwant %q", paths, want)
@@ -466,10 +466,10 @@ func TestLintOrderIsDeterministic(t *testing.T) {
 	m.Tools[2].Dependencies = &Dependencies{Requires: []string{"ghost"}, ExclusiveWith: []string{"ghost"}}
 	got := keys(Lint(m))
 	wantKeys := []fk{
-		E(RuleAnnotationConflict, "$.tools[2].annotations.readOnlyHint"),
-		E(RuleRequiresExclusiveConflict, "$.tools[2].dependencies.exclusiveWith[0]"),
-		E(RuleUnknownDependency, "$.tools[2].dependencies.exclusiveWith[0]"),
-		E(RuleUnknownDependency, "$.tools[2].dependencies.requires[0]"),
+		E(RuleAnnotationConflict, "/tools/2/annotations/readOnlyHint"),
+		E(RuleRequiresExclusiveConflict, "/tools/2/dependencies/exclusiveWith/0"),
+		E(RuleUnknownDependency, "/tools/2/dependencies/exclusiveWith/0"),
+		E(RuleUnknownDependency, "/tools/2/dependencies/requires/0"),
 	}
 	if !slices.Equal(got, wantKeys) {
 		t.Fatalf("got %v\nwant %v", got, wantKeys)
@@ -482,7 +482,7 @@ func TestLintNilAndEmpty(t *testing.T) {
 	}
 	// A zero manifest must not panic; it draws only the pinning warning.
 	fs := Lint(&Manifest{})
-	if got := keys(fs); !slices.Equal(got, []fk{W(RuleArtifactNotPinned, "$.artifact.digest")}) {
+	if got := keys(fs); !slices.Equal(got, []fk{W(RuleArtifactNotPinned, "/artifact/digest")}) {
 		t.Fatalf("Lint(zero) = %v", fs)
 	}
 	// A tool with nothing in it must not panic either.
@@ -530,8 +530,8 @@ func TestRulesTable(t *testing.T) {
 }
 
 func TestHasErrorsAndLintError(t *testing.T) {
-	warn := Finding{Rule: RuleSummaryMissing, Severity: SeverityWarning, Path: "$.tools[0].summary", Message: "no summary"}
-	bad := Finding{Rule: RuleApprovalRequired, Severity: SeverityError, Path: "$.tools[1].requiresApproval", Message: "needs approval"}
+	warn := Finding{Rule: RuleSummaryMissing, Severity: SeverityWarning, Path: "/tools/0/summary", Message: "no summary"}
+	bad := Finding{Rule: RuleApprovalRequired, Severity: SeverityError, Path: "/tools/1/requiresApproval", Message: "needs approval"}
 	if HasErrors(nil) || HasErrors([]Finding{warn}) {
 		t.Error("HasErrors true without errors")
 	}
@@ -540,7 +540,7 @@ func TestHasErrorsAndLintError(t *testing.T) {
 	}
 	var err error = &LintError{Findings: []Finding{warn, bad}}
 	msg := err.Error()
-	for _, s := range []string{"1 error(s)", "1 warning(s)", RuleApprovalRequired, "$.tools[1].requiresApproval"} {
+	for _, s := range []string{"1 error(s)", "1 warning(s)", RuleApprovalRequired, "/tools/1/requiresApproval"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("LintError %q lacks %q", msg, s)
 		}
@@ -555,9 +555,9 @@ func TestHasErrorsAndLintError(t *testing.T) {
 }
 
 func TestNaturalCompare(t *testing.T) {
-	in := []string{"$.tools[10].name", "$.tools[2].name", "$.tools[1]", "$.artifact", "$.tools[02].a", "$.tools[2]"}
+	in := []string{"/tools/10/name", "/tools/2/name", "/tools/1", "/artifact", "/tools/02/a", "/tools/2"}
 	slices.SortFunc(in, naturalCompare)
-	want := []string{"$.artifact", "$.tools[1]", "$.tools[2]", "$.tools[2].name", "$.tools[02].a", "$.tools[10].name"}
+	want := []string{"/artifact", "/tools/1", "/tools/2", "/tools/2/name", "/tools/02/a", "/tools/10/name"}
 	if !slices.Equal(in, want) {
 		t.Fatalf("got %q\nwant %q", in, want)
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-
-	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // Manifest is a registration manifest: one release of one MCP server, with
@@ -132,11 +130,11 @@ var ErrInvalid = errors.New("manifest: invalid document")
 // DecodeStrict decodes a JSON document into v, refusing unknown members,
 // duplicate members, members that only match a field case-insensitively,
 // and anything after the document. A signed document must mean exactly
-// what its signer saw.
+// what its signer saw. A failure wraps [ErrMalformed] and a *[DecodeError]
+// naming the member at fault.
 func DecodeStrict(data []byte, v any) error {
-	data = bytes.TrimSpace(data)
-	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true)); err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	if err := Unmarshal(bytes.TrimSpace(data), v); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return nil
 }
@@ -164,71 +162,71 @@ var (
 func (m *Manifest) Validate() error {
 	var errs []error
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+		errs = append(errs, &DecodeError{Pointer: path, Offset: -1, Reason: fmt.Sprintf(format, args...)})
 	}
 	if !serverNamePattern.MatchString(m.Server.Name) {
-		bad("$.server.name", "must match %s", serverNamePattern)
+		bad("/server/name", "must match %s", serverNamePattern)
 	}
 	if m.Server.Release == "" {
-		bad("$.server.release", "is required")
+		bad("/server/release", "is required")
 	}
 	if m.Pool == "" {
-		bad("$.pool", "is required")
+		bad("/pool", "is required")
 	}
 	if m.Artifact.Image == "" && m.Artifact.Digest == "" {
-		bad("$.artifact", "needs an image or a digest")
+		bad("/artifact", "needs an image or a digest")
 	}
 	if m.Artifact.Digest != "" && !ValidDigest(m.Artifact.Digest) {
-		bad("$.artifact.digest", "must be sha256:<64 hex>")
+		bad("/artifact/digest", "must be sha256:<64 hex>")
 	}
 	if m.Deployment.Name == "" {
-		bad("$.deployment.name", "is required")
+		bad("/deployment/name", "is required")
 	}
 	if !ValidDigest(m.Config.Digest) {
-		bad("$.config.digest", "must be sha256:<64 hex>")
+		bad("/config/digest", "must be sha256:<64 hex>")
 	}
 	if m.FeatureFlags != nil && m.FeatureFlags.Snapshot == "" {
-		bad("$.featureFlags.snapshot", "is required")
+		bad("/featureFlags/snapshot", "is required")
 	}
 	for i, d := range m.Downstream {
 		if d.Service == "" || d.Revision == "" {
-			bad(fmt.Sprintf("$.downstream[%d]", i), "needs service and revision")
+			bad(fmt.Sprintf("/downstream/%d", i), "needs service and revision")
 		}
 	}
 	for i, s := range m.Secrets {
 		if s.Name == "" {
-			bad(fmt.Sprintf("$.secrets[%d].name", i), "is required")
+			bad(fmt.Sprintf("/secrets/%d/name", i), "is required")
 		}
 	}
 	if m.Policy != nil && m.Policy.ID == "" {
-		bad("$.policy.id", "is required")
+		bad("/policy/id", "is required")
 	}
 	if len(m.Tools) == 0 {
-		bad("$.tools", "must list at least one tool")
+		bad("/tools", "must list at least one tool")
 	}
 	for i := range m.Tools {
 		t := &m.Tools[i]
-		p := fmt.Sprintf("$.tools[%d]", i)
+		p := fmt.Sprintf("/tools/%d", i)
 		if !toolNamePattern.MatchString(t.Name) {
-			bad(p+".name", "must match %s", toolNamePattern)
+			bad(p+"/name", "must match %s", toolNamePattern)
 		}
 		if !t.SideEffects.Valid() {
-			bad(p+".sideEffects", "must be one of none, read, write, delete")
+			bad(p+"/sideEffects", "must be one of none, read, write, delete")
 		}
 		if s := bytes.TrimSpace(t.InputSchema); len(s) == 0 || s[0] != '{' {
-			bad(p+".inputSchema", "must be a JSON object")
+			bad(p+"/inputSchema", "must be a JSON object")
 		}
 		for j, f := range t.FailureModes {
 			if f.Error == "" {
-				bad(fmt.Sprintf("%s.failureModes[%d].error", p, j), "is required")
+				bad(fmt.Sprintf("%s/failureModes/%d/error", p, j), "is required")
 			}
 			if f.Recovery != "" && !f.Recovery.Valid() {
-				bad(fmt.Sprintf("%s.failureModes[%d].recovery", p, j), "must be one of retry, fallback, prompt_user, abort")
+				bad(fmt.Sprintf("%s/failureModes/%d/recovery", p, j), "must be one of retry, fallback, prompt_user, abort")
 			}
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+		return invalid(errs)
 	}
 	return nil
 }

@@ -118,27 +118,27 @@ func TestValidate(t *testing.T) {
 		mutate func(m *Manifest)
 		path   string
 	}{
-		{"server name syntax", func(m *Manifest) { m.Server.Name = "GitHub" }, "$.server.name"},
-		{"server name missing", func(m *Manifest) { m.Server.Name = "" }, "$.server.name"},
-		{"release missing", func(m *Manifest) { m.Server.Release = "" }, "$.server.release"},
-		{"pool missing", func(m *Manifest) { m.Pool = "" }, "$.pool"},
-		{"artifact missing", func(m *Manifest) { m.Artifact = Artifact{} }, "$.artifact"},
-		{"artifact digest malformed", func(m *Manifest) { m.Artifact.Digest = "sha256:" + strings.Repeat("AB", 32) }, "$.artifact.digest"},
-		{"artifact digest of another algorithm", func(m *Manifest) { m.Artifact.Digest = "sha512:" + strings.Repeat("ab", 32) }, "$.artifact.digest"},
-		{"deployment name missing", func(m *Manifest) { m.Deployment.Name = "" }, "$.deployment.name"},
-		{"config digest missing", func(m *Manifest) { m.Config.Digest = "" }, "$.config.digest"},
-		{"feature flags without snapshot", func(m *Manifest) { m.FeatureFlags.Snapshot = "" }, "$.featureFlags.snapshot"},
-		{"downstream without revision", func(m *Manifest) { m.Downstream[0].Revision = "" }, "$.downstream[0]"},
-		{"secret without name", func(m *Manifest) { m.Secrets[0].Name = "" }, "$.secrets[0].name"},
-		{"policy without id", func(m *Manifest) { m.Policy.ID = "" }, "$.policy.id"},
-		{"no tools", func(m *Manifest) { m.Tools = nil }, "$.tools"},
-		{"tool name syntax", func(m *Manifest) { m.Tools[1].Name = "list repositories" }, "$.tools[1].name"},
-		{"unknown side effect", func(m *Manifest) { m.Tools[2].SideEffects = "admin" }, "$.tools[2].sideEffects"},
-		{"missing side effect", func(m *Manifest) { m.Tools[2].SideEffects = "" }, "$.tools[2].sideEffects"},
-		{"input schema not an object", func(m *Manifest) { m.Tools[0].InputSchema = json.RawMessage(`[]`) }, "$.tools[0].inputSchema"},
-		{"input schema missing", func(m *Manifest) { m.Tools[0].InputSchema = nil }, "$.tools[0].inputSchema"},
-		{"failure mode without error", func(m *Manifest) { m.Tools[0].FailureModes[1].Error = "" }, "$.tools[0].failureModes[1].error"},
-		{"unknown recovery", func(m *Manifest) { m.Tools[0].FailureModes[0].Recovery = "ignore" }, "$.tools[0].failureModes[0].recovery"},
+		{"server name syntax", func(m *Manifest) { m.Server.Name = "GitHub" }, "/server/name"},
+		{"server name missing", func(m *Manifest) { m.Server.Name = "" }, "/server/name"},
+		{"release missing", func(m *Manifest) { m.Server.Release = "" }, "/server/release"},
+		{"pool missing", func(m *Manifest) { m.Pool = "" }, "/pool"},
+		{"artifact missing", func(m *Manifest) { m.Artifact = Artifact{} }, "/artifact"},
+		{"artifact digest malformed", func(m *Manifest) { m.Artifact.Digest = "sha256:" + strings.Repeat("AB", 32) }, "/artifact/digest"},
+		{"artifact digest of another algorithm", func(m *Manifest) { m.Artifact.Digest = "sha512:" + strings.Repeat("ab", 32) }, "/artifact/digest"},
+		{"deployment name missing", func(m *Manifest) { m.Deployment.Name = "" }, "/deployment/name"},
+		{"config digest missing", func(m *Manifest) { m.Config.Digest = "" }, "/config/digest"},
+		{"feature flags without snapshot", func(m *Manifest) { m.FeatureFlags.Snapshot = "" }, "/featureFlags/snapshot"},
+		{"downstream without revision", func(m *Manifest) { m.Downstream[0].Revision = "" }, "/downstream/0"},
+		{"secret without name", func(m *Manifest) { m.Secrets[0].Name = "" }, "/secrets/0/name"},
+		{"policy without id", func(m *Manifest) { m.Policy.ID = "" }, "/policy/id"},
+		{"no tools", func(m *Manifest) { m.Tools = nil }, "/tools"},
+		{"tool name syntax", func(m *Manifest) { m.Tools[1].Name = "list repositories" }, "/tools/1/name"},
+		{"unknown side effect", func(m *Manifest) { m.Tools[2].SideEffects = "admin" }, "/tools/2/sideEffects"},
+		{"missing side effect", func(m *Manifest) { m.Tools[2].SideEffects = "" }, "/tools/2/sideEffects"},
+		{"input schema not an object", func(m *Manifest) { m.Tools[0].InputSchema = json.RawMessage(`[]`) }, "/tools/0/inputSchema"},
+		{"input schema missing", func(m *Manifest) { m.Tools[0].InputSchema = nil }, "/tools/0/inputSchema"},
+		{"failure mode without error", func(m *Manifest) { m.Tools[0].FailureModes[1].Error = "" }, "/tools/0/failureModes/1/error"},
+		{"unknown recovery", func(m *Manifest) { m.Tools[0].FailureModes[0].Recovery = "ignore" }, "/tools/0/failureModes/0/recovery"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,7 +148,7 @@ func TestValidate(t *testing.T) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("Validate = %v, want ErrInvalid", err)
 			}
-			if !strings.Contains(err.Error(), tt.path+":") {
+			if !strings.Contains(err.Error(), tt.path+" ") {
 				t.Fatalf("Validate = %v, want it to name %s", err, tt.path)
 			}
 			// Decode reports the same for the document.
@@ -166,7 +166,7 @@ func TestValidate(t *testing.T) {
 		m.Pool = ""
 		m.Tools[3].SideEffects = "erase"
 		err := m.Validate()
-		for _, p := range []string{"$.pool:", "$.tools[3].sideEffects:"} {
+		for _, p := range []string{"/pool ", "/tools/3/sideEffects "} {
 			if !strings.Contains(fmt.Sprint(err), p) {
 				t.Errorf("Validate = %v, want %s", err, p)
 			}

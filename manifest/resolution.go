@@ -72,32 +72,32 @@ var leaseIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,256}$`)
 func (r *Resolution) Validate() error {
 	var errs []error
 	bad := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+		errs = append(errs, &DecodeError{Pointer: path, Offset: -1, Reason: fmt.Sprintf(format, args...)})
 	}
 	if !leaseIDPattern.MatchString(r.Lease) {
-		bad("$.lease", "must match %s", leaseIDPattern)
+		bad("/lease", "must match %s", leaseIDPattern)
 	}
 	if r.Outcome != ResolutionEffect && r.Outcome != ResolutionNoEffect {
-		bad("$.outcome", "must be %s or %s", ResolutionEffect, ResolutionNoEffect)
+		bad("/outcome", "must be %s or %s", ResolutionEffect, ResolutionNoEffect)
 	}
 	if strings.TrimSpace(r.Reason) == "" {
-		bad("$.reason", "is required")
+		bad("/reason", "is required")
 	} else if len(r.Reason) > MaxResolutionReason {
-		bad("$.reason", "is longer than %d bytes", MaxResolutionReason)
+		bad("/reason", "is longer than %d bytes", MaxResolutionReason)
 	}
 	switch {
 	case strings.TrimSpace(r.Operator) == "":
-		bad("$.operator", "is required")
+		bad("/operator", "is required")
 	case len(r.Operator) > MaxResolutionOperator:
-		bad("$.operator", "is longer than %d bytes", MaxResolutionOperator)
+		bad("/operator", "is longer than %d bytes", MaxResolutionOperator)
 	case strings.IndexFunc(r.Operator, unicode.IsControl) >= 0:
-		bad("$.operator", "has a control character")
+		bad("/operator", "has a control character")
 	}
 	if r.IssuedAt.IsZero() {
-		bad("$.issuedAt", "is required")
+		bad("/issuedAt", "is required")
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+		return invalid(errs)
 	}
 	return nil
 }
@@ -178,7 +178,7 @@ func (v *Verifier) VerifyResolution(data []byte, now time.Time) (*SignedResoluti
 func ReadVerifiedResolution(data []byte) (*SignedResolution, error) {
 	msg, err := jws.Parse(bytes.TrimSpace(data))
 	if err != nil {
-		return nil, fmt.Errorf("%w: not a JWS: %v", ErrMalformed, err)
+		return nil, notSigned(data, TypResolution)
 	}
 	sigs := msg.Signatures()
 	if len(sigs) != 1 || sigs[0].ProtectedHeaders().Type() != TypResolution {

@@ -164,6 +164,28 @@ func Sign(payload []byte, key jwk.Key, typ string) ([]byte, error) {
 	return out, nil
 }
 
+// notSigned explains a document that is not a JWS at all: an unsigned
+// JSON document (the common mistake: posting the file instead of the
+// output of its sign command) or something else, in the words of the
+// command that signs it, not the JWS parser's.
+func notSigned(data []byte, typ string) error {
+	noun, cmd := "document", "sign it with its authzd sign command"
+	switch typ {
+	case TypManifest:
+		noun, cmd = "manifest", "sign it with `authzd manifest sign --key KEY FILE`"
+	case TypCertificate:
+		noun, cmd = "certificate", "sign it with `authzd cert sign --key KEY FILE`"
+	case TypResolution:
+		noun, cmd = "resolution", "sign it with `authzd lease sign-resolution`"
+	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && (t[0] == '{' || t[0] == '[') && !bytes.Contains(t, []byte(`"signature"`)) {
+		return fmt.Errorf("%w: the %s is not signed: this is plain JSON, and a compact JWS (header.payload.signature) is expected; %s",
+			ErrMalformed, noun, cmd)
+	}
+	return fmt.Errorf("%w: the %s is not a signed document: a compact JWS (header.payload.signature) is expected; %s",
+		ErrMalformed, noun, cmd)
+}
+
 // Verifier verifies JWS documents against a fixed set of trusted public
 // keys. It is safe for concurrent use; it never fetches keys.
 type Verifier struct {
@@ -226,7 +248,7 @@ func (v *Verifier) Verify(data []byte, typ string) (*Verified, error) {
 	data = bytes.TrimSpace(data)
 	msg, err := jws.Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not a JWS: %v", ErrMalformed, err)
+		return nil, notSigned(data, typ)
 	}
 	sigs := msg.Signatures()
 	if len(sigs) != 1 {
