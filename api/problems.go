@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/fcd-authz/fcd/authz"
@@ -60,15 +64,21 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 // noRetry marks a problem that retrying cannot cure: no Retry-After.
 const noRetry = "-"
 
-// problemRule maps errors matching match to a problem.
+// problemRule maps errors matching match (or, when match is nil, wrapping
+// cause) to a problem.
 type problemRule struct {
-	match  func(error) bool
+	match func(error) bool
+	// cause is the sentinel the rule stands for; its sentence starts the
+	// problem's detail (see detailOf).
+	cause  error
 	status int
 	slug   string
 	title  string
 	// detail replaces err.Error() when the error's text must not reach the
 	// client (store internals).
 	detail string
+	// detailOf, when set, words the detail from the error.
+	detailOf func(error) string
 	// retryAfter, when set, is sent as the Retry-After header.
 	retryAfter string
 	// retryAfterOf, when set, computes the Retry-After header from the
@@ -87,63 +97,68 @@ func as[T error]() func(error) bool {
 // matters only where one error could match two rules.
 func problemRules() []problemRule {
 	return []problemRule{
-		{match: is(errUnauthenticated), status: 401, slug: "unauthenticated", title: "Authentication required"},
-		{match: is(errForbiddenRole), status: 403, slug: "forbidden-role", title: "Role not allowed"},
-		{match: as[*http.MaxBytesError](), status: 413, slug: "body-too-large", title: "Request body too large"},
-		{match: is(errMalformedJSON), status: 400, slug: "malformed-json", title: "Malformed JSON"},
-		{match: is(errBadParameter), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
-		{match: is(authz.ErrMalformedMCP), status: 400, slug: "malformed-mcp", title: "MCP request body cannot be read safely",
+		{cause: errUnauthenticated, status: 401, slug: "unauthenticated", title: "Authentication required"},
+		{cause: errForbiddenRole, status: 403, slug: "forbidden-role", title: "Role not allowed"},
+		{match: as[*http.MaxBytesError](), status: 413, slug: "body-too-large", title: "Request body too large",
+			detailOf: func(err error) string {
+				var mb *http.MaxBytesError
+				errors.As(err, &mb)
+				return fmt.Sprintf("the request body is larger than the limit of %d bytes", mb.Limit)
+			}},
+		{cause: errMalformedJSON, status: 400, slug: "malformed-json", title: "Malformed JSON", ext: decodeErrors},
+		{cause: errBadParameter, status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{cause: authz.ErrMalformedMCP, status: 400, slug: "malformed-mcp", title: "MCP request body cannot be read safely",
 			ext: func(err error) map[string]any {
 				if r := fencecheck.ReasonOf(err); r != "" {
 					return map[string]any{"reason": r}
 				}
 				return nil
 			}},
-		{match: is(authz.ErrWaitTooLong), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
-		{match: is(authz.ErrBadPage), status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{cause: authz.ErrWaitTooLong, status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
+		{cause: authz.ErrBadPage, status: 400, slug: "invalid-parameter", title: "Invalid parameter"},
 		// Before the manifest rules: a refused resolution wraps the
 		// signature check's error beside its own.
-		{match: is(authz.ErrResolutionUnsigned), status: 403, slug: "resolution-unsigned", title: "A signed resolution is required"},
-		{match: is(authz.ErrResolutionInvalid), status: 403, slug: "resolution-invalid", title: "The signed resolution is not valid for this lease"},
-		{match: is(authz.ErrResolutionNotFound), status: 404, slug: "resolution-not-found", title: "No signed resolution is kept for this lease"},
-		{match: is(manifest.ErrMalformed), status: 400, slug: "malformed-document", title: "Malformed document"},
-		{match: is(manifest.ErrInvalid), status: 400, slug: "invalid-manifest", title: "Invalid manifest"},
+		{cause: authz.ErrResolutionUnsigned, status: 403, slug: "resolution-unsigned", title: "A signed resolution is required"},
+		{cause: authz.ErrResolutionInvalid, status: 403, slug: "resolution-invalid", title: "The signed resolution is not valid for this lease"},
+		{cause: authz.ErrResolutionNotFound, status: 404, slug: "resolution-not-found", title: "No signed resolution is kept for this lease"},
+		{cause: manifest.ErrMalformed, status: 400, slug: "malformed-document", title: "Malformed document", ext: decodeErrors},
+		{cause: manifest.ErrInvalid, status: 400, slug: "invalid-manifest", title: "Invalid manifest", ext: decodeErrors},
 		{match: as[*manifest.LintError](), status: 422, slug: "lint-failed", title: "Manifest fails MCP+ lint",
 			ext: func(err error) map[string]any {
 				var le *manifest.LintError
 				errors.As(err, &le)
 				return map[string]any{"findings": le.Findings}
 			}},
-		{match: is(authz.ErrBadRequest), status: 400, slug: "invalid-request", title: "Invalid request"},
-		{match: is(authz.ErrBadReference), status: 422, slug: "unknown-reference", title: "Unknown snapshot or tool"},
+		{cause: authz.ErrBadRequest, status: 400, slug: "invalid-request", title: "Invalid request"},
+		{cause: authz.ErrBadReference, status: 422, slug: "unknown-reference", title: "Unknown snapshot or tool"},
 		{match: as[*manifest.ArgumentError](), status: 422, slug: "invalid-arguments", title: "Arguments do not satisfy the tool's input schema",
 			ext: func(err error) map[string]any {
 				var ae *manifest.ArgumentError
 				errors.As(err, &ae)
 				return map[string]any{"violations": ae.Violations}
 			}},
-		{match: is(manifest.ErrBadSignature), status: 401, slug: "bad-signature", title: "Signature invalid"},
-		{match: is(manifest.ErrUntrustedSigner), status: 403, slug: "untrusted-signer", title: "Signer not trusted"},
-		{match: is(authz.ErrCertificateMismatch), status: 422, slug: "certificate-mismatch", title: "Certificate does not fit the registered epochs"},
-		{match: is(authz.ErrCertificateExpired), status: 422, slug: "certificate-expired", title: "Certificate has expired"},
-		{match: is(record.ErrCertificateNotFound), status: 404, slug: "certificate-not-found", title: "Certificate not found"},
-		{match: is(record.ErrCertificateRevoked), status: 409, slug: "certificate-revoked", title: "Certificate already revoked"},
-		{match: is(authz.ErrCertificatesDisabled), status: 503, slug: "certificates-disabled", title: "No compatibility issuer keys are configured",
+		{cause: manifest.ErrBadSignature, status: 401, slug: "bad-signature", title: "Signature invalid"},
+		{cause: manifest.ErrUntrustedSigner, status: 403, slug: "untrusted-signer", title: "Signer not trusted"},
+		{cause: authz.ErrCertificateMismatch, status: 422, slug: "certificate-mismatch", title: "Certificate does not fit the registered epochs"},
+		{cause: authz.ErrCertificateExpired, status: 422, slug: "certificate-expired", title: "Certificate has expired"},
+		{cause: record.ErrCertificateNotFound, status: 404, slug: "certificate-not-found", title: "Certificate not found"},
+		{cause: record.ErrCertificateRevoked, status: 409, slug: "certificate-revoked", title: "Certificate already revoked"},
+		{cause: authz.ErrCertificatesDisabled, status: 503, slug: "certificates-disabled", title: "No compatibility issuer keys are configured",
 			retryAfter: noRetry},
-		{match: is(record.ErrEpochNotFound), status: 404, slug: "epoch-not-found", title: "Epoch not found"},
-		{match: is(record.ErrSnapshotNotFound), status: 404, slug: "snapshot-not-found", title: "Snapshot not found"},
-		{match: is(record.ErrToolNotFound), status: 404, slug: "tool-not-found", title: "Tool not in snapshot"},
-		{match: is(record.ErrFormationNotFound), status: 404, slug: "formation-not-found", title: "Formation not found"},
-		{match: is(authz.ErrSelfApproval), status: 403, slug: "self-approval", title: "Self-approval is not allowed"},
-		{match: is(authz.ErrDigestMismatch), status: 409, slug: "digest-mismatch", title: "Digest does not match the formation"},
-		{match: is(authz.ErrNotPending), status: 409, slug: "not-pending", title: "Formation is not pending approval"},
-		{match: is(authz.ErrExpired), status: 409, slug: "formation-expired", title: "Formation expired"},
-		{match: is(authz.ErrDuplicateApprover), status: 409, slug: "duplicate-approver", title: "Approver already decided"},
-		{match: is(authz.ErrNotApproved), status: 403, slug: "not-approved", title: "Formation lacks its approvals"},
-		{match: is(authz.ErrFormationDenied), status: 403, slug: "formation-denied", title: "Formation was denied"},
-		{match: is(authz.ErrCallerMismatch), status: 403, slug: "caller-mismatch", title: "The gateway's caller is not the formation's principal"},
-		{match: is(authz.ErrFormationRequired), status: 403, slug: "formation-required", title: "A tools/call needs a formation"},
-		{match: is(authz.ErrPolicyNowDenies), status: 403, slug: "policy-denies", title: "The policy in force now denies the call"},
+		{cause: record.ErrEpochNotFound, status: 404, slug: "epoch-not-found", title: "Epoch not found"},
+		{cause: record.ErrSnapshotNotFound, status: 404, slug: "snapshot-not-found", title: "Snapshot not found"},
+		{cause: record.ErrToolNotFound, status: 404, slug: "tool-not-found", title: "Tool not in snapshot"},
+		{cause: record.ErrFormationNotFound, status: 404, slug: "formation-not-found", title: "Formation not found"},
+		{cause: authz.ErrSelfApproval, status: 403, slug: "self-approval", title: "Self-approval is not allowed"},
+		{cause: authz.ErrDigestMismatch, status: 409, slug: "digest-mismatch", title: "Digest does not match the formation"},
+		{cause: authz.ErrNotPending, status: 409, slug: "not-pending", title: "Formation is not pending approval"},
+		{cause: authz.ErrExpired, status: 409, slug: "formation-expired", title: "Formation expired"},
+		{cause: authz.ErrDuplicateApprover, status: 409, slug: "duplicate-approver", title: "Approver already decided"},
+		{cause: authz.ErrNotApproved, status: 403, slug: "not-approved", title: "Formation lacks its approvals"},
+		{cause: authz.ErrFormationDenied, status: 403, slug: "formation-denied", title: "Formation was denied"},
+		{cause: authz.ErrCallerMismatch, status: 403, slug: "caller-mismatch", title: "The gateway's caller is not the formation's principal"},
+		{cause: authz.ErrFormationRequired, status: 403, slug: "formation-required", title: "A tools/call needs a formation"},
+		{cause: authz.ErrPolicyNowDenies, status: 403, slug: "policy-denies", title: "The policy in force now denies the call"},
 		{match: func(err error) bool { var de *record.DependencyError; return errors.As(err, &de) && !de.Exclusive },
 			status: 403, slug: "dependency-unmet", title: "A required tool has not completed in the session",
 			ext: func(err error) map[string]any {
@@ -158,22 +173,22 @@ func problemRules() []problemRule {
 				errors.As(err, &de)
 				return map[string]any{"tool": de.Tool}
 			}},
-		{match: is(authz.ErrSourceDraining), status: 409, slug: "source-draining", title: "Source epoch is draining", retryAfter: "5"},
-		{match: is(authz.ErrSourceStale), status: 410, slug: "source-stale", title: "Source epoch is stale and no successor is eligible"},
-		{match: is(record.ErrLeaseNotFound), status: 404, slug: "lease-not-found", title: "Lease not found"},
-		{match: is(record.ErrLeaseClosed), status: 409, slug: "lease-closed", title: "Lease already closed"},
-		{match: is(authz.ErrLeaseOutOfScope), status: 403, slug: "lease-out-of-scope", title: "Lease is of a pool this credential may not report for"},
-		{match: is(record.ErrLeaseUncertain), status: 409, slug: "lease-uncertain", title: "Lease outcome is uncertain"},
-		{match: is(record.ErrLeaseNotUncertain), status: 409, slug: "lease-not-uncertain", title: "Lease is not uncertain"},
-		{match: is(record.ErrLeaseClaimed), status: 409, slug: "lease-claimed", title: "Lease already claimed by another call"},
-		{match: is(record.ErrLeaseNotClaimed), status: 409, slug: "lease-not-claimed", title: "Lease was not claimed"},
-		{match: is(record.ErrStaleGeneration), status: 409, slug: "stale-generation", title: "Generation is not newer"},
-		{match: is(authz.ErrRecoveryNotAllowed), status: 409, slug: "recovery-not-allowed", title: "The formation may not be recovered"},
-		{match: is(authz.ErrRecoveryBlocked), status: 409, slug: "recovery-blocked", title: "The formation's outcome is not known yet", retryAfter: "5"},
-		{match: is(record.ErrRecoveryExists), status: 409, slug: "recovery-exists", title: "The formation already has a live recovery"},
-		{match: is(errRouteNotFound), status: 404, slug: "not-found", title: "Not found"},
-		{match: is(errMethodNotAllowed), status: 405, slug: "method-not-allowed", title: "Method not allowed"},
-		{match: is(errRateLimited), status: 429, slug: "rate-limited", title: "Too many formations for this credential",
+		{cause: authz.ErrSourceDraining, status: 409, slug: "source-draining", title: "Source epoch is draining", retryAfter: "5"},
+		{cause: authz.ErrSourceStale, status: 410, slug: "source-stale", title: "Source epoch is stale and no successor is eligible"},
+		{cause: record.ErrLeaseNotFound, status: 404, slug: "lease-not-found", title: "Lease not found"},
+		{cause: record.ErrLeaseClosed, status: 409, slug: "lease-closed", title: "Lease already closed"},
+		{cause: authz.ErrLeaseOutOfScope, status: 403, slug: "lease-out-of-scope", title: "Lease is of a pool this credential may not report for"},
+		{cause: record.ErrLeaseUncertain, status: 409, slug: "lease-uncertain", title: "Lease outcome is uncertain"},
+		{cause: record.ErrLeaseNotUncertain, status: 409, slug: "lease-not-uncertain", title: "Lease is not uncertain"},
+		{cause: record.ErrLeaseClaimed, status: 409, slug: "lease-claimed", title: "Lease already claimed by another call"},
+		{cause: record.ErrLeaseNotClaimed, status: 409, slug: "lease-not-claimed", title: "Lease was not claimed"},
+		{cause: record.ErrStaleGeneration, status: 409, slug: "stale-generation", title: "Generation is not newer"},
+		{cause: authz.ErrRecoveryNotAllowed, status: 409, slug: "recovery-not-allowed", title: "The formation may not be recovered"},
+		{cause: authz.ErrRecoveryBlocked, status: 409, slug: "recovery-blocked", title: "The formation's outcome is not known yet", retryAfter: "5"},
+		{cause: record.ErrRecoveryExists, status: 409, slug: "recovery-exists", title: "The formation already has a live recovery"},
+		{cause: errRouteNotFound, status: 404, slug: "not-found", title: "Not found"},
+		{cause: errMethodNotAllowed, status: 405, slug: "method-not-allowed", title: "Method not allowed"},
+		{cause: errRateLimited, status: 429, slug: "rate-limited", title: "Too many formations for this credential",
 			retryAfterOf: func(err error) string {
 				var rl *rateLimitedError
 				if errors.As(err, &rl) {
@@ -193,18 +208,49 @@ func problemRules() []problemRule {
 				errors.As(err, &rb)
 				return map[string]any{"epoch": rb.Epoch, "activeLeases": rb.Active, "uncertainLeases": rb.Uncertain}
 			}},
-		{match: is(record.ErrNoActiveEpochs), status: 409, slug: "no-active-epochs", title: "No ACTIVE epoch to snapshot"},
-		{match: is(record.ErrTooLarge), status: 413, slug: "record-too-large", title: "Record too large for the store"},
-		{match: is(record.ErrConflict), status: 503, slug: "contention", title: "Too many concurrent updates",
+		{cause: record.ErrNoActiveEpochs, status: 409, slug: "no-active-epochs", title: "No ACTIVE epoch to snapshot"},
+		{cause: record.ErrTooLarge, status: 413, slug: "record-too-large", title: "Record too large for the store"},
+		{cause: record.ErrConflict, status: 503, slug: "contention", title: "Too many concurrent updates",
 			detail: "the record was updated concurrently too many times in a row; retry"},
-		{match: is(authz.ErrSigningKeyUnpublished), status: 503, slug: "signing-key-unpublished", title: "Signing key not published",
+		{cause: authz.ErrSigningKeyUnpublished, status: 503, slug: "signing-key-unpublished", title: "Signing key not published",
 			retryAfter: "1"},
-		{match: is(authz.ErrAdmissionDisabled), status: 503, slug: "admission-disabled", title: "Admission is not configured",
+		{cause: authz.ErrAdmissionDisabled, status: 503, slug: "admission-disabled", title: "Admission is not configured",
 			retryAfter: noRetry},
-		{match: is(record.ErrUnavailable), status: 503, slug: "store-unavailable", title: "Store unavailable",
+		{cause: record.ErrUnavailable, status: 503, slug: "store-unavailable", title: "Store unavailable",
 			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)",
 			ext:    generationProgress},
 	}
+}
+
+// decodeErrors is the "errors" extension of a body or document that does
+// not decode or validate: each member at fault, {pointer, detail}, with
+// the byte offset where it was found when known. Nil when err names no
+// member.
+func decodeErrors(err error) map[string]any {
+	var list []map[string]any
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *manifest.DecodeError:
+			m := map[string]any{"pointer": e.Pointer, "detail": e.Reason}
+			if e.Offset >= 0 {
+				m["offset"] = e.Offset
+			}
+			list = append(list, m)
+			return
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	if len(list) == 0 {
+		return nil
+	}
+	return map[string]any{"errors": list}
 }
 
 // generationProgress is what a generation change that stopped did: the
@@ -222,17 +268,76 @@ func generationProgress(err error) map[string]any {
 	return map[string]any{"released": released, "pending": ge.Pending}
 }
 
+// matches reports whether err is one the rule maps.
+func (r problemRule) matches(err error) bool {
+	if r.match != nil {
+		return r.match(err)
+	}
+	return errors.Is(err, r.cause)
+}
+
+// categories are causes that only name a kind of failure, already said
+// by the problem's title: the detail is the context that follows them
+// ("malformed JSON body: /arguments must be an object …" → "/arguments
+// must be an object …").
+var categories = []error{errMalformedJSON, errBadParameter, manifest.ErrMalformed, manifest.ErrInvalid, authz.ErrBadRequest}
+
+// layerPrefix is a package's prefix on its errors' text ("authz: ",
+// "lease: "), at the start of the text or of a wrapped part of it.
+var layerPrefix = regexp.MustCompile(`(^|: |; )(?:authz|lease|manifest|record|fencecheck|policy|api): `)
+
+// detailOf is a problem's detail: one sentence for the person who sent
+// the request. It starts at the sentence of the cause the rule matched —
+// what the layers put before it (a use case's name, the formation id the
+// instance already shows) is for the log — keeps the context wrappers add
+// after it, and drops the package prefixes Go errors carry, so that
+// "authz: admit fm_1: authz: source epoch is stale …" reads "source epoch
+// is stale …". The error itself is unchanged: errors.Is and errors.As
+// still see every layer.
+func detailOf(err, cause error) string {
+	msg := err.Error()
+	if cause == nil {
+		// A typed error: its sentence starts at the first error in the
+		// chain that is not a fmt.Errorf wrapper.
+		for e := err; e != nil; e = errors.Unwrap(e) {
+			if t := reflect.TypeOf(e); t.Kind() != reflect.Pointer || t.Elem().PkgPath() != "fmt" {
+				msg = e.Error()
+				break
+			}
+		}
+	}
+	if cause != nil {
+		if i := strings.Index(msg, cause.Error()); i >= 0 {
+			msg = msg[i:]
+			if rest, ok := strings.CutPrefix(msg[len(cause.Error()):], ": "); ok && slices.Contains(categories, cause) {
+				msg = rest
+			}
+		}
+	}
+	for {
+		next := layerPrefix.ReplaceAllString(msg, "$1")
+		if next == msg {
+			return strings.Join(strings.Fields(msg), " ")
+		}
+		msg = next
+	}
+}
+
 // toProblem maps err to its problem. An unknown error is a 500 whose text
 // stays in the log.
 func toProblem(err error) Problem {
 	for _, r := range problemRules() {
-		if r.match(err) {
+		if r.matches(err) {
 			p := Problem{Type: ProblemBase + r.slug, Title: r.title, Status: r.status, Detail: r.detail, retryAfter: r.retryAfter}
 			if r.retryAfterOf != nil {
 				p.retryAfter = r.retryAfterOf(err)
 			}
-			if p.Detail == "" {
-				p.Detail = err.Error()
+			switch {
+			case p.Detail != "":
+			case r.detailOf != nil:
+				p.Detail = r.detailOf(err)
+			default:
+				p.Detail = detailOf(err, r.cause)
 			}
 			if r.ext != nil {
 				p.Extensions = r.ext(err)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -93,13 +92,19 @@ func TestToProblem(t *testing.T) {
 		{"unauthenticated", errUnauthenticated, 401, "unauthenticated", nil},
 		{"forbidden role", fmt.Errorf("%w: role host may not call this route", errForbiddenRole), 403, "forbidden-role", nil},
 		{"body too large", &http.MaxBytesError{Limit: 10}, 413, "body-too-large", nil},
-		{"malformed json", errors.Join(errMalformedJSON, io.ErrUnexpectedEOF), 400, "malformed-json", nil},
+		{"malformed json", fmt.Errorf("%w: %w", errMalformedJSON, &manifest.DecodeError{Pointer: "/arguments", Offset: 14, Reason: "must be an object, not a string"}),
+			400, "malformed-json", map[string]any{"errors": []map[string]any{{"pointer": "/arguments", "offset": 14, "detail": "must be an object, not a string"}}}},
+		{"empty body", fmt.Errorf("%w: %w", errMalformedJSON, &manifest.DecodeError{Offset: -1, Reason: "is empty; a JSON value is required"}),
+			400, "malformed-json", map[string]any{"errors": []map[string]any{{"pointer": "", "detail": "is empty; a JSON value is required"}}}},
 		{"bad parameter", fmt.Errorf("%w: view=%q", errBadParameter, "x"), 400, "invalid-parameter", nil},
 		{"wait too long", fmt.Errorf("%w: 10m0s (at most 5m0s)", authz.ErrWaitTooLong), 400, "invalid-parameter", nil},
 		{"bad page", fmt.Errorf("%w: limit must be 1 to 1000, not 0", authz.ErrBadPage), 400, "invalid-parameter", nil},
 		{"rate limited", &rateLimitedError{wait: 1500 * time.Millisecond, limit: RateLimit{Rate: 1, Burst: 2}}, 429, "rate-limited", nil},
-		{"malformed document", fmt.Errorf("%w: not a JWS", manifest.ErrMalformed), 400, "malformed-document", nil},
-		{"invalid manifest", fmt.Errorf("%w: /pool is required", manifest.ErrInvalid), 400, "invalid-manifest", nil},
+		{"malformed document", fmt.Errorf("%w: the manifest is not signed", manifest.ErrMalformed), 400, "malformed-document", nil},
+		{"unknown manifest member", fmt.Errorf("authz: register: %w", fmt.Errorf("%w: %w", manifest.ErrMalformed, &manifest.DecodeError{Pointer: "/tools/0/nmae", Offset: 40, Reason: `is not a known member (did you mean "name"?)`})),
+			400, "malformed-document", map[string]any{"errors": []map[string]any{{"pointer": "/tools/0/nmae", "offset": 40, "detail": `is not a known member (did you mean "name"?)`}}}},
+		{"invalid manifest", fmt.Errorf("authz: register: %w", fmt.Errorf("%w: %w", manifest.ErrInvalid, &manifest.DecodeError{Pointer: "/pool", Offset: -1, Reason: "is required"})),
+			400, "invalid-manifest", map[string]any{"errors": []map[string]any{{"pointer": "/pool", "detail": "is required"}}}},
 		{"lint", &manifest.LintError{Findings: findings}, 422, "lint-failed", map[string]any{"findings": findings}},
 		{"bad signature", fmt.Errorf("%w: typ", manifest.ErrBadSignature), 401, "bad-signature", nil},
 		{"untrusted signer", fmt.Errorf("%w: kid %q", manifest.ErrUntrustedSigner, "k"), 403, "untrusted-signer", nil},
@@ -206,11 +211,17 @@ func TestToProblem(t *testing.T) {
 				if strings.Contains(p.Detail, "10.0.0.7") || strings.Contains(p.Detail, "SECRET") || strings.Contains(p.Detail, "/fcd/") {
 					t.Errorf("detail %q leaks the error text", p.Detail)
 				}
+			case tc.slug == "body-too-large":
+				if p.Detail != "the request body is larger than the limit of 10 bytes" {
+					t.Errorf("detail %q", p.Detail)
+				}
 			default:
-				if p.Detail != err.Error() {
-					t.Errorf("detail %q, want the error text %q", p.Detail, err.Error())
+				// The detail is the error's own words, from its cause on.
+				if !strings.Contains(stripLayers(err.Error()), p.Detail) {
+					t.Errorf("detail %q is not the error text %q", p.Detail, err.Error())
 				}
 			}
+			checkUserText(t, p.Detail)
 		})
 	}
 	for slug := range slugStatus(t) {

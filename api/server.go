@@ -17,9 +17,9 @@ import (
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/manifest"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // DefaultBodyLimit is the request-body limit when Config.BodyLimit is zero.
@@ -301,9 +301,10 @@ func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
 	if len(bytes.TrimSpace(data)) == 0 && allowEmpty {
 		return nil
 	}
-	// Strict: unknown, duplicated or case-folded members are refused.
-	if err := jsonv2.Unmarshal(bytes.TrimSpace(data), v, jsonv2.RejectUnknownMembers(true)); err != nil {
-		return fmt.Errorf("%w: %v", errMalformedJSON, err)
+	// Strict: unknown, duplicated or case-folded members are refused; a
+	// failure names the member by JSON Pointer, never the Go type.
+	if err := manifest.Unmarshal(bytes.TrimSpace(data), v); err != nil {
+		return fmt.Errorf("%w: %w", errMalformedJSON, err)
 	}
 	return nil
 }

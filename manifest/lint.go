@@ -198,7 +198,7 @@ func (e *LintError) Error() string {
 	}
 	warnings := len(e.Findings) - len(errs)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "manifest: lint: %d error(s)", len(errs))
+	fmt.Fprintf(&sb, "manifest: MCP+ lint found %d error(s)", len(errs))
 	if warnings > 0 {
 		fmt.Fprintf(&sb, ", %d warning(s)", warnings)
 	}
@@ -208,7 +208,7 @@ func (e *LintError) Error() string {
 		} else {
 			sb.WriteString("; ")
 		}
-		fmt.Fprintf(&sb, "%s %s: %s", f.Rule, f.Path, f.Message)
+		fmt.Fprintf(&sb, "%s at %s: %s", f.Rule, f.Path, f.Message)
 	}
 	return sb.String()
 }
