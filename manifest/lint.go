@@ -633,7 +633,6 @@ func normalizeText(s string) string {
 	return strings.Join(strings.Fields(sb.String()), " ")
 }
 
-
 // pathKey renders an object member name as a JSON Pointer reference
 // token (RFC 6901: "~" is "~0", "/" is "~1").
 func pathKey(k string) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/internal/cli"
+	"github.com/fcd-authz/fcd/internal/usertext"
 )
 
 // TestServeHelp: `authzd serve -h` prints exactly the flags, defaults and
@@ -197,10 +198,8 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 				t.Errorf("%q: %v, want %q", tc.yaml, err, w)
 			}
 		}
-		for _, leak := range []string{"Go struct", "json:", "unmarshal", "Config."} {
-			if strings.Contains(err.Error(), leak) {
-				t.Errorf("%q: %v leaks %q", tc.yaml, err, leak)
-			}
+		if p := usertext.Problems(err.Error()); len(p) > 0 || strings.Contains(err.Error(), "Config.") {
+			t.Errorf("%q: %v leaks Go internals: %q", tc.yaml, err, p)
 		}
 	}
 	var c Config

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/fcd-authz/fcd/manifest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -85,40 +86,9 @@ func settingNames() []string {
 	return names
 }
 
-// nearestSetting is the setting name closest to name (case-insensitive
-// edit distance at most a third of its length, or a prefix either way),
-// "" when none is.
+// nearestSetting is the setting name closest to name, "" when none is
+// near: the suggestion the API makes for a misspelt member
+// ([manifest.NearestName]), over the configuration's settings.
 func nearestSetting(name string) string {
-	best, bestD := "", len(name)/3+1
-	for _, n := range settingNames() {
-		a, b := strings.ToLower(name), strings.ToLower(n)
-		if strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
-			return n
-		}
-		if d := editDistance(a, b); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
+	return manifest.NearestName(name, settingNames())
 }

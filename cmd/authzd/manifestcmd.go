@@ -34,6 +34,9 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 	}
 	in, err := readInput(fs.Arg(0), stdin)
 	if err != nil {
+		if sub == "lint" && *asJSON {
+			return lintReport(stdout, unreadable(fs.Arg(0), err))
+		}
 		return err
 	}
 	switch sub {
@@ -64,6 +67,9 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 	case "lint":
 		m, err := manifest.Decode(payloadOf(in))
 		if err != nil {
+			if *asJSON {
+				return lintReport(stdout, undecodable(err))
+			}
 			return err
 		}
 		findings := manifest.Lint(m)
@@ -105,6 +111,69 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 		return nil
 	}
 	return fmt.Errorf("%w: unknown manifest command %q", cli.ErrUsage, sub)
+}
+
+// Rules of the findings `manifest lint --json` reports for a file it
+// cannot lint, beside the lint rules of [manifest.Lint]: a script reads
+// one shape, a list of findings, whatever went wrong.
+const (
+	// ruleUnreadable: the file could not be read.
+	ruleUnreadable = "unreadable-file"
+	// ruleMalformed: the file is not a manifest in JSON (nor a JWS of
+	// one), or has a member fcd does not know or a value of the wrong kind.
+	ruleMalformed = "malformed-document"
+	// ruleInvalid: a manifest that misses or misforms a required field.
+	ruleInvalid = "invalid-document"
+)
+
+// lintReport prints findings of a file that could not be linted as JSON
+// and fails the command.
+func lintReport(stdout io.Writer, findings []manifest.Finding) error {
+	if err := printJSON(stdout, findings); err != nil {
+		return err
+	}
+	return errLintFailed
+}
+
+// unreadable is the finding of a file that could not be read.
+func unreadable(name string, err error) []manifest.Finding {
+	msg := "cannot read the file"
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		msg = fmt.Sprintf("cannot read %s: %v", pe.Path, pe.Err)
+	} else if name != "" {
+		msg = fmt.Sprintf("cannot read %s: %v", name, err)
+	}
+	return []manifest.Finding{{Rule: ruleUnreadable, Severity: manifest.SeverityError, Path: "", Message: msg}}
+}
+
+// undecodable is a finding per member at fault in a manifest that did not
+// decode or validate, or one finding for the whole document.
+func undecodable(err error) []manifest.Finding {
+	rule := ruleMalformed
+	if errors.Is(err, manifest.ErrInvalid) {
+		rule = ruleInvalid
+	}
+	var out []manifest.Finding
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *manifest.DecodeError:
+			out = append(out, manifest.Finding{Rule: rule, Severity: manifest.SeverityError, Path: e.Pointer, Message: e.Error()})
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	if len(out) == 0 {
+		msg := strings.TrimPrefix(err.Error(), "manifest: ")
+		out = append(out, manifest.Finding{Rule: rule, Severity: manifest.SeverityError, Path: "", Message: msg})
+	}
+	return out
 }
 
 // signDocument checks in with check (refusing to sign what no verifier

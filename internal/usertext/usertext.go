@@ -11,9 +11,11 @@ import (
 )
 
 // goWords are signs of Go internals in a message: a package-qualified
-// type, Go's composite type syntax, the decoders' own words.
-var goWords = regexp.MustCompile(`\b(api|authz|lease|record|manifest|main|json|jsontext|jsonv2|http|time|reflect)\.[A-Za-z_]+|` +
-	`Go (struct|type|value)|\bmap\[|\[\]|\bjson: |\bjsontext: |\bunmarshal|\bUnmarshal|\*[a-z]+\.[A-Z]|` +
+// type (exported, or camel-cased like api.formationRequest — a file name
+// like manifest.json is not one), Go's composite type syntax, the
+// decoders' own words.
+var goWords = regexp.MustCompile(`\b(api|authz|lease|record|manifest|main|json|jsontext|jsonv2|http|time|reflect)\.([A-Z]\w*|[a-z]+[A-Z]\w*)|` +
+	`Go (struct|type|value)|\bmap\[|\[\]|(?:^|[\s(])json: |(?:^|[\s(])jsontext: |\bunmarshal|\bUnmarshal|\*[a-z]+\.[A-Z]|` +
 	`struct \{|interface \{|\bint64\b|\bfloat64\b|json\.RawMessage|error converting YAML`)
 
 // layerPrefix is a package's prefix on an error's text.

@@ -18,6 +18,8 @@ func TestProblems(t *testing.T) {
 		{`must be []string`, true},
 		{`jsontext: invalid character`, true},
 		{"two\nlines", true},
+		{"cannot read /tmp/manifest.json: no such file or directory", false},
+		{"into Go value of type manifest.Tool", true},
 		{`error converting YAML to JSON: yaml: line 2`, true},
 		{`not a JWS: invalid byte sequence`, false}, // jwx's words, but no Go type: caught by the tests that want the sign command
 	}
