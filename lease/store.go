@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -113,8 +114,10 @@ type Store struct {
 	cache        immutableCache
 	commits      *committer
 	guard        *endpointGuard // nil with one endpoint
-	stopGuard    context.CancelFunc
-	guardDone    chan struct{}
+	// reach explains, for the log, why etcd does not answer.
+	reach     *reachability
+	stopGuard context.CancelFunc
+	guardDone chan struct{}
 }
 
 // Open connects to etcd. It does not wait for etcd to be reachable: a
@@ -169,7 +172,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		maxBatch: orDefaultInt(cfg.MaxBatch, DefaultMaxBatch),
 		maxSlots: orDefaultInt(cfg.MaxInFlight, DefaultMaxInFlight),
 	}
-	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, writeTimeout: write, quota: cfg.Quota, log: log, now: now, commits: commits}
+	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, writeTimeout: write, quota: cfg.Quota, log: log, now: now, commits: commits,
+		reach: &reachability{endpoints: slices.Clone(cfg.Endpoints)}}
 	if len(cfg.Endpoints) > 1 && cfg.ProbeInterval >= 0 {
 		g, err := newEndpointGuard(cli, ccfg, cmp.Or(cfg.ProbeInterval, DefaultProbeInterval), cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout), log)
 		if err != nil {
@@ -253,8 +257,11 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
 		return fmt.Errorf("lease: %s: %w", op, record.ErrTooLarge)
 	}
-	s.log.Warn("etcd operation failed", "op", op, "err", err)
-	return fmt.Errorf("lease: %s: %w: %v", op, record.ErrUnavailable, err)
+	// The client's own error is most often "context deadline exceeded":
+	// say which endpoints and why.
+	reason := s.reach.explain(ctx)
+	s.log.Warn("etcd operation failed", "op", op, "endpoints", s.reach.endpoints, "reason", reason, "err", err)
+	return fmt.Errorf("%w: %s: %v: %s", record.ErrUnavailable, op, err, reason)
 }
 
 // keys is the one place that builds etcd keys.

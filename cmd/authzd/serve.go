@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -303,6 +304,11 @@ func (s *server) openStore(ctx context.Context) error {
 	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS, Quota: quota})
 	if err != nil {
 		return err
+	}
+	if s.member == nil {
+		// Opening does not wait for etcd; say where it is looked for, so
+		// that the failures logged while it does not answer can be read.
+		s.log.Info("external etcd", "endpoints", endpoints, "tls", etcdTLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, "/fcd/"))
 	}
 	s.store = store
 	return nil

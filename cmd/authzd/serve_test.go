@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -207,5 +209,46 @@ func TestServeExternalEtcdOverTLS(t *testing.T) {
 	if code := run(context.Background(), []string{"serve", "--dev", "--data-dir", t.TempDir(), "--etcd-ca", files.CA}, nil, &out, &errb); code == 0 ||
 		!strings.Contains(errb.String(), "external cluster") {
 		t.Fatalf("--etcd-ca without --etcd-endpoints: exit %d %s", code, errb.String())
+	}
+}
+
+// TestServeUnreachableEtcd: serve with an external etcd that refuses
+// connections starts, says at startup which endpoints it uses, and logs
+// each failed store operation with the endpoints and the network's reason
+// — not a bare "context deadline exceeded" — while it keeps retrying
+// (the signing-key publisher tries again until etcd answers).
+func TestServeUnreachableEtcd(t *testing.T) {
+	const endpoint = "http://127.0.0.1:1"
+	failure := regexp.MustCompile(`(?m)^.*msg="etcd operation failed".*$`)
+	c, _, err := cmdtest.Start(t, "authzd", regexp.MustCompile(`(msg="etcd operation failed".*connection refused)`),
+		func(ctx context.Context, stderr io.Writer) int {
+			return run(ctx, []string{"serve", "--dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
+				"--etcd-endpoints", endpoint}, nil, io.Discard, stderr)
+		})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, c.Stderr.String())
+	}
+	defer c.Stop(t)
+	// Keeps retrying: wait for a second failure.
+	for deadline := time.Now().Add(time.Minute); len(failure.FindAllString(c.Stderr.String(), -1)) < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("one failure logged, then none within a minute:\n%s", c.Stderr.String())
+		}
+	}
+	log := c.Stderr.String()
+	if !strings.Contains(log, `msg="external etcd" endpoints=[`+endpoint+`]`) {
+		t.Errorf("startup does not name the etcd endpoints:\n%s", log)
+	}
+	for _, line := range failure.FindAllString(log, -1) {
+		for _, want := range []string{"endpoints=[" + endpoint + "]", `reason="`, endpoint + ": connection refused"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("failure line without %q: %s", want, line)
+			}
+		}
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.HasSuffix(line, `err="context deadline exceeded"`) && !strings.Contains(line, "reason=") {
+			t.Errorf("a bare deadline, without endpoint or reason: %s", line)
+		}
 	}
 }
