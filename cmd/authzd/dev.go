@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -317,7 +318,7 @@ func loadCredentials(path string) (*api.Authenticator, error) {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
 	var creds []api.Credential
-	if err := manifest.DecodeStrict(data, &creds); err != nil {
+	if err := manifest.Unmarshal(bytes.TrimSpace(data), &creds); err != nil {
 		return nil, fmt.Errorf("credentials %s: %w", path, err)
 	}
 	if len(creds) == 0 {

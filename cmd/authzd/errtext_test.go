@@ -68,6 +68,30 @@ func TestErrorTextNamesTheField(t *testing.T) {
 		}
 	})
 
+	t.Run("credentials", func(t *testing.T) {
+		for _, tc := range []struct{ json, says string }{
+			{`[{"id":"h","rol":"host","hash":"sha256:00"}]`, `/0/rol is not a known member (did you mean "role"?)`},
+			{`[{"id":"h","role":"host","hash":"sha256:00","pools":"p"}]`, `/0/pools must be a list of strings, not a string`},
+			{`{"id":"h"}`, `the document must be a list of objects, not an object`},
+		} {
+			file := filepath.Join(dir, "credentials.json")
+			if err := os.WriteFile(file, []byte(tc.json), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadCredentials(file)
+			if err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), file) {
+				t.Errorf("%s: %v, want it to name the file and say %q", tc.json, err, tc.says)
+				continue
+			}
+			clean(t, err.Error())
+			code, _, stderr := run(nil, "credential", "new", "--role", "host", "--id", "h2", "--append", file)
+			if code == 0 || !strings.Contains(stderr, tc.says) {
+				t.Errorf("credential new --append to %s: exit %d %q, want it to say %q", tc.json, code, stderr, tc.says)
+			}
+			clean(t, stderr)
+		}
+	})
+
 	lintCases := []struct {
 		name    string
 		in      []byte

@@ -268,7 +268,7 @@ func appendCredential(path string, cred api.Credential) error {
 	var list []api.Credential
 	switch data, err := os.ReadFile(path); {
 	case err == nil:
-		if err := json.Unmarshal(data, &list); err != nil {
+		if err := manifest.Unmarshal(bytes.TrimSpace(data), &list); err != nil {
 			return fmt.Errorf("%s is not a JSON list of credentials: %w", path, err)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
