@@ -24,7 +24,7 @@ func manifestCommand(sub string, args []string, stdin io.Reader, stdout io.Write
 	fs := flag.NewFlagSet("manifest "+sub, flag.ContinueOnError)
 	key := fs.String("key", "", "private JWK of the registrar (sign)")
 	keys := fs.String("keys", "", "JWKS of trusted registrar keys (verify)")
-	asJSON := fs.Bool("json", false, "print findings as JSON (lint)")
+	asJSON := fs.Bool("json", false, "print findings as a JSON list (lint); a file that cannot be read or decoded is reported as findings too (rules unreadable-file, malformed-document, invalid-document, at the member's JSON Pointer)")
 	tools := fs.Bool("tools", false, "also print each tool's descriptor digest (digest)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
