@@ -1112,7 +1112,7 @@ type FailureModeRecovery string
 type Finding struct {
 	Message string `json:"message"`
 
-	// Path A JSONPath into the manifest, e.g. `$.tools[2].requiresApproval`.
+	// Path An RFC 6901 JSON Pointer into the manifest, e.g. `/tools/2/requiresApproval`.
 	Path string `json:"path"`
 
 	// Rule The stable id of the lint rule, e.g. `approval-required`.
@@ -1596,6 +1596,9 @@ type ProblemDetails struct {
 	// Epoch `epoch-state-conflict`, `leases-outstanding`: the epoch id.
 	Epoch *string `json:"epoch,omitempty"`
 
+	// Errors `malformed-json`, `malformed-document`, `invalid-manifest`: each member at fault.
+	Errors *[]Problem_Errors `json:"errors,omitempty"`
+
 	// Findings `lint-failed`: every lint finding, warnings included.
 	Findings *[]Finding `json:"findings,omitempty"`
 
@@ -1622,6 +1625,18 @@ type ProblemDetails struct {
 
 	// Violations `invalid-arguments`: every leaf violation of the arguments against the tool's input schema.
 	Violations *[]Violation `json:"violations,omitempty"`
+}
+
+// Problem_Errors defines model for Problem.Errors.
+type Problem_Errors struct {
+	// Detail What is wrong with it, e.g. `is not a known member (did you mean "sideEffects"?)`.
+	Detail string `json:"detail"`
+
+	// Offset Byte offset in the body or payload where it was found, when known.
+	Offset *int `json:"offset,omitempty"`
+
+	// Pointer RFC 6901 JSON Pointer of the member in the body or signed payload; "" is the whole document.
+	Pointer string `json:"pointer"`
 }
 
 // Readiness defines model for Readiness.
