@@ -6,13 +6,12 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/record"
-	"github.com/go-chi/chi/v5"
 )
 
 // admitFormation performs the etcd-ordered admission and answers the
 // dispatch token.
 func (s *server) admitFormation(w http.ResponseWriter, r *http.Request) {
-	a, err := s.uc.Admissions.Admit(r.Context(), chi.URLParam(r, "formation"))
+	a, err := s.uc.Admissions.Admit(r.Context(), pathParam(r, "formation"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -35,7 +34,7 @@ func (s *server) claimLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	id := chi.URLParam(r, "lease")
+	id := pathParam(r, "lease")
 	c, err := s.uc.Leases.Claim(r.Context(), authz.ClaimRequest{
 		Lease: id, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim, Pools: caller.Pools,
 	})
@@ -63,7 +62,7 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 	}
 	caller, _ := CallerFrom(r.Context())
 	l, err := s.uc.Leases.Complete(r.Context(), authz.CompleteRequest{
-		Lease: chi.URLParam(r, "lease"), Outcome: req.Outcome, Detail: req.Detail, Claim: req.Claim, Pools: caller.Pools,
+		Lease: pathParam(r, "lease"), Outcome: req.Outcome, Detail: req.Detail, Claim: req.Claim, Pools: caller.Pools,
 		Admission: req.Admission, Failure: req.Failure,
 	})
 	if err != nil {
@@ -149,7 +148,7 @@ func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
 		s.resolveSigned(w, r, caller.ID, req)
 		return
 	}
-	l, err := s.uc.Leases.Resolve(r.Context(), caller.ID, chi.URLParam(r, "lease"), req.Outcome, req.Reason)
+	l, err := s.uc.Leases.Resolve(r.Context(), caller.ID, pathParam(r, "lease"), req.Outcome, req.Reason)
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -167,7 +166,7 @@ func (s *server) setGeneration(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	pool := chi.URLParam(r, "pool")
+	pool := pathParam(r, "pool")
 	caller, _ := CallerFrom(r.Context())
 	released, err := s.uc.Leases.SetGeneration(r.Context(), caller.ID, pool, req.Generation)
 	if err != nil {

@@ -3,8 +3,6 @@ package api
 import (
 	"io"
 	"net/http"
-
-	"github.com/go-chi/chi/v5"
 )
 
 // registerCertificate takes a signed compatibility certificate (a JWS, as
@@ -31,7 +29,7 @@ func (s *server) registerCertificate(w http.ResponseWriter, r *http.Request) {
 // revokeCertificate revokes a certificate.
 func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
 	caller, _ := CallerFrom(r.Context())
-	rec, err := s.reg.Certificates.Revoke(r.Context(), caller.ID, chi.URLParam(r, "certificate"))
+	rec, err := s.reg.Certificates.Revoke(r.Context(), caller.ID, pathParam(r, "certificate"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -41,7 +39,7 @@ func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
 
 // showCertificate shows one registered certificate.
 func (s *server) showCertificate(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.reg.Certificates.Get(r.Context(), chi.URLParam(r, "certificate"))
+	rec, err := s.reg.Certificates.Get(r.Context(), pathParam(r, "certificate"))
 	if err != nil {
 		s.problem(w, r, err)
 		return

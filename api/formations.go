@@ -8,7 +8,6 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/record"
-	"github.com/go-chi/chi/v5"
 )
 
 // formationRequest is the body of POST /v1/formations.
@@ -67,7 +66,7 @@ func (s *server) recoverFormation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	f, err := s.uc.Formations.Recover(r.Context(), authz.RecoverRequest{Formation: chi.URLParam(r, "formation"), Host: caller.ID,
+	f, err := s.uc.Formations.Recover(r.Context(), authz.RecoverRequest{Formation: pathParam(r, "formation"), Host: caller.ID,
 		Tool: req.Tool, Arguments: req.Arguments})
 	if err != nil {
 		s.problem(w, r, err)
@@ -82,7 +81,7 @@ func (s *server) recoverFormation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
-	f, err := s.uc.Formations.Get(r.Context(), chi.URLParam(r, "formation"))
+	f, err := s.uc.Formations.Get(r.Context(), pathParam(r, "formation"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -137,7 +136,7 @@ func (s *server) approveFormation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	f, err := s.uc.Formations.Approve(r.Context(), chi.URLParam(r, "formation"), authz.ApprovalRequest{
+	f, err := s.uc.Formations.Approve(r.Context(), pathParam(r, "formation"), authz.ApprovalRequest{
 		Approver: caller.ID, Decision: req.Decision, Digest: req.Digest, Reason: req.Reason,
 	})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
-	"github.com/go-chi/chi/v5"
 )
 
 // registerResponse is the answer to POST /v1/manifests.
@@ -67,7 +66,7 @@ func (s *server) listEpochs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) showEpoch(w http.ResponseWriter, r *http.Request) {
-	ep, err := s.reg.Epoch(r.Context(), chi.URLParam(r, "epoch"))
+	ep, err := s.reg.Epoch(r.Context(), pathParam(r, "epoch"))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -83,7 +82,7 @@ type leaseView struct {
 }
 
 func (s *server) epochLeases(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "epoch")
+	id := pathParam(r, "epoch")
 	ls, err := s.reg.Leases(r.Context(), id)
 	if err != nil {
 		s.problem(w, r, err)
@@ -97,7 +96,7 @@ func (s *server) epochLeases(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) drainEpoch(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "epoch")
+	id := pathParam(r, "epoch")
 	caller, _ := CallerFrom(r.Context())
 	st, err := s.reg.Drain(r.Context(), caller.ID, id)
 	if err != nil {
@@ -108,7 +107,7 @@ func (s *server) drainEpoch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) retireEpoch(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "epoch")
+	id := pathParam(r, "epoch")
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -147,7 +146,7 @@ func (s *server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "snapshot")
+	id := pathParam(r, "snapshot")
 	switch view := r.URL.Query().Get("view"); view {
 	case "", "summary":
 		snap, err := s.reg.Snapshot(r.Context(), id)
@@ -171,8 +170,8 @@ func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) showSnapshotTool(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "server") + "/" + chi.URLParam(r, "tool")
-	t, err := s.reg.SnapshotTool(r.Context(), chi.URLParam(r, "snapshot"), name)
+	name := pathParam(r, "server") + "/" + pathParam(r, "tool")
+	t, err := s.reg.SnapshotTool(r.Context(), pathParam(r, "snapshot"), name)
 	if err != nil {
 		s.problem(w, r, err)
 		return

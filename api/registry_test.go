@@ -238,6 +238,17 @@ func TestRegistryLifecycleOverHTTP(t *testing.T) {
 	f.expect(f.do("GET", "/v1/snapshots/"+snapID+"?view=everything", api.RoleHost, nil), http.StatusBadRequest, "invalid-parameter")
 	f.expect(f.do("GET", "/v1/snapshots/"+snapID+"/tools/github/nope", api.RoleHost, nil), http.StatusNotFound, "tool-not-found")
 	f.expect(f.do("GET", "/v1/snapshots/sha256:0000/tools/github/nope", api.RoleHost, nil), http.StatusNotFound, "snapshot-not-found")
+	// Ids escaped as a URL path segment (JavaScript's encodeURIComponent
+	// escapes the ":" of a digest) name the same resources.
+	esc := func(id string) string { return strings.ReplaceAll(id, ":", "%3A") }
+	if got := f.do("GET", "/v1/snapshots/"+esc(snapID), api.RoleHost, nil); got.Status != http.StatusOK || got.Body["id"] != snapID {
+		t.Fatalf("the snapshot by its escaped id: %d %s", got.Status, got.Raw)
+	}
+	f.expect(f.do("GET", "/v1/snapshots/"+esc(snapID)+"/tools/github/create%5Frepository", api.RoleHost, nil), http.StatusOK, "")
+	if got := f.do("GET", "/v1/epochs/"+esc(v14id), api.RoleOperator, nil); got.Status != http.StatusOK || got.Body["epoch"] != v14id && got.Body["id"] != v14id {
+		t.Fatalf("the epoch by its escaped id: %d %s", got.Status, got.Raw)
+	}
+	f.expect(f.do("GET", "/v1/snapshots/"+esc("sha256:0000"), api.RoleHost, nil), http.StatusNotFound, "snapshot-not-found")
 
 	// Lifecycle.
 	f.expect(f.do("POST", "/v1/epochs/"+v14id+"/retire", api.RoleOperator, nil), http.StatusConflict, "epoch-state-conflict")

@@ -6,7 +6,6 @@ import (
 
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/go-chi/chi/v5"
 )
 
 // resolveSigned is POST /v1/leases/{lease}/resolve with a signed
@@ -17,7 +16,7 @@ func (s *server) resolveSigned(w http.ResponseWriter, r *http.Request, by string
 		s.problem(w, r, fmt.Errorf("%w: a signed resolution carries its outcome and reason; send {\"resolution\"} alone", authz.ErrBadRequest))
 		return
 	}
-	l, sr, err := s.uc.Leases.ResolveSigned(r.Context(), by, chi.URLParam(r, "lease"), []byte(req.Resolution))
+	l, sr, err := s.uc.Leases.ResolveSigned(r.Context(), by, pathParam(r, "lease"), []byte(req.Resolution))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -40,7 +39,7 @@ type resolutionView struct {
 // showResolution is GET /v1/leases/{lease}/resolution: the signed
 // resolution that closed the lease, while etcd keeps it.
 func (s *server) showResolution(w http.ResponseWriter, r *http.Request) {
-	sr, err := s.uc.Leases.Resolution(r.Context(), chi.URLParam(r, "lease"))
+	sr, err := s.uc.Leases.Resolution(r.Context(), pathParam(r, "lease"))
 	if err != nil {
 		s.problem(w, r, err)
 		return

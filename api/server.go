@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -314,4 +315,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// pathParam is the path parameter name of r's route, percent-decoded.
+// chi matches routes on the escaped path when the request's path has
+// escapes, and hands the parameter over as sent: a client that escapes
+// the ":" of a digest (JavaScript's encodeURIComponent does) would ask
+// for "sha256%3A…" and find nothing. Go's URL parser has already refused
+// an invalid escape, so a failure here leaves the value as sent.
+func pathParam(r *http.Request, name string) string {
+	v := chi.URLParam(r, name)
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
 }
