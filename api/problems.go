@@ -228,25 +228,13 @@ func problemRules() []problemRule {
 // member.
 func decodeErrors(err error) map[string]any {
 	var list []map[string]any
-	var walk func(error)
-	walk = func(err error) {
-		switch e := err.(type) {
-		case *manifest.DecodeError:
-			m := map[string]any{"pointer": e.Pointer, "detail": e.Reason}
-			if e.Offset >= 0 {
-				m["offset"] = e.Offset
-			}
-			list = append(list, m)
-			return
-		case interface{ Unwrap() []error }:
-			for _, inner := range e.Unwrap() {
-				walk(inner)
-			}
-		case interface{ Unwrap() error }:
-			walk(e.Unwrap())
+	for _, e := range manifest.DecodeErrors(err) {
+		m := map[string]any{"pointer": e.Pointer, "detail": e.Reason}
+		if e.Offset >= 0 {
+			m["offset"] = e.Offset
 		}
+		list = append(list, m)
 	}
-	walk(err)
 	if len(list) == 0 {
 		return nil
 	}

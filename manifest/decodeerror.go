@@ -301,3 +301,26 @@ func (e *invalidError) Error() string {
 }
 
 func (e *invalidError) Unwrap() []error { return append([]error{ErrInvalid}, e.errs...) }
+
+// DecodeErrors returns every *DecodeError in err's tree (through
+// Unwrap() error and Unwrap() []error, depth first, in order): each member
+// at fault of a document that did not decode or validate, for a caller
+// that reports them one by one. Nil when err names no member.
+func DecodeErrors(err error) []*DecodeError {
+	var out []*DecodeError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *DecodeError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}

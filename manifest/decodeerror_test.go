@@ -3,6 +3,7 @@ package manifest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,20 @@ func TestDecodeStrictWraps(t *testing.T) {
 	walk(err)
 	if !errors.Is(err, ErrInvalid) || len(pointers) < 3 || pointers[0] != "/server/name" || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Validate = %q, pointers %v", err, pointers)
+	}
+}
+
+// TestDecodeErrors: every member at fault is found however the errors are
+// wrapped and joined, in order; an error naming no member gives none.
+func TestDecodeErrors(t *testing.T) {
+	a := &DecodeError{Pointer: "/tools/0/name", Offset: 12, Reason: "is missing"}
+	b := &DecodeError{Pointer: "/pool", Offset: -1, Reason: "must be a string"}
+	err := fmt.Errorf("register: %w", errors.Join(fmt.Errorf("decode: %w", a), errors.New("other"), b))
+	got := DecodeErrors(err)
+	if len(got) != 2 || got[0] != a || got[1] != b {
+		t.Fatalf("DecodeErrors = %v, want [%v %v]", got, a, b)
+	}
+	if got := DecodeErrors(errors.New("plain")); got != nil {
+		t.Fatalf("a plain error gave %v", got)
 	}
 }

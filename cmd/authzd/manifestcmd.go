@@ -155,20 +155,9 @@ func undecodable(err error) []manifest.Finding {
 		rule = ruleInvalid
 	}
 	var out []manifest.Finding
-	var walk func(error)
-	walk = func(err error) {
-		switch e := err.(type) {
-		case *manifest.DecodeError:
-			out = append(out, manifest.Finding{Rule: rule, Severity: manifest.SeverityError, Path: e.Pointer, Message: e.Error()})
-		case interface{ Unwrap() []error }:
-			for _, inner := range e.Unwrap() {
-				walk(inner)
-			}
-		case interface{ Unwrap() error }:
-			walk(e.Unwrap())
-		}
+	for _, e := range manifest.DecodeErrors(err) {
+		out = append(out, manifest.Finding{Rule: rule, Severity: manifest.SeverityError, Path: e.Pointer, Message: e.Error()})
 	}
-	walk(err)
 	if len(out) == 0 {
 		msg := strings.TrimPrefix(err.Error(), "manifest: ")
 		out = append(out, manifest.Finding{Rule: rule, Severity: manifest.SeverityError, Path: "", Message: msg})
