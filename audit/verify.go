@@ -90,8 +90,31 @@ var checks = []string{
 }
 
 // Verify checks every replica chain under root (one directory each)
-// against keys, the published signing keys (authzd's JWKS).
+// against keys, the published signing keys (authzd's JWKS), and fcd's
+// properties over the merged history: VerifyConfig{Keys: keys}.Verify(root).
 func Verify(root string, keys jwk.Set) (*Report, error) {
+	return VerifyConfig{Keys: keys}.Verify(root)
+}
+
+// VerifyConfig is what a verification checks a trail against.
+type VerifyConfig struct {
+	// Keys are the published signing keys (authzd's JWKS) the
+	// checkpoints verify against. Required.
+	Keys jwk.Set
+	// OperatorKeys, if set, are the operator keys (serve
+	// --operator-keys): every resolution the trail records must keep a
+	// signed document that verifies against them and states what the
+	// event records. Give them for a deployment that required signed
+	// resolutions; without them resolutions are not checked.
+	OperatorKeys jwk.Set
+}
+
+// Verify checks every replica chain under root (one directory each):
+// hashes, links, sequence, checkpoints against c.Keys; the properties
+// over the history merged by etcd revision; and, with c.OperatorKeys,
+// every resolution's signed document.
+func (c VerifyConfig) Verify(root string) (*Report, error) {
+	keys := c.Keys
 	if keys == nil {
 		return nil, errors.New("audit: verify needs the published keys")
 	}
@@ -99,11 +122,20 @@ func Verify(root string, keys jwk.Set) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: the published keys: %w", err)
 	}
+	var operators *manifest.Verifier
+	if c.OperatorKeys != nil {
+		if operators, err = manifest.NewVerifier(c.OperatorKeys); err != nil {
+			return nil, fmt.Errorf("audit: the operator keys: %w", err)
+		}
+	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	r := &Report{Checks: slices.Concat(checks, propertyChecks), Chains: []ChainReport{}, Problems: []Problem{}}
+	if operators != nil {
+		r.Checks = append(r.Checks, resolutionChecks...)
+	}
 	var history []placed
 	for _, e := range entries {
 		if !e.IsDir() {
@@ -119,6 +151,9 @@ func Verify(root string, keys jwk.Set) (*Report, error) {
 	}
 	if len(r.Chains) == 0 {
 		return nil, fmt.Errorf("audit: no replica chain under %s", root)
+	}
+	if operators != nil {
+		r.Problems = append(r.Problems, checkResolutions(history, operators)...)
 	}
 	r.Problems = append(r.Problems, checkProperties(history)...)
 	r.OK = len(r.Problems) == 0

@@ -24,7 +24,8 @@ import (
 // which).
 var errTrailFailed = errors.New("the audit trail does not verify")
 
-// auditCommand runs `authzd audit verify [--jwks FILE|URL] [--json] [DIR]`
+// auditCommand runs `authzd audit verify [--jwks FILE|URL]
+// [--operator-keys FILE] [--json] [DIR]`
 // and `authzd audit formation ID [DIR]`.
 func auditCommand(ctx context.Context, sub string, args []string, stdout io.Writer) error {
 	switch sub {
@@ -36,6 +37,7 @@ func auditCommand(ctx context.Context, sub string, args []string, stdout io.Writ
 	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	jwks := fs.String("jwks", "", "the published signing keys: a JWKS file, or authzd's URL (its /.well-known/jwks.json); default: the dispatch key --dev keeps beside DIR")
+	operatorKeys := fs.String("operator-keys", "", "a JWKS file of the operator keys (serve's --operator-keys): every resolution must keep a signed document that verifies against them")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -54,7 +56,13 @@ func auditCommand(ctx context.Context, sub string, args []string, stdout io.Writ
 	if err != nil {
 		return err
 	}
-	r, err := audit.Verify(dir, keys)
+	vc := audit.VerifyConfig{Keys: keys}
+	if *operatorKeys != "" {
+		if vc.OperatorKeys, err = manifest.LoadKeySet(*operatorKeys); err != nil {
+			return fmt.Errorf("--operator-keys: %w", err)
+		}
+	}
+	r, err := vc.Verify(dir)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/manifest"
@@ -36,6 +37,21 @@ func TestAuditVerifyKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := tr.Record(context.Background(), "drain", 5, map[string]string{"epoch": "e"}); err != nil {
+		t.Fatal(err)
+	}
+	// A resolution signed by the operator's key (other): --operator-keys
+	// names the keys it must verify against.
+	res, err := manifest.SignResolution(&manifest.Resolution{Lease: "ls_1", Outcome: manifest.ResolutionNoEffect,
+		Reason: "the backend's log shows no write", Operator: "dana", IssuedAt: time.Now().UTC().Truncate(time.Second)}, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := manifest.ReadVerifiedResolution(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Record(context.Background(), "resolution", 6, map[string]any{"lease": "ls_1", "outcome": "no_effect", "by": "operator",
+		"signed": map[string]any{"kid": sr.KeyID, "operator": "dana", "digest": sr.Digest, "issuedAt": sr.Resolution.IssuedAt, "jws": sr.JWS}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Close(); err != nil {
@@ -75,6 +91,9 @@ func TestAuditVerifyKeys(t *testing.T) {
 		{"another key", []string{"--jwks", bad}, 1, audit.ProblemSignature},
 		{"no keys and no dev credentials", nil, 2, "dev-credentials.json"},
 		{"a JWKS file that is not one", []string{"--jwks", filepath.Join(dir, "missing")}, 1, "read --jwks"},
+		{"the operator's keys", []string{"--jwks", good, "--operator-keys", bad}, 0, "ok: "},
+		{"keys that are not the operator's", []string{"--jwks", good, "--operator-keys", good}, 1, audit.ProblemResolutionSignature},
+		{"an operator-keys file that is not there", []string{"--jwks", good, "--operator-keys", filepath.Join(dir, "missing")}, 1, "--operator-keys"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer

@@ -12,7 +12,7 @@
 //	authzd credential new --role ROLE [--id ID] [--pool POOL ...]
 //	authzd lease resolve --key FILE --outcome effect|no_effect --reason TEXT [--operator ID] [--url URL] [--credential-file FILE] LEASE
 //	authzd lease sign-resolution --key FILE --outcome effect|no_effect --reason TEXT [--operator ID] LEASE
-//	authzd audit verify [--jwks FILE|URL] [--json] [DIR]
+//	authzd audit verify [--jwks FILE|URL] [--operator-keys FILE] [--json] [DIR]
 //	authzd audit formation ID [DIR]
 //	authzd gateway config nginx|caddy|envoy|traefik [flags]
 //	authzd gateway user --users FILE NAME
@@ -67,10 +67,11 @@ const usage = `usage:
   authzd lease sign-resolution --key FILE --outcome effect|no_effect --reason TEXT
                 [--operator ID] LEASE       print the signed resolution only (send it as
                                             {"resolution": JWS} to POST /v1/leases/LEASE/resolve)
-  authzd audit verify [--jwks FILE|URL] [--json] [DIR]
+  authzd audit verify [--jwks FILE|URL] [--operator-keys FILE] [--json] [DIR]
                                             verify the audit trail's hash chains and signed
-                                            checkpoints (default DIR: fcd-data/audit); exit 1
-                                            naming each problem
+                                            checkpoints (default DIR: fcd-data/audit), the
+                                            properties, and with --operator-keys every signed
+                                            resolution; exit 1 naming each problem
   authzd audit formation ID [DIR]           print what the trail holds of one formation (also
                                             once etcd collected it), as JSON lines
   authzd init [--pool POOL ...] [--listen ADDR] DIR

@@ -236,7 +236,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { verifyTrail(t, trail, trailRoot, sigKey) })
+	t.Cleanup(func() { verifyTrail(t, trail, trailRoot, sigKey, s.operatorKey) })
 	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log, Trail: trail})
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 
 // verifyTrail closes a stack's trail once its servers stopped and requires
 // audit verify's report over it to be clean.
-func verifyTrail(t *testing.T, trail *audit.Trail, root string, key jwk.Key) {
+func verifyTrail(t *testing.T, trail *audit.Trail, root string, key, operatorKey jwk.Key) {
 	t.Helper()
 	if err := trail.Close(); err != nil {
 		t.Errorf("close the audit trail: %v", err)
@@ -338,7 +338,13 @@ func verifyTrail(t *testing.T, trail *audit.Trail, root string, key jwk.Key) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := audit.Verify(root, keys)
+	// authzd requires signed resolutions here: each one the trail keeps
+	// must verify again against the operator's key.
+	operators, err := manifest.PublicSet(operatorKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := audit.VerifyConfig{Keys: keys, OperatorKeys: operators}.Verify(root)
 	if err != nil {
 		t.Errorf("audit verify: %v", err)
 		return
