@@ -76,7 +76,7 @@ const usage = `usage:
                                             once etcd collected it), as JSON lines
   authzd init [--pool POOL ...] [--listen ADDR] DIR
                                             write a production-shaped setup: keys, credentials
-                                            (two approvers, per-pool backends), secrets.json and
+                                            (two approvers, per-pool backends), secrets/ID and
                                             DIR/authzd.yaml for serve --config
   authzd keys new --kind KIND [--alg EdDSA|ES256] [--out DIR]
                                             generate a key pair: KIND.jwk (private, 0600) and
