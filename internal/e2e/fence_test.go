@@ -46,14 +46,15 @@ type admission struct {
 // caller binding) and returns its token.
 func (s *stack) admit(f formation) admission {
 	s.t.Helper()
-	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
-	s.expect(r, http.StatusOK)
-	a := admission{}
-	a.Token, _ = r.Body["token"].(string)
-	a.Lease, _ = r.Body["lease"].(string)
+	r, err := s.as(api.RoleHost).AdmitFormationWithResponse(s.t.Context(), f.ID)
+	s.must("admit "+f.ID, err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("admit %s: %d %s, want 200", f.ID, r.StatusCode(), r.Body)
+	}
+	a := admission{Token: r.JSON200.Token, Lease: r.JSON200.Lease}
 	a.Claims = claimsOf(s.t, a.Token)
 	if a.Token == "" || a.Lease == "" || a.Claims.ID != a.Lease {
-		s.t.Fatalf("admission %s", r.Raw)
+		s.t.Fatalf("admission %s", r.Body)
 	}
 	return a
 }
@@ -62,11 +63,12 @@ func (s *stack) admit(f formation) admission {
 // status and problem slug; it fails the test if authzd issued a token.
 func (s *stack) readmit(f formation) (int, string) {
 	s.t.Helper()
-	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
-	if r.Status == http.StatusOK || r.Body["token"] != nil {
-		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.Status, r.Raw)
+	r, err := s.as(api.RoleHost).AdmitFormationWithResponse(s.t.Context(), f.ID)
+	if err == nil {
+		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.StatusCode(), r.Body)
 	}
-	return r.Status, slugOf(r)
+	p := s.problem("re-admit "+f.ID, err)
+	return p.Status, p.Slug()
 }
 
 // formRead forms a read of tool (no approval needed: ready at once) in
@@ -83,10 +85,10 @@ func (s *stack) formRead(snapshot, session, tool, args string) formation {
 // leaseOf returns the lease of a formation, as authzd shows it.
 func (s *stack) leaseOf(id string) string {
 	s.t.Helper()
-	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
-	s.expect(r, http.StatusOK)
-	l, _ := r.Body["lease"].(string)
-	return l
+	if l := s.record(id).Lease; l != nil {
+		return *l
+	}
+	return ""
 }
 
 // leaseState returns the state of an open lease under the v1.4 epoch as
@@ -94,13 +96,14 @@ func (s *stack) leaseOf(id string) string {
 // or "" when the lease is not open.
 func (s *stack) leaseState(lease string) string {
 	s.t.Helper()
-	r := s.do("GET", "/v1/epochs/"+s.Epoch[poolV14]+"/leases", api.RoleOperator, nil)
-	s.expect(r, http.StatusOK)
-	ls, _ := r.Body["leases"].([]any)
-	for _, l := range ls {
-		if m, _ := l.(map[string]any); m["id"] == lease {
-			st, _ := m["state"].(string)
-			return st
+	r, err := s.as(api.RoleOperator).ListEpochLeasesWithResponse(s.t.Context(), s.Epoch[poolV14])
+	s.must("list the leases", err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("list the leases: %d %s, want 200", r.StatusCode(), r.Body)
+	}
+	for _, l := range r.JSON200.Leases {
+		if l.Id == lease {
+			return string(l.State)
 		}
 	}
 	return ""
@@ -109,12 +112,14 @@ func (s *stack) leaseState(lease string) string {
 // sessionFormations counts the formations of a session.
 func (s *stack) sessionFormations(session string) int {
 	s.t.Helper()
-	r := s.do("GET", "/v1/formations", api.RoleOperator, nil)
-	s.expect(r, http.StatusOK)
-	fs, _ := r.Body["formations"].([]any)
+	r, err := s.as(api.RoleOperator).ListFormationsWithResponse(s.t.Context(), nil)
+	s.must("list the formations", err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("list the formations: %d %s, want 200", r.StatusCode(), r.Body)
+	}
 	n := 0
-	for _, f := range fs {
-		if m, _ := f.(map[string]any); m["session"] == session {
+	for _, f := range r.JSON200.Formations {
+		if f.Session == session {
 			n++
 		}
 	}
@@ -145,11 +150,6 @@ func startSidecar(t *testing.T, s *stack, fenceBin, credFile, upstream string) *
 		"--pool", rel.Pool, "--artifact", rel.Artifact, "--config", rel.Config, "--generation", "0",
 		"--jwks", s.URL+"/.well-known/jwks.json", "--issuer", issuerName, "--server", "github",
 		"--authzd", s.URL, "--credential-file", credFile, "--timeout", "30s", "--log-level", "warn")
-}
-
-func slugOf(r reply) string {
-	typ, _ := r.Body["type"].(string)
-	return typ[strings.LastIndexByte(typ, '#')+1:]
 }
 
 func claimsOf(t testing.TB, token string) fencecheck.Claims {
@@ -360,6 +360,9 @@ func TestExactCallMemberVariants(t *testing.T) {
 
 	t.Run("ext_authz one-step", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_repositories","arguments":` + listArgs + `}}`
+		// Raw on purpose: the bodies are tampered MCP messages, sent as the
+		// bytes they are (the typed client would send what it marshals),
+		// and the answer's `reason` extension is read from the body.
 		post := func(session, body string) (*http.Response, map[string]any) {
 			req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/ext_authz/mcp", strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+string(s.creds[api.RoleGateway]))
@@ -679,10 +682,8 @@ func TestRequiresMetOnlyByEffect(t *testing.T) {
 		if del.Status != "denied" || count(del.Rules, "deny-requires-unmet") != 2 {
 			t.Fatalf("delete formed after %s: %+v, want denied for deny-requires-unmet by both engines", after, del)
 		}
-		r := s.do("POST", "/v1/formations/"+del.ID+"/admit", api.RoleHost, nil)
-		if r.Status != http.StatusForbidden || slugOf(r) != "formation-denied" {
-			t.Fatalf("admitting the delete formed after %s: %d %s, want 403 formation-denied", after, r.Status, r.Raw)
-		}
+		_, err := s.as(api.RoleHost).AdmitFormationWithResponse(t.Context(), del.ID)
+		s.refused("admitting the delete formed after "+after, err, http.StatusForbidden, "formation-denied")
 	}
 
 	never := s.formRead(snap, session, "get_repository", repo)
@@ -710,9 +711,7 @@ func TestRequiresMetOnlyByEffect(t *testing.T) {
 		t.Fatalf("delete formed after get_repository ran: %+v, want pending_approval", del)
 	}
 	for _, approver := range []api.Secret{s.creds[api.RoleApprover], s.approver2} {
-		r := s.doAs("POST", "/v1/formations/"+del.ID+"/approvals", approver,
-			[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, del.Digest)))
-		s.expect(r, http.StatusOK)
+		s.approveAs(approver, del)
 	}
 	if res, _, err := c.call(s.admit(del).Token, "delete_repository", repo); err != nil || res.IsError {
 		t.Fatalf("delete_repository after its requirement ran: %v %+v", err, res)
