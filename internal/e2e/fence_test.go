@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
@@ -360,42 +362,31 @@ func TestExactCallMemberVariants(t *testing.T) {
 
 	t.Run("ext_authz one-step", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_repositories","arguments":` + listArgs + `}}`
-		// Raw on purpose: the bodies are tampered MCP messages, sent as the
-		// bytes they are (the typed client would send what it marshals),
-		// and the answer's `reason` extension is read from the body.
-		post := func(session, body string) (*http.Response, map[string]any) {
-			req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/ext_authz/mcp", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+string(s.creds[api.RoleGateway]))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Fcd-Snapshot", snap)
-			req.Header.Set("Fcd-Session", session)
-			req.Header.Set("Fcd-Server", "github")
-			req.Header.Set("Fcd-Caller", "alice")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			var p map[string]any
-			_ = json.Unmarshal(raw, &p)
-			return resp, p
+		// The tampered bodies go as the bytes they are: the typed client's
+		// WithBody call sends its body unchanged.
+		gateway := s.as(api.RoleGateway)
+		post := func(session, body string) (*client.ExtAuthzPostResponse, error) {
+			t.Helper()
+			return gateway.ExtAuthzPostWithBodyWithResponse(t.Context(), "mcp", &client.ExtAuthzPostParams{
+				FcdSnapshot: &snap, FcdSession: &session, FcdServer: ptr("github"), FcdCaller: ptr("alice"),
+			}, "application/json", strings.NewReader(body))
 		}
 		for i, a := range attacks {
 			session := fmt.Sprintf("sess-exact-ext-authz-%d", i)
-			resp, p := post(session, string(a.tamper(t)([]byte(body))))
-			if typ, _ := p["type"].(string); resp.StatusCode != http.StatusBadRequest || !strings.HasSuffix(typ, "#malformed-mcp") ||
-				p["reason"] != string(a.reason) || resp.Header.Get(fencecheck.Header) != "" {
-				t.Errorf("%s: %d %v, want 400 malformed-mcp with reason %s", a.note, resp.StatusCode, p, a.reason)
+			_, err := post(session, string(a.tamper(t)([]byte(body))))
+			var p *client.Problem
+			if !errors.As(err, &p) || p.Status != http.StatusBadRequest || p.Slug() != "malformed-mcp" ||
+				p.Details.Reason == nil || *p.Details.Reason != string(a.reason) || p.Header.Get(fencecheck.Header) != "" {
+				t.Errorf("%s: %v, want 400 malformed-mcp with reason %s and no token", a.note, err, a.reason)
 			}
 			if n := s.sessionFormations(session); n != 0 {
 				t.Errorf("%s: %d formations in its session, want none", a.note, n)
 			}
 		}
 		// The body as the model formed it is formed and admitted.
-		resp, p := post("sess-exact-ext-authz-ok", body)
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(fencecheck.Header) == "" || s.sessionFormations("sess-exact-ext-authz-ok") != 1 {
-			t.Errorf("the body as formed: %d %v", resp.StatusCode, p)
+		r, err := post("sess-exact-ext-authz-ok", body)
+		if err != nil || r.StatusCode() != http.StatusOK || r.HTTPResponse.Header.Get(fencecheck.Header) == "" || s.sessionFormations("sess-exact-ext-authz-ok") != 1 {
+			t.Errorf("the body as formed: %v %+v", err, r)
 		}
 	})
 	if es := s.Rec.Effects(fixtures.Filter{}); len(es) != len(paths) {
