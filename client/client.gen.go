@@ -1608,6 +1608,9 @@ type ProblemDetails struct {
 	// Instance The request path.
 	Instance *string `json:"instance,omitempty"`
 
+	// Reason `malformed-mcp`: the class of body fcd's MCP reader refused (`parse`, `invalid_request`, `encoding`, `duplicate_member`, `member_case`, `name_collision`, `batch`), the value the fence answers in `error.data.reason`; absent when the body contradicts its `Mcp-Method` or `Mcp-Name` header.
+	Reason *string `json:"reason,omitempty"`
+
 	// RequiredState Lifecycle state of an epoch. Only ACTIVE epochs admit calls and enter new snapshots.
 	RequiredState *EpochState `json:"requiredState,omitempty"`
 

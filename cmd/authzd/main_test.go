@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/audit"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/lease"
@@ -304,17 +305,8 @@ func TestDevRestartKeepsCredentialsAndData(t *testing.T) {
 		t.Fatalf("no second approver: %v %s", err, env)
 	}
 	for secret, id := range map[string]string{string(dc.Credentials["approver"]): "dev-approver", string(dc.SecondApprover): "dev-approver-2"} {
-		req, _ := http.NewRequest("GET", url+"/v1/approvers/me", nil)
-		req.Header.Set("Authorization", "Bearer "+secret)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var me struct{ ID string }
-		_ = json.NewDecoder(resp.Body).Decode(&me)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || me.ID != id {
-			t.Fatalf("approver %s: %d %q", id, resp.StatusCode, me.ID)
+		if got := approverID(t, url, secret); got != id {
+			t.Fatalf("approver %s: authzd knows the credential as %q", id, got)
 		}
 	}
 }
@@ -571,16 +563,26 @@ func TestDevAddsTheSecondApprover(t *testing.T) {
 	if err := json.Unmarshal(raw, &dc); err != nil || dc.SecondApprover == "" {
 		t.Fatalf("no second approver after the upgrade: %v %s", err, raw)
 	}
-	req, _ := http.NewRequest("GET", url+"/v1/approvers/me", nil)
-	req.Header.Set("Authorization", "Bearer "+string(dc.SecondApprover))
-	resp, err := http.DefaultClient.Do(req)
+	approverID(t, url, string(dc.SecondApprover))
+}
+
+// approverID returns the id of the approver credential secret as the
+// authzd at url knows it (GET /v1/approvers/me); it fails the test unless
+// authzd answers 200.
+func approverID(t *testing.T, url, secret string) string {
+	t.Helper()
+	c, err := client.New(url, secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("the added approver: %d", resp.StatusCode)
+	r, err := c.GetApproverWithResponse(t.Context())
+	if err != nil {
+		t.Fatalf("the approver: %v", err)
 	}
+	if r.JSON200 == nil {
+		t.Fatalf("the approver: %d %s, want 200", r.StatusCode(), r.Body)
+	}
+	return r.JSON200.Id
 }
 
 // readyz polls url's /readyz until it answers want, or 30 s pass, and

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
@@ -76,7 +75,7 @@ func TestRollbackDrift(t *testing.T) {
 		snap := s.snapshot()
 		pending := s.formReady(snap, "sess-rollback", "rollback-pending")
 		admitted := s.formReady(snap, "sess-rollback", "rollback-admitted")
-		s.expect(s.do("POST", "/v1/formations/"+admitted.ID+"/admit", api.RoleHost, nil), http.StatusOK)
+		s.admit(admitted)
 
 		s.drain(poolV14)
 		gw := s.gateway(t, kind, map[string]string{poolV14: poolV13})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
@@ -46,14 +48,15 @@ type admission struct {
 // caller binding) and returns its token.
 func (s *stack) admit(f formation) admission {
 	s.t.Helper()
-	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
-	s.expect(r, http.StatusOK)
-	a := admission{}
-	a.Token, _ = r.Body["token"].(string)
-	a.Lease, _ = r.Body["lease"].(string)
+	r, err := s.as(api.RoleHost).AdmitFormationWithResponse(s.t.Context(), f.ID)
+	s.must("admit "+f.ID, err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("admit %s: %d %s, want 200", f.ID, r.StatusCode(), r.Body)
+	}
+	a := admission{Token: r.JSON200.Token, Lease: r.JSON200.Lease}
 	a.Claims = claimsOf(s.t, a.Token)
 	if a.Token == "" || a.Lease == "" || a.Claims.ID != a.Lease {
-		s.t.Fatalf("admission %s", r.Raw)
+		s.t.Fatalf("admission %s", r.Body)
 	}
 	return a
 }
@@ -62,11 +65,12 @@ func (s *stack) admit(f formation) admission {
 // status and problem slug; it fails the test if authzd issued a token.
 func (s *stack) readmit(f formation) (int, string) {
 	s.t.Helper()
-	r := s.do("POST", "/v1/formations/"+f.ID+"/admit", api.RoleHost, nil)
-	if r.Status == http.StatusOK || r.Body["token"] != nil {
-		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.Status, r.Raw)
+	r, err := s.as(api.RoleHost).AdmitFormationWithResponse(s.t.Context(), f.ID)
+	if err == nil {
+		s.t.Fatalf("re-admission of %s issued a token: %d %s", f.ID, r.StatusCode(), r.Body)
 	}
-	return r.Status, slugOf(r)
+	p := s.problem("re-admit "+f.ID, err)
+	return p.Status, p.Slug()
 }
 
 // formRead forms a read of tool (no approval needed: ready at once) in
@@ -83,10 +87,10 @@ func (s *stack) formRead(snapshot, session, tool, args string) formation {
 // leaseOf returns the lease of a formation, as authzd shows it.
 func (s *stack) leaseOf(id string) string {
 	s.t.Helper()
-	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
-	s.expect(r, http.StatusOK)
-	l, _ := r.Body["lease"].(string)
-	return l
+	if l := s.record(id).Lease; l != nil {
+		return *l
+	}
+	return ""
 }
 
 // leaseState returns the state of an open lease under the v1.4 epoch as
@@ -94,13 +98,14 @@ func (s *stack) leaseOf(id string) string {
 // or "" when the lease is not open.
 func (s *stack) leaseState(lease string) string {
 	s.t.Helper()
-	r := s.do("GET", "/v1/epochs/"+s.Epoch[poolV14]+"/leases", api.RoleOperator, nil)
-	s.expect(r, http.StatusOK)
-	ls, _ := r.Body["leases"].([]any)
-	for _, l := range ls {
-		if m, _ := l.(map[string]any); m["id"] == lease {
-			st, _ := m["state"].(string)
-			return st
+	r, err := s.as(api.RoleOperator).ListEpochLeasesWithResponse(s.t.Context(), s.Epoch[poolV14])
+	s.must("list the leases", err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("list the leases: %d %s, want 200", r.StatusCode(), r.Body)
+	}
+	for _, l := range r.JSON200.Leases {
+		if l.Id == lease {
+			return string(l.State)
 		}
 	}
 	return ""
@@ -109,12 +114,14 @@ func (s *stack) leaseState(lease string) string {
 // sessionFormations counts the formations of a session.
 func (s *stack) sessionFormations(session string) int {
 	s.t.Helper()
-	r := s.do("GET", "/v1/formations", api.RoleOperator, nil)
-	s.expect(r, http.StatusOK)
-	fs, _ := r.Body["formations"].([]any)
+	r, err := s.as(api.RoleOperator).ListFormationsWithResponse(s.t.Context(), nil)
+	s.must("list the formations", err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("list the formations: %d %s, want 200", r.StatusCode(), r.Body)
+	}
 	n := 0
-	for _, f := range fs {
-		if m, _ := f.(map[string]any); m["session"] == session {
+	for _, f := range r.JSON200.Formations {
+		if f.Session == session {
 			n++
 		}
 	}
@@ -145,11 +152,6 @@ func startSidecar(t *testing.T, s *stack, fenceBin, credFile, upstream string) *
 		"--pool", rel.Pool, "--artifact", rel.Artifact, "--config", rel.Config, "--generation", "0",
 		"--jwks", s.URL+"/.well-known/jwks.json", "--issuer", issuerName, "--server", "github",
 		"--authzd", s.URL, "--credential-file", credFile, "--timeout", "30s", "--log-level", "warn")
-}
-
-func slugOf(r reply) string {
-	typ, _ := r.Body["type"].(string)
-	return typ[strings.LastIndexByte(typ, '#')+1:]
 }
 
 func claimsOf(t testing.TB, token string) fencecheck.Claims {
@@ -360,39 +362,31 @@ func TestExactCallMemberVariants(t *testing.T) {
 
 	t.Run("ext_authz one-step", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_repositories","arguments":` + listArgs + `}}`
-		post := func(session, body string) (*http.Response, map[string]any) {
-			req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/ext_authz/mcp", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+string(s.creds[api.RoleGateway]))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Fcd-Snapshot", snap)
-			req.Header.Set("Fcd-Session", session)
-			req.Header.Set("Fcd-Server", "github")
-			req.Header.Set("Fcd-Caller", "alice")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			var p map[string]any
-			_ = json.Unmarshal(raw, &p)
-			return resp, p
+		// The tampered bodies go as the bytes they are: the typed client's
+		// WithBody call sends its body unchanged.
+		gateway := s.as(api.RoleGateway)
+		post := func(session, body string) (*client.ExtAuthzPostResponse, error) {
+			t.Helper()
+			return gateway.ExtAuthzPostWithBodyWithResponse(t.Context(), "mcp", &client.ExtAuthzPostParams{
+				FcdSnapshot: &snap, FcdSession: &session, FcdServer: ptr("github"), FcdCaller: ptr("alice"),
+			}, "application/json", strings.NewReader(body))
 		}
 		for i, a := range attacks {
 			session := fmt.Sprintf("sess-exact-ext-authz-%d", i)
-			resp, p := post(session, string(a.tamper(t)([]byte(body))))
-			if typ, _ := p["type"].(string); resp.StatusCode != http.StatusBadRequest || !strings.HasSuffix(typ, "#malformed-mcp") ||
-				p["reason"] != string(a.reason) || resp.Header.Get(fencecheck.Header) != "" {
-				t.Errorf("%s: %d %v, want 400 malformed-mcp with reason %s", a.note, resp.StatusCode, p, a.reason)
+			_, err := post(session, string(a.tamper(t)([]byte(body))))
+			var p *client.Problem
+			if !errors.As(err, &p) || p.Status != http.StatusBadRequest || p.Slug() != "malformed-mcp" ||
+				p.Details.Reason == nil || *p.Details.Reason != string(a.reason) || p.Header.Get(fencecheck.Header) != "" {
+				t.Errorf("%s: %v, want 400 malformed-mcp with reason %s and no token", a.note, err, a.reason)
 			}
 			if n := s.sessionFormations(session); n != 0 {
 				t.Errorf("%s: %d formations in its session, want none", a.note, n)
 			}
 		}
 		// The body as the model formed it is formed and admitted.
-		resp, p := post("sess-exact-ext-authz-ok", body)
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(fencecheck.Header) == "" || s.sessionFormations("sess-exact-ext-authz-ok") != 1 {
-			t.Errorf("the body as formed: %d %v", resp.StatusCode, p)
+		r, err := post("sess-exact-ext-authz-ok", body)
+		if err != nil || r.StatusCode() != http.StatusOK || r.HTTPResponse.Header.Get(fencecheck.Header) == "" || s.sessionFormations("sess-exact-ext-authz-ok") != 1 {
+			t.Errorf("the body as formed: %v %+v", err, r)
 		}
 	})
 	if es := s.Rec.Effects(fixtures.Filter{}); len(es) != len(paths) {
@@ -679,10 +673,8 @@ func TestRequiresMetOnlyByEffect(t *testing.T) {
 		if del.Status != "denied" || count(del.Rules, "deny-requires-unmet") != 2 {
 			t.Fatalf("delete formed after %s: %+v, want denied for deny-requires-unmet by both engines", after, del)
 		}
-		r := s.do("POST", "/v1/formations/"+del.ID+"/admit", api.RoleHost, nil)
-		if r.Status != http.StatusForbidden || slugOf(r) != "formation-denied" {
-			t.Fatalf("admitting the delete formed after %s: %d %s, want 403 formation-denied", after, r.Status, r.Raw)
-		}
+		_, err := s.as(api.RoleHost).AdmitFormationWithResponse(t.Context(), del.ID)
+		s.refused("admitting the delete formed after "+after, err, http.StatusForbidden, "formation-denied")
 	}
 
 	never := s.formRead(snap, session, "get_repository", repo)
@@ -710,9 +702,7 @@ func TestRequiresMetOnlyByEffect(t *testing.T) {
 		t.Fatalf("delete formed after get_repository ran: %+v, want pending_approval", del)
 	}
 	for _, approver := range []api.Secret{s.creds[api.RoleApprover], s.approver2} {
-		r := s.doAs("POST", "/v1/formations/"+del.ID+"/approvals", approver,
-			[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, del.Digest)))
-		s.expect(r, http.StatusOK)
+		s.approveAs(approver, del)
 	}
 	if res, _, err := c.call(s.admit(del).Token, "delete_repository", repo); err != nil || res.IsError {
 		t.Fatalf("delete_repository after its requirement ran: %v %+v", err, res)

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 )
 
@@ -84,14 +84,16 @@ func TestTypeScriptHostRecipe(t *testing.T) {
 			if approved != "" {
 				continue
 			}
-			r := s.do("GET", "/v1/formations?status=pending_approval", api.RoleApprover, nil)
-			s.expect(r, http.StatusOK)
-			fs, _ := r.Body["formations"].([]any)
-			for _, x := range fs {
-				f := x.(map[string]any)
-				if args, _ := f["arguments"].(map[string]any); args["name"] == "ts-waited" {
-					approved = f["id"].(string)
-					s.approve(formation{ID: approved, Digest: f["digest"].(string)})
+			pending := client.FormationStatusPendingApproval
+			r, err := s.as(api.RoleApprover).ListFormationsWithResponse(t.Context(), &client.ListFormationsParams{Status: &pending})
+			s.must("list the formations pending approval", err)
+			if r.JSON200 == nil {
+				t.Fatalf("list the formations pending approval: %d %s, want 200", r.StatusCode(), r.Body)
+			}
+			for _, f := range r.JSON200.Formations {
+				if f.Arguments["name"] == "ts-waited" {
+					approved = f.Id
+					s.approve(formation{ID: approved, Digest: f.Digest})
 				}
 			}
 		}

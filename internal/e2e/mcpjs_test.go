@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
@@ -267,7 +268,7 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.expect(s.do("POST", "/v1/manifests", api.RoleRegistrar, jws), http.StatusCreated)
+	s.registerManifest(jws)
 	credFile := filepath.Join(t.TempDir(), "backend.cred")
 	if err := os.WriteFile(credFile, []byte(s.creds[api.RoleBackend]), 0o600); err != nil {
 		t.Fatal(err)
@@ -276,9 +277,7 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 		"--pool", m.Pool, "--artifact", m.Artifact.Digest, "--config", m.Config.Digest, "--generation", "0",
 		"--jwks", s.URL+"/.well-known/jwks.json", "--issuer", issuerName, "--server", "everything",
 		"--authzd", s.URL, "--credential-file", credFile, "--timeout", "30s")
-	snapReply := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["everything"]}`))
-	s.expect(snapReply, http.StatusCreated)
-	snap := snapReply.Body["id"].(string)
+	snap := s.snapshotOf("everything")
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+gatewayUsers["alice"]))
 	for _, kind := range gatewaytest.Kinds {
 		t.Run(kind, func(t *testing.T) {
@@ -287,13 +286,10 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 				Pools: map[string]string{m.Pool: px.URL}, Users: gatewayUsers,
 			})
 			const args = `{"duration":1,"steps":3}`
-			body := fmt.Sprintf(`{"snapshot":%q,"session":"sess-everything-%s","tool":"everything/trigger-long-running-operation","arguments":%s,"principal":{"id":"alice"}}`,
-				snap, kind, args)
-			r := s.do("POST", "/v1/formations", api.RoleHost, []byte(body))
-			s.expect(r, http.StatusCreated)
-			id := r.Body["id"].(string)
-			if r.Body["status"] != "ready" {
-				t.Fatalf("formation: %s", r.Raw)
+			rec := s.create(everythingCall(t, snap, "sess-everything-"+kind, "trigger-long-running-operation", args))
+			id := rec.Id
+			if rec.Status != client.FormationStatusReady {
+				t.Fatalf("formation: %+v", rec)
 			}
 			out := nodeHostProgress(t, gw.URL+"/mcp", map[string]string{"Authorization": auth, "Fcd-Formation": id},
 				"trigger-long-running-operation", args)
@@ -307,31 +303,25 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 			s.waitStatus(id, "completed")
 
 			// The Go SDK client, unmodified, the same server and gateway.
-			echo := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
-				`{"snapshot":%q,"session":"sess-everything-go-%s","tool":"everything/echo","arguments":{"message":"from go"},"principal":{"id":"alice"}}`,
-				snap, kind)))
-			s.expect(echo, http.StatusCreated)
+			echo := s.create(everythingCall(t, snap, "sess-everything-go-"+kind, "echo", `{"message":"from go"}`))
 			h := connectHost(t, gw)
-			res, err := h.call(formation{ID: echo.Body["id"].(string)}, "echo", `{"message":"from go"}`)
+			res, err := h.call(formation{ID: echo.Id}, "echo", `{"message":"from go"}`)
 			if err != nil || res.IsError || len(res.Content) == 0 {
 				t.Fatalf("the Go SDK client through %s: %v %+v", kind, err, res)
 			}
 			if tc, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(tc.Text, "from go") {
 				t.Fatalf("the Go SDK client's echo: %+v", res.Content)
 			}
-			s.waitStatus(echo.Body["id"].(string), "completed")
+			s.waitStatus(echo.Id, "completed")
 
 			// The Go SDK client's long-running call: its progress
 			// notifications arrive before the result.
-			long := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
-				`{"snapshot":%q,"session":"sess-everything-go-long-%s","tool":"everything/trigger-long-running-operation","arguments":%s,"principal":{"id":"alice"}}`,
-				snap, kind, args)))
-			s.expect(long, http.StatusCreated)
+			long := s.create(everythingCall(t, snap, "sess-everything-go-long-"+kind, "trigger-long-running-operation", args))
 			var progressed atomic.Int64
 			cs := goSession(t, gw, &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
 				progressed.Add(1)
 			}})
-			text, err := goCall(t, cs, long.Body["id"].(string), "trigger-long-running-operation", args, true)
+			text, err := goCall(t, cs, long.Id, "trigger-long-running-operation", args, true)
 			if err != nil || !strings.Contains(text, "Long running operation completed") {
 				t.Fatalf("the Go SDK client's long-running call through %s: %v %q", kind, err, text)
 			}
@@ -341,7 +331,7 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 			if err := cs.Close(); err != nil {
 				t.Fatalf("closing the Go SDK session: %v", err)
 			}
-			s.waitStatus(long.Body["id"].(string), "completed")
+			s.waitStatus(long.Id, "completed")
 		})
 	}
 }
@@ -420,9 +410,17 @@ func registerEverything(t *testing.T, s *stack, rel, pool string) (epoch, artifa
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := s.do("POST", "/v1/manifests", api.RoleRegistrar, jws)
-	s.expect(r, http.StatusCreated)
-	return r.Body["epoch"].(string), artifact, config
+	epoch = s.registerManifest(jws)
+	s.Epoch[pool] = epoch
+	return epoch, artifact, config
+}
+
+// everythingCall is the request forming a call of server-everything's
+// tool with args (a JSON object) in session, for alice.
+func everythingCall(t *testing.T, snapshot, session, tool, args string) client.FormationRequest {
+	t.Helper()
+	return client.FormationRequest{Snapshot: snapshot, Session: session, Tool: "everything/" + tool,
+		Arguments: object(t, args), Principal: &client.FormationRequest_Principal{Id: ptr("alice")}}
 }
 
 // TestSubstitutionMidSessionWithTheTypeScriptSDK: a TypeScript SDK host's
@@ -472,26 +470,16 @@ func TestSubstitutionMidSessionWithTheSDKs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.expect(s.do("POST", "/v1/certificates", api.RoleRegistrar, cjws), http.StatusCreated)
-			snapReply := s.do("POST", "/v1/snapshots", api.RoleHost, []byte(`{"servers":["everything"]}`))
-			s.expect(snapReply, http.StatusCreated)
+			s.registerCertificate(cjws)
+			snap := s.snapshotOf("everything")
 			const args = `{"message":"substituted"}`
-			r := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
-				`{"snapshot":%q,"session":"sess-sub","tool":"everything/echo","arguments":%s,"principal":{"id":"alice"}}`,
-				snapReply.Body["id"], args)))
-			s.expect(r, http.StatusCreated)
-			succ, _ := r.Body["successor"].(map[string]any)
-			src, _ := r.Body["source"].(map[string]any)
-			if r.Body["status"] != "ready" || src["pool"] != "everything-a" || succ == nil || succ["pool"] != "everything-b" {
-				t.Fatalf("the formation: %s", r.Raw)
+			sub := formationFrom(s.create(everythingCall(t, snap, "sess-sub", "echo", args)))
+			if sub.Status != "ready" || sub.Pool != "everything-a" || sub.Successor != "everything-b" {
+				t.Fatalf("the formation: %+v", sub)
 			}
-			id := r.Body["id"].(string)
+			id := sub.ID
 			const goArgs = `{"message":"substituted for go"}`
-			rgo := s.do("POST", "/v1/formations", api.RoleHost, []byte(fmt.Sprintf(
-				`{"snapshot":%q,"session":"sess-sub-go","tool":"everything/echo","arguments":%s,"principal":{"id":"alice"}}`,
-				snapReply.Body["id"], goArgs)))
-			s.expect(rgo, http.StatusCreated)
-			goID := rgo.Body["id"].(string)
+			goID := s.create(everythingCall(t, snap, "sess-sub-go", "echo", goArgs)).Id
 
 			gw := gatewaytest.Start(t, kind, gatewaytest.Config{
 				Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: "everything-a",
@@ -514,9 +502,7 @@ func TestSubstitutionMidSessionWithTheSDKs(t *testing.T) {
 			}
 			goHost := goSession(t, gw, nil) // its session begins on A too
 			// The source retires under the open sessions.
-			for _, step := range []string{"drain", "retire"} {
-				s.expect(s.do("POST", "/v1/epochs/"+epochA+"/"+step, api.RoleOperator, nil), http.StatusOK)
-			}
+			s.retire("everything-a")
 			if err := os.WriteFile(gate, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -539,8 +525,7 @@ func TestSubstitutionMidSessionWithTheSDKs(t *testing.T) {
 			if n := strings.Count(pxB.stderr.String(), "adopted the host's session"); n != 2 {
 				t.Fatalf("B adopted %d sessions, want the TypeScript host's and the Go host's:\n%s", n, pxB.stderr.String())
 			}
-			f := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
-			lease, _ := f.Body["lease"].(string)
+			lease := s.leaseOf(id)
 			if !strings.Contains(pxB.stderr.String(), "adopted the host's session") || lease == "" {
 				t.Fatalf("the call did not run on B in an adopted session (lease %q):\n%s", lease, pxB.stderr.String())
 			}

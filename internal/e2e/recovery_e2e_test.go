@@ -2,8 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -11,34 +9,65 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
-// recover recovers a formation as the host, with body (nil for a retry).
-func (s *stack) recover(id string, body []byte) reply {
+// recover recovers a formation as the host with req (zero for a retry).
+// It answers the recovery's record (JSON201) or authzd's refusal.
+func (s *stack) recover(id string, req client.RecoverFormationJSONRequestBody) (*client.RecoverFormationResponse, error) {
 	s.t.Helper()
-	return s.do("POST", "/v1/formations/"+id+"/recover", api.RoleHost, body)
+	r, err := s.as(api.RoleHost).RecoverFormationWithResponse(s.t.Context(), id, req)
+	if err == nil && r.JSON201 == nil {
+		s.t.Fatalf("recover %s: %d %s, want 201 or a problem", id, r.StatusCode(), r.Body)
+	}
+	return r, err
 }
 
-// formationOf reads a reply that answers a formation.
-func formationOf(r reply) formation {
-	f := formation{}
-	f.ID, _ = r.Body["id"].(string)
-	f.Status, _ = r.Body["status"].(string)
-	f.Digest, _ = r.Body["digest"].(string)
-	if d, ok := r.Body["decision"].(map[string]any); ok {
-		es, _ := d["engines"].([]any)
-		for _, e := range es {
-			rules, _ := e.(map[string]any)["rules"].([]any)
-			for _, rule := range rules {
-				f.Rules = append(f.Rules, fmt.Sprint(rule))
-			}
-		}
+// claimUncertain claims an admitted lease with the backend credential
+// under claim, then reports its outcome uncertain: what a backend whose
+// relay to the tool broke after forwarding the call reports.
+func (s *stack) claimUncertain(backend api.Secret, a admission, claim string) {
+	s.t.Helper()
+	c := s.with(backend)
+	r, err := c.ClaimLeaseWithResponse(s.t.Context(), a.Lease,
+		client.ClaimRequest{Claim: claim, Epoch: a.Claims.Epoch, Revision: int(a.Claims.Revision)})
+	s.must("claim "+a.Lease, err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("claim %s: %d %s, want 200", a.Lease, r.StatusCode(), r.Body)
 	}
-	return f
+	done, err := c.CompleteLeaseWithResponse(s.t.Context(), a.Lease,
+		client.CompleteRequest{Outcome: client.CompleteRequestOutcomeUncertain, Claim: &claim})
+	s.must("report "+a.Lease+" uncertain", err)
+	if done.JSON200 == nil {
+		s.t.Fatalf("report %s uncertain: %d %s, want 200", a.Lease, done.StatusCode(), done.Body)
+	}
+}
+
+// resolve resolves a lease as the operator with req: nil once resolved,
+// or authzd's refusal.
+func (s *stack) resolve(lease string, req client.ResolveRequest) error {
+	s.t.Helper()
+	r, err := s.as(api.RoleOperator).ResolveLeaseWithResponse(s.t.Context(), lease, req)
+	if err == nil && r.JSON200 == nil {
+		s.t.Fatalf("resolve %s: %d %s, want 200 or a problem", lease, r.StatusCode(), r.Body)
+	}
+	return err
+}
+
+// signedResolution is the request resolving lease no_effect with a
+// resolution document signed by key, giving reason.
+func signedResolution(t *testing.T, key jwk.Key, lease, reason string) client.ResolveRequest {
+	t.Helper()
+	jws, err := manifest.SignResolution(&manifest.Resolution{Lease: lease, Outcome: manifest.ResolutionNoEffect,
+		Reason: reason, Operator: "ops@example", IssuedAt: time.Now().UTC()}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.ResolveRequest{Resolution: ptr(string(jws))}
 }
 
 // TestRecoveryEndToEnd: with the github fixture behind fencecheck, real
@@ -73,17 +102,15 @@ func TestRecoveryEndToEnd(t *testing.T) {
 		t.Fatalf("the injected failure: %v %+v", err, res)
 	}
 	s.waitStatus(first.ID, "failed")
-	r := s.recover(first.ID, nil)
-	s.expect(r, http.StatusCreated)
-	retry := formationOf(r)
-	rec, _ := r.Body["recovery"].(map[string]any)
-	mode, _ := rec["failureMode"].(map[string]any)
-	if retry.Status != "ready" || rec["of"] != first.ID || rec["attempt"] != float64(2) || mode["error"] != "rate_limited" {
-		t.Fatalf("the retry: %s", r.Raw)
+	r, err := s.recover(first.ID, client.RecoverFormationJSONRequestBody{})
+	s.must("the retry", err)
+	retry := formationFrom(r.JSON201)
+	if rec := r.JSON201.Recovery; retry.Status != "ready" || rec == nil || rec.Of != first.ID || rec.Attempt != 2 ||
+		rec.FailureMode == nil || rec.FailureMode.Error != "rate_limited" {
+		t.Fatalf("the retry: %s", r.Body)
 	}
-	if again := s.recover(first.ID, nil); again.Status != http.StatusConflict || slugOf(again) != "recovery-exists" {
-		t.Fatalf("a second recovery: %d %s", again.Status, again.Raw)
-	}
+	_, err = s.recover(first.ID, client.RecoverFormationJSONRequestBody{})
+	s.refused("a second recovery", err, http.StatusConflict, "recovery-exists")
 	a := s.admit(retry)
 	if a.Claims.RecoveryOf != first.ID {
 		t.Fatalf("the retry's token: fcd_recovery_of %q, want %s", a.Claims.RecoveryOf, first.ID)
@@ -104,11 +131,11 @@ func TestRecoveryEndToEnd(t *testing.T) {
 		t.Fatalf("get_repository of a missing repository: %v %+v", err, res)
 	}
 	s.waitStatus(lost.ID, "failed")
-	r = s.recover(lost.ID, []byte(`{"arguments":`+repo+`}`))
-	s.expect(r, http.StatusCreated)
-	asked := formationOf(r)
-	if asked.Status != "pending_approval" || r.Body["approvalsRequired"] != float64(1) {
-		t.Fatalf("the prompt_user recovery: %s", r.Raw)
+	r, err = s.recover(lost.ID, client.RecoverFormationJSONRequestBody{Arguments: object(t, repo)})
+	s.must("the prompt_user recovery", err)
+	asked := formationFrom(r.JSON201)
+	if asked.Status != "pending_approval" || r.JSON201.ApprovalsRequired != 1 {
+		t.Fatalf("the prompt_user recovery: %s", r.Body)
 	}
 	if code, slug := s.readmit(asked); code != http.StatusForbidden || slug != "not-approved" {
 		t.Fatalf("admitting it unapproved: %d %s", code, slug)
@@ -126,67 +153,50 @@ func TestRecoveryEndToEnd(t *testing.T) {
 		t.Fatalf("the injected validation failure: %v %+v", err, res)
 	}
 	s.waitStatus(w.ID, "failed")
-	if r := s.recover(w.ID, nil); r.Status != http.StatusConflict || slugOf(r) != "recovery-not-allowed" ||
-		!strings.Contains(fmt.Sprint(r.Body["detail"]), `"validation_failed"`) || !strings.Contains(fmt.Sprint(r.Body["detail"]), "abort") {
-		t.Fatalf("recovering an abort: %d %s", r.Status, r.Raw)
+	_, err = s.recover(w.ID, client.RecoverFormationJSONRequestBody{})
+	if p := s.refused("recovering an abort", err, http.StatusConflict, "recovery-not-allowed"); !strings.Contains(p.Detail, `"validation_failed"`) || !strings.Contains(p.Detail, "abort") {
+		t.Fatalf("recovering an abort: %v, want the detail to name \"validation_failed\" and abort", p)
 	}
 
 	// uncertain, resolved no_effect: the backend claims, then reports
 	// uncertain (its relay to the tool broke after forwarding).
 	u := s.formReady(snap, "sess-uncertain", "maybe-made")
 	ua := s.admit(u)
-	backend := s.poolCreds[poolV14]
-	claim := s.doAs("POST", "/v1/leases/"+ua.Lease+"/claim", backend,
-		[]byte(fmt.Sprintf(`{"claim":"cl-u","epoch":%q,"revision":%d}`, ua.Claims.Epoch, ua.Claims.Revision)))
-	s.expect(claim, http.StatusOK)
-	s.expect(s.doAs("POST", "/v1/leases/"+ua.Lease+"/complete", backend, []byte(`{"outcome":"uncertain","claim":"cl-u"}`)), http.StatusOK)
-	ep := s.do("GET", "/v1/epochs/"+s.Epoch[poolV14], api.RoleOperator, nil)
-	if ep.Body["uncertainLeases"] != float64(1) {
-		t.Fatalf("the epoch with an uncertain lease: %s", ep.Raw)
+	s.claimUncertain(s.poolCreds[poolV14], ua, "cl-u")
+	ep, err := s.as(api.RoleOperator).GetEpochWithResponse(t.Context(), s.Epoch[poolV14])
+	s.must("read the epoch", err)
+	if ep.JSON200 == nil || ep.JSON200.UncertainLeases != 1 {
+		t.Fatalf("the epoch with an uncertain lease: %s", ep.Body)
 	}
-	if r := s.recover(u.ID, nil); r.Status != http.StatusConflict || slugOf(r) != "recovery-blocked" {
-		t.Fatalf("recovering an uncertain call: %d %s", r.Status, r.Raw)
-	}
+	_, err = s.recover(u.ID, client.RecoverFormationJSONRequestBody{})
+	s.refused("recovering an uncertain call", err, http.StatusConflict, "recovery-blocked")
 	// Resolution: unsigned, forged (another key) and for another lease are
 	// refused and change nothing; the operator's signed document resolves.
-	resolve := func(body []byte) reply {
-		return s.do("POST", "/v1/leases/"+ua.Lease+"/resolve", api.RoleOperator, body)
-	}
-	signed := func(key jwk.Key, lease string) []byte {
-		jws, err := manifest.SignResolution(&manifest.Resolution{Lease: lease, Outcome: manifest.ResolutionNoEffect,
-			Reason: "the repository does not exist", Operator: "ops@example", IssuedAt: time.Now().UTC()}, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(map[string]string{"resolution": string(jws)})
-		return b
-	}
+	const reason = "the repository does not exist"
 	for _, tc := range []struct {
 		note string
-		body []byte
+		req  client.ResolveRequest
 		slug string
 	}{
-		{"unsigned", []byte(`{"outcome":"no_effect","reason":"trust me"}`), "resolution-unsigned"},
-		{"forged", signed(manifesttest.NewSigner(t).Key, ua.Lease), "resolution-invalid"},
-		{"another lease", signed(s.operatorKey, a.Lease), "resolution-invalid"},
+		{"unsigned", client.ResolveRequest{Outcome: ptr(client.ResolveRequestOutcomeNoEffect), Reason: ptr("trust me")}, "resolution-unsigned"},
+		{"forged", signedResolution(t, manifesttest.NewSigner(t).Key, ua.Lease, reason), "resolution-invalid"},
+		{"another lease", signedResolution(t, s.operatorKey, a.Lease, reason), "resolution-invalid"},
 	} {
-		if r := resolve(tc.body); r.Status != http.StatusForbidden || slugOf(r) != tc.slug {
-			t.Fatalf("a %s resolution: %d %s", tc.note, r.Status, r.Raw)
-		}
+		s.refused("a "+tc.note+" resolution", s.resolve(ua.Lease, tc.req), http.StatusForbidden, tc.slug)
 	}
-	if r := s.recover(u.ID, nil); slugOf(r) != "recovery-blocked" {
-		t.Fatalf("after refused resolutions: %d %s", r.Status, r.Raw)
+	_, err = s.recover(u.ID, client.RecoverFormationJSONRequestBody{})
+	if p := s.problem("after refused resolutions", err); p.Slug() != "recovery-blocked" {
+		t.Fatalf("after refused resolutions: %v", p)
 	}
-	s.expect(resolve(signed(s.operatorKey, ua.Lease)), http.StatusOK)
-	r = s.recover(u.ID, nil)
-	s.expect(r, http.StatusCreated)
-	again := formationOf(r)
-	if again.Status != "pending_approval" || r.Body["approvalsRequired"] != float64(2) || count(again.Rules, "recover-uncertain-write") != 2 {
-		t.Fatalf("the recovery of an uncertain write: %s", r.Raw)
+	s.must("resolve", s.resolve(ua.Lease, signedResolution(t, s.operatorKey, ua.Lease, reason)))
+	r, err = s.recover(u.ID, client.RecoverFormationJSONRequestBody{})
+	s.must("the recovery of an uncertain write", err)
+	again := formationFrom(r.JSON201)
+	if again.Status != "pending_approval" || r.JSON201.ApprovalsRequired != 2 || count(again.Rules, "recover-uncertain-write") != 2 {
+		t.Fatalf("the recovery of an uncertain write: %s", r.Body)
 	}
 	for _, approver := range []api.Secret{s.creds[api.RoleApprover], s.approver2} {
-		s.expect(s.doAs("POST", "/v1/formations/"+again.ID+"/approvals", approver,
-			[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, again.Digest))), http.StatusOK)
+		s.approveAs(approver, again)
 	}
 	if res, _, err := c.call(s.admit(again).Token, "create_repository", `{"name":"maybe-made"}`); err != nil || res.IsError {
 		t.Fatalf("the recovered write: %v %+v", err, res)
@@ -209,29 +219,19 @@ func TestUncertainCallHoldsRetirement(t *testing.T) {
 	snap := s.snapshot()
 	u := s.formReady(snap, "sess-hold", "held-back")
 	a := s.admit(u)
-	backend := s.poolCreds[poolV14]
-	s.expect(s.doAs("POST", "/v1/leases/"+a.Lease+"/claim", backend,
-		[]byte(fmt.Sprintf(`{"claim":"cl-h","epoch":%q,"revision":%d}`, a.Claims.Epoch, a.Claims.Revision))), http.StatusOK)
-	s.expect(s.doAs("POST", "/v1/leases/"+a.Lease+"/complete", backend, []byte(`{"outcome":"uncertain","claim":"cl-h"}`)), http.StatusOK)
+	s.claimUncertain(s.poolCreds[poolV14], a, "cl-h")
 	s.drain(poolV14)
-	r := s.do("POST", "/v1/epochs/"+s.Epoch[poolV14]+"/retire", api.RoleOperator, nil)
-	if r.Status != http.StatusConflict || slugOf(r) != "leases-outstanding" || r.Body["uncertainLeases"] != float64(1) {
-		t.Fatalf("retiring with an uncertain lease: %d %s", r.Status, r.Raw)
+	_, err := s.as(api.RoleOperator).RetireEpochWithResponse(t.Context(), s.Epoch[poolV14], nil)
+	if p := s.refused("retiring with an uncertain lease", err, http.StatusConflict, "leases-outstanding"); p.Details.UncertainLeases == nil || *p.Details.UncertainLeases != 1 {
+		t.Fatalf("retiring with an uncertain lease: %+v, want uncertainLeases 1", p.Details)
 	}
-	jws, err := manifest.SignResolution(&manifest.Resolution{Lease: a.Lease, Outcome: manifest.ResolutionNoEffect,
-		Reason: "checked the backend: nothing created", Operator: "ops@example", IssuedAt: time.Now().UTC()}, s.operatorKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := json.Marshal(map[string]string{"resolution": string(jws)})
-	s.expect(s.do("POST", "/v1/leases/"+a.Lease+"/resolve", api.RoleOperator, body), http.StatusOK)
+	s.must("resolve", s.resolve(a.Lease, signedResolution(t, s.operatorKey, a.Lease, "checked the backend: nothing created")))
 	s.retireDrained(poolV14)
-	rec := s.recover(u.ID, nil)
-	s.expect(rec, http.StatusCreated)
-	f := formationOf(rec)
+	rec, err := s.recover(u.ID, client.RecoverFormationJSONRequestBody{})
+	s.must("recover", err)
+	f := formationFrom(rec.JSON201)
 	for _, approver := range []api.Secret{s.creds[api.RoleApprover], s.approver2} {
-		s.expect(s.doAs("POST", "/v1/formations/"+f.ID+"/approvals", approver,
-			[]byte(fmt.Sprintf(`{"decision":"approve","digest":%q,"reason":"e2e"}`, f.Digest))), http.StatusOK)
+		s.approveAs(approver, f)
 	}
 	if code, slug := s.readmit(f); code != http.StatusGone || slug != "source-stale" {
 		t.Fatalf("admitting the recovery of a call whose source retired: %d %s", code, slug)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,7 +23,6 @@ import (
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
@@ -279,9 +279,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := s.do("POST", "/v1/manifests", api.RoleRegistrar, jws)
-		s.expect(r, http.StatusCreated)
-		s.Epoch[rel.Pool] = r.Body["epoch"].(string)
+		s.Epoch[rel.Pool] = s.registerManifest(jws)
 
 		rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: s.URL, Credential: string(poolCreds[rel.Pool]), Logger: log})
 		if err != nil {
@@ -375,35 +373,44 @@ func (s *stack) token(jti string) string {
 	return s.tokens[jti]
 }
 
-// reply is an answer of authzd's API.
-type reply = apitest.Reply
-
-func (s *stack) do(method, path string, role api.Role, body []byte) reply {
-	s.t.Helper()
-	return s.doAs(method, path, s.creds[role], body)
-}
-
-// doAs is do with a credential ("" for none).
-func (s *stack) doAs(method, path string, secret api.Secret, body []byte) reply {
-	s.t.Helper()
-	return apitest.Do(s.t, method, s.URL+path, string(secret), nil, body)
-}
-
-func (s *stack) expect(r reply, status int) {
-	s.t.Helper()
-	if r.Status != status {
-		s.t.Fatalf("authzd answered %d, want %d: %s", r.Status, status, r.Raw)
-	}
-}
-
 // as is a typed client of authzd with role's credential.
 func (s *stack) as(role api.Role) *client.ClientWithResponses {
 	s.t.Helper()
-	c, err := client.New(s.URL, string(s.creds[role]))
+	return s.with(s.creds[role])
+}
+
+// with is a typed client of authzd with the credential secret ("" for
+// none): a second approver's, or a backend credential limited to a pool.
+func (s *stack) with(secret api.Secret) *client.ClientWithResponses {
+	s.t.Helper()
+	c, err := client.New(s.URL, string(secret))
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return c
+}
+
+// problem returns the problem authzd answered instead of what was called;
+// it fails the test when the call succeeded or failed otherwise (the
+// connection, a body the client could not read).
+func (s *stack) problem(what string, err error) *client.Problem {
+	s.t.Helper()
+	var p *client.Problem
+	if !errors.As(err, &p) {
+		s.t.Fatalf("%s: %v, want a problem answer of authzd", what, err)
+	}
+	return p
+}
+
+// refused fails the test unless err is authzd's answer of status with the
+// problem slug, and returns that problem.
+func (s *stack) refused(what string, err error, status int, slug string) *client.Problem {
+	s.t.Helper()
+	p := s.problem(what, err)
+	if p.Status != status || p.Slug() != slug {
+		s.t.Fatalf("%s: %v, want %d %s", what, p, status, slug)
+	}
+	return p
 }
 
 // must fails the test on err, naming what was called.
@@ -414,11 +421,44 @@ func (s *stack) must(what string, err error) {
 	}
 }
 
-// snapshot takes a snapshot of the registry as the host.
+// registerManifest registers a signed manifest as the registrar and
+// returns its epoch id; the manifest must be new (201).
+func (s *stack) registerManifest(jws []byte) string {
+	s.t.Helper()
+	r, err := s.as(api.RoleRegistrar).RegisterManifestWithBodyWithResponse(s.t.Context(), "application/jose", bytes.NewReader(jws))
+	s.must("register the manifest", err)
+	if r.JSON201 == nil {
+		s.t.Fatalf("register the manifest: %d %s, want 201", r.StatusCode(), r.Body)
+	}
+	return r.JSON201.Epoch
+}
+
+// registerCertificate registers a signed compatibility certificate as the
+// registrar and returns its id; the certificate must be new (201).
+func (s *stack) registerCertificate(jws []byte) string {
+	s.t.Helper()
+	r, err := s.as(api.RoleRegistrar).RegisterCertificateWithBodyWithResponse(s.t.Context(), "application/jose", bytes.NewReader(jws))
+	s.must("register the certificate", err)
+	if r.JSON201 == nil {
+		s.t.Fatalf("register the certificate: %d %s, want 201", r.StatusCode(), r.Body)
+	}
+	return r.JSON201.Id
+}
+
+// snapshot takes a snapshot of the github server as the host.
 func (s *stack) snapshot() string {
 	s.t.Helper()
-	r, err := s.as(api.RoleHost).CreateSnapshotWithResponse(s.t.Context(), client.SnapshotRequest{Servers: &[]string{"github"}})
+	return s.snapshotOf("github")
+}
+
+// snapshotOf takes a snapshot of the servers as the host.
+func (s *stack) snapshotOf(servers ...string) string {
+	s.t.Helper()
+	r, err := s.as(api.RoleHost).CreateSnapshotWithResponse(s.t.Context(), client.SnapshotRequest{Servers: &servers})
 	s.must("snapshot", err)
+	if r.JSON201 == nil {
+		s.t.Fatalf("snapshot: %d %s, want 201", r.StatusCode(), r.Body)
+	}
 	return r.JSON201.Id
 }
 
@@ -442,16 +482,12 @@ func (s *stack) form(snapshot, session, tool, args string) formation {
 // groups (a JSON array).
 func (s *stack) formFor(snapshot, session, tool, args, groups string) formation {
 	s.t.Helper()
-	var arguments map[string]any
 	var inGroups []any
-	if err := json.Unmarshal([]byte(args), &arguments); err != nil {
-		s.t.Fatalf("arguments %s: %v", args, err)
-	}
 	if err := json.Unmarshal([]byte(groups), &inGroups); err != nil {
 		s.t.Fatalf("groups %s: %v", groups, err)
 	}
 	r, err := s.as(api.RoleHost).CreateFormationWithResponse(s.t.Context(), client.FormationRequest{
-		Snapshot: snapshot, Session: session, Tool: "github/" + tool, Arguments: &arguments,
+		Snapshot: snapshot, Session: session, Tool: "github/" + tool, Arguments: object(s.t, args),
 		Principal: &client.FormationRequest_Principal{Id: ptr("alice"), Attributes: &map[string]any{"groups": inGroups}},
 	})
 	s.must("form", err)
@@ -462,6 +498,11 @@ func (s *stack) formFor(snapshot, session, tool, args, groups string) formation 
 	if rec == nil {
 		s.t.Fatalf("formation answered %d: %s", r.StatusCode(), r.Body)
 	}
+	return formationFrom(rec)
+}
+
+// formationFrom is what the tests read of a formation's record.
+func formationFrom(rec *client.Formation) formation {
 	f := formation{ID: rec.Id, Status: string(rec.Status), Digest: rec.Digest, Pool: rec.Source.Pool}
 	for _, e := range rec.Decision.Engines {
 		f.Rules = append(f.Rules, e.Rules...)
@@ -472,17 +513,51 @@ func (s *stack) formFor(snapshot, session, tool, args, groups string) formation 
 	return f
 }
 
+// create forms a call as the host with req and returns its record; the
+// call must be formed (201), not denied.
+func (s *stack) create(req client.FormationRequest) *client.Formation {
+	s.t.Helper()
+	r, err := s.as(api.RoleHost).CreateFormationWithResponse(s.t.Context(), req)
+	s.must("form "+req.Tool, err)
+	if r.JSON201 == nil {
+		s.t.Fatalf("form %s: %d %s, want 201", req.Tool, r.StatusCode(), r.Body)
+	}
+	return r.JSON201
+}
+
+// object decodes a JSON object written in a test (a tool's arguments, as
+// the MCP hosts send them too) for a request of the typed client.
+func object(t testing.TB, doc string) *map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatalf("%s: %v", doc, err)
+	}
+	return &m
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // approve approves a formation as the approver, over REST.
 func (s *stack) approve(f formation) {
 	s.t.Helper()
-	r, err := s.as(api.RoleApprover).ApproveFormationWithResponse(s.t.Context(), f.ID,
+	if st := s.approveAs(s.creds[api.RoleApprover], f); st != client.FormationStatusReady {
+		s.t.Fatalf("after approval the formation is %s, want ready", st)
+	}
+}
+
+// approveAs approves a formation with an approver's credential and
+// returns the formation's status after it (one approval of several leaves
+// it pending_approval).
+func (s *stack) approveAs(approver api.Secret, f formation) client.FormationStatus {
+	s.t.Helper()
+	r, err := s.with(approver).ApproveFormationWithResponse(s.t.Context(), f.ID,
 		client.ApprovalRequest{Decision: client.ApprovalRequestDecisionApprove, Digest: f.Digest, Reason: ptr("e2e")})
 	s.must("approve", err)
-	if r.JSON200.Status != client.FormationStatusReady {
-		s.t.Fatalf("after approval: %s", r.Body)
+	if r.JSON200 == nil {
+		s.t.Fatalf("approve: %d %s, want 200", r.StatusCode(), r.Body)
 	}
+	return r.JSON200.Status
 }
 
 // formReady forms create_repository {name} (private omitted) and approves
@@ -523,12 +598,7 @@ func (s *stack) certify() string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	r, err := s.as(api.RoleRegistrar).RegisterCertificateWithBodyWithResponse(s.t.Context(), "application/jose", bytes.NewReader(jws))
-	s.must("register the certificate", err)
-	if r.JSON201 == nil {
-		s.t.Fatalf("register the certificate: %d %s, want 201", r.StatusCode(), r.Body)
-	}
-	return r.JSON201.Id
+	return s.registerCertificate(jws)
 }
 
 // retire drains and retires a pool's epoch as the operator.
@@ -551,17 +621,28 @@ func (s *stack) retireDrained(pool string) {
 // drain drains a pool's epoch as the operator.
 func (s *stack) drain(pool string) {
 	s.t.Helper()
-	_, err := s.as(api.RoleOperator).DrainEpochWithResponse(s.t.Context(), s.Epoch[pool])
+	r, err := s.as(api.RoleOperator).DrainEpochWithResponse(s.t.Context(), s.Epoch[pool])
 	s.must("drain", err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("drain: %d %s, want 200", r.StatusCode(), r.Body)
+	}
+}
+
+// record returns a formation's record as the host reads it.
+func (s *stack) record(id string) *client.Formation {
+	s.t.Helper()
+	r, err := s.as(api.RoleHost).GetFormationWithResponse(s.t.Context(), id)
+	s.must("read formation "+id, err)
+	if r.JSON200 == nil {
+		s.t.Fatalf("read formation %s: %d %s, want 200", id, r.StatusCode(), r.Body)
+	}
+	return r.JSON200
 }
 
 // status returns a formation's status.
 func (s *stack) status(id string) string {
 	s.t.Helper()
-	r := s.do("GET", "/v1/formations/"+id, api.RoleHost, nil)
-	s.expect(r, http.StatusOK)
-	st, _ := r.Body["status"].(string)
-	return st
+	return string(s.record(id).Status)
 }
 
 // waitStatus waits until a formation has the status (fencecheck reports

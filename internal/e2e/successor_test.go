@@ -119,7 +119,8 @@ func TestCertifiedSuccessor(t *testing.T) {
 		}
 
 		// authzd's metrics count the same story.
-		m := s.do("GET", "/metrics", "", nil)
+		m, err := s.with("").GetMetricsWithResponse(t.Context())
+		s.must("read /metrics", err)
 		for _, want := range []string{
 			`fcd_formations_total{status="pending_approval",successor="true"} 3`,
 			`fcd_formations_total{status="pending_approval",successor="false"} 3`,
@@ -127,7 +128,7 @@ func TestCertifiedSuccessor(t *testing.T) {
 			`fcd_admissions_total{result="source_stale"} 3`,
 			`fcd_admissions_total{result="source_draining"} 1`,
 		} {
-			if !strings.Contains(string(m.Raw), want+"\n") {
+			if !strings.Contains(string(m.Body), want+"\n") {
 				t.Errorf("/metrics lacks %s", want)
 			}
 		}
@@ -191,9 +192,9 @@ func TestCertificateAfterFormation(t *testing.T) {
 					_, err := h.call(c.f, "create_repository", args("late", c.kind, i))
 					refusedBy(t, h, c.f, err, "source-stale")
 					// Admission answers the same over REST: 410.
-					r := s.do("POST", "/v1/formations/"+c.f.ID+"/admit", api.RoleHost, nil)
-					if r.Status != http.StatusGone {
-						t.Fatalf("admit %s: %d %s, want 410", c.f.ID, r.Status, r.Raw)
+					_, err = s.as(api.RoleHost).AdmitFormationWithResponse(t.Context(), c.f.ID)
+					if p := s.problem("admit "+c.f.ID, err); p.Status != http.StatusGone {
+						t.Fatalf("admit %s: %v, want 410", c.f.ID, p)
 					}
 				}
 			}
