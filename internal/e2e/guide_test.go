@@ -3,8 +3,11 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -42,9 +45,10 @@ func TestProtectGuide(t *testing.T) {
 		return p
 	}
 	serverPort := port()
-	env := append(os.Environ(), "TMPDIR="+t.TempDir(),
+	scratch := t.TempDir() // the guide's mktemp -d is made here
+	env := append(os.Environ(), "TMPDIR="+scratch,
 		"AUTHZD_PORT="+port(), "SERVER_PORT="+serverPort, "FENCE_PORT="+port(), "GATEWAY_PORT="+port())
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", string(block[1]))
 	cmd.Dir = "../.."
@@ -60,7 +64,7 @@ func TestProtectGuide(t *testing.T) {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	if err != nil {
-		t.Fatalf("the guide failed: %v\n%s", err, out.String())
+		t.Fatalf("the guide failed: %v\n%s%s", err, out.String(), logTails(scratch))
 	}
 
 	// The outputs the guide shows, in its order.
@@ -83,4 +87,25 @@ func TestProtectGuide(t *testing.T) {
 	if i != len(want) {
 		t.Fatalf("the guide printed no %q (after %d of its %d outputs):\n%s", want[i], i, len(want), out.String())
 	}
+}
+
+// logTails is the end of every log the guide wrote under dir (its
+// server, sidecar, gateway and host), for a failure's report.
+func logTails(dir string) string {
+	var b strings.Builder
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		if len(data) > 4096 {
+			data = data[len(data)-4096:]
+		}
+		fmt.Fprintf(&b, "\n--- %s\n%s", path, data)
+		return nil
+	})
+	return b.String()
 }
