@@ -43,13 +43,17 @@ type TokenIssuer struct {
 	published atomic.Bool
 }
 
+// DefaultTokenLifetime is how long a dispatch token is valid by default.
+const DefaultTokenLifetime = 30 * time.Second
+
 // TokenIssuerConfig configures a [TokenIssuer]; zero fields are defaults.
 type TokenIssuerConfig struct {
 	// Key is the private signing JWK (Ed25519 or P-256) with a kid.
 	Key jwk.Key
 	// Issuer is the iss claim; "" means "fcd".
 	Issuer string
-	// Lifetime of tokens; zero means 30s; at most MaxTokenLifetime.
+	// Lifetime of tokens; zero means DefaultTokenLifetime; at most
+	// MaxTokenLifetime.
 	Lifetime time.Duration
 	// Grace is how long the public key stays published after this issuer
 	// stops (rotation, shutdown, crash), beyond the token lifetime; zero
@@ -68,7 +72,7 @@ func NewTokenIssuer(cfg TokenIssuerConfig) (*TokenIssuer, error) {
 		issuer = "fcd"
 	}
 	if lifetime == 0 {
-		lifetime = 30 * time.Second
+		lifetime = DefaultTokenLifetime
 	}
 	if lifetime < time.Second || lifetime > MaxTokenLifetime {
 		return nil, fmt.Errorf("authz: token lifetime %s out of [1s, %s]", lifetime, MaxTokenLifetime)

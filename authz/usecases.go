@@ -11,6 +11,18 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 )
 
+// Defaults of the zero Config's durations (and of authzd's flags).
+const (
+	// DefaultTTL is how long a formation may wait for approval and
+	// admission.
+	DefaultTTL = 15 * time.Minute
+	// DefaultRetention is how long a record is kept after it expires.
+	DefaultRetention = 24 * time.Hour
+	// DefaultReportGrace is how long after an admission its token may be
+	// issued again and its outcome report is awaited.
+	DefaultReportGrace = 5 * time.Minute
+)
+
 // Config configures the use cases of [New]. Store and Decider are
 // required; zero values of the other fields mean their defaults.
 type Config struct {
@@ -19,10 +31,10 @@ type Config struct {
 	// Decider decides formations by policy. Required.
 	Decider Decider
 	// TTL is how long a formation may wait for approval and admission;
-	// zero means 15 minutes.
+	// zero means DefaultTTL.
 	TTL time.Duration
 	// Retention is how long a record is kept after it expires, for audit;
-	// zero means 24 hours.
+	// zero means DefaultRetention.
 	Retention time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -34,12 +46,18 @@ type Config struct {
 	// issued again (a retried admission) and an outcome report is awaited
 	// beyond the last token's expiry; an admitted lease still unreported
 	// after 2×ReportGrace + the token lifetime is marked uncertain by
-	// Leases.SweepUnreported. Zero means 5 minutes.
+	// Leases.SweepUnreported. Zero means DefaultReportGrace.
 	ReportGrace time.Duration
-	// Certificates verifies compatibility certificates (the issuer keys).
-	// A formation captures a successor only through a certificate that
+	// Manifests verifies registration manifests (the registrar keys) for
+	// the Registry New builds; nil refuses every registration
+	// (ErrRegistrationDisabled).
+	Manifests *manifest.Verifier
+	// Certificates verifies compatibility certificates (the issuer keys):
+	// the Registry stores only certificates that verify against it, a
+	// formation captures a successor only through a certificate that
 	// verifies against it at formation, and is admitted to it only if it
-	// still does; nil means no call ever has a successor.
+	// still does; nil refuses certificates and no call ever has a
+	// successor.
 	Certificates *manifest.Verifier
 	// Operators verifies operators' signed resolutions of uncertain leases
 	// (the operator keys). With it a resolution must be signed by one of
@@ -67,6 +85,9 @@ type Config struct {
 // caches — a formation this replica saw become ready, pool generations,
 // verified certificates, compiled schemas — and one set of metrics.
 type UseCases struct {
+	// Registry registers manifests and certificates, lists snapshots and
+	// drains and retires epochs, on the same store, trust sets and trail.
+	Registry   *Registry
 	Formations *Formations
 	Admissions *Admissions
 	Leases     *Leases
@@ -81,13 +102,13 @@ func New(cfg Config) (*UseCases, error) {
 		return nil, errors.New("authz: Config.Store and Config.Decider are required")
 	}
 	if cfg.TTL <= 0 {
-		cfg.TTL = 15 * time.Minute
+		cfg.TTL = DefaultTTL
 	}
 	if cfg.Retention <= 0 {
-		cfg.Retention = 24 * time.Hour
+		cfg.Retention = DefaultRetention
 	}
 	if cfg.ReportGrace <= 0 {
-		cfg.ReportGrace = 5 * time.Minute
+		cfg.ReportGrace = DefaultReportGrace
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -106,6 +127,12 @@ func New(cfg Config) (*UseCases, error) {
 	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, inputs: inputs, log: cfg.Logger}
 	succ.verified.entries.max = maxVerifiedCache
 	u := &UseCases{metrics: m, decisions: cfg.DecisionLog}
+	var err error
+	u.Registry, err = NewRegistry(RegistryConfig{Store: cfg.Store, Manifests: cfg.Manifests, Certificates: cfg.Certificates,
+		Now: cfg.Now, Logger: cfg.Logger, Trail: cfg.Trail})
+	if err != nil {
+		return nil, err
+	}
 	u.Formations = &Formations{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, inputs: inputs, ready: ready, metrics: m,
 		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger}, decisions: cfg.DecisionLog,

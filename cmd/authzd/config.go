@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/server"
 )
 
 // Config is authzd's server configuration. Every field can be set in the
@@ -287,51 +287,51 @@ func bindServeFlags(cfg *Config) *serveFlags {
 		fl.paths = append(fl.paths, p)
 	}
 	fs.StringVar(&fl.configFile, "config", "", "YAML or JSON configuration file; flags override it")
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "HTTP listen address")
+	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "HTTP listen address")
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", "", "listen address of the Envoy ext_authz gRPC service (empty: off)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS and gRPC over TLS with (with --tls-key)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
-	path(&cfg.DataDir, "data-dir", "fcd-data", "data directory (embedded etcd, dev keys and credentials)")
+	path(&cfg.DataDir, "data-dir", server.DefaultDataDir, "data directory (embedded etcd, dev keys and credentials)")
 	fs.StringVar(&fl.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
-	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/fcd/", "key prefix in etcd")
+	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", server.DefaultEtcdPrefix, "key prefix in etcd")
 	fs.StringVar(&cfg.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
 	fs.StringVar(&cfg.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
 	fs.StringVar(&cfg.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
 	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "", "client URL of the embedded etcd (loopback; default: the one DATA-DIR/etcd/"+lease.EndpointsFile+" recorded, else a free port)")
 	fs.StringVar(&cfg.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", "", "peer URL of the embedded etcd (loopback; default: as for the client URL)")
 	fs.Int64Var(&cfg.EtcdQuota, "etcd-quota", 0, "etcd backend quota in bytes: the embedded member's (0: 2 GiB), or what an external cluster runs with (0: unknown); shown in /readyz and metrics")
-	fs.Float64Var(&cfg.FormationRate, "formation-rate", 2, "formations a second each host credential may record on this replica (0: no limit)")
-	fs.Int64Var(&cfg.FormationBurst, "formation-burst", 40, "formations a host credential may record at once (the rate limit's burst)")
+	fs.Float64Var(&cfg.FormationRate, "formation-rate", server.DefaultFormationRate, "formations a second each host credential may record on this replica (0: no limit)")
+	fs.Int64Var(&cfg.FormationBurst, "formation-burst", server.DefaultFormationBurst, "formations a host credential may record at once (the rate limit's burst)")
 	path(&cfg.RegistrarKeys, "registrar-keys", "", "JWKS file of trusted registrar public keys")
 	path(&cfg.IssuerKeys, "issuer-keys", "", "JWKS file of trusted compatibility-certificate issuer keys")
 	path(&cfg.OperatorKeys, "operator-keys", "", "JWKS file of operators' public keys: an uncertain lease is then resolved only by a resolution signed with one of them (authzd lease resolve; --dev generates one); empty: the operator's bearer credential alone resolves, for tests")
 	path(&cfg.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
-	fs.Int64Var(&cfg.BodyLimit, "body-limit", 1<<20, "request body limit in bytes")
+	fs.Int64Var(&cfg.BodyLimit, "body-limit", server.DefaultBodyLimit, "request body limit in bytes")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	path(&cfg.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
-	fs.TextVar(&cfg.PolicyPoll, "policy-poll", Duration(2*time.Second), "how often to check the policy directory for changes")
-	fs.TextVar(&cfg.FormationTTL, "formation-ttl", Duration(15*time.Minute), "how long a formation may wait for approval and admission")
-	fs.TextVar(&cfg.FormationRetention, "formation-retention", Duration(24*time.Hour), "how long etcd keeps a formation after its lease closed or it expired; the audit trail keeps it after (authzd audit formation)")
-	fs.TextVar(&cfg.ReportGrace, "report-grace", Duration(5*time.Minute), "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
-	fs.StringVar(&cfg.GatewayCaller, "gateway-caller", string(authz.CallerPrincipal), "bind gateway admissions to the caller the gateway authenticated (its Fcd-Caller header): principal (a formation runs only for its principal) or off")
+	fs.TextVar(&cfg.PolicyPoll, "policy-poll", Duration(server.DefaultPolicyPoll), "how often to check the policy directory for changes")
+	fs.TextVar(&cfg.FormationTTL, "formation-ttl", Duration(server.DefaultFormationTTL), "how long a formation may wait for approval and admission")
+	fs.TextVar(&cfg.FormationRetention, "formation-retention", Duration(server.DefaultFormationRetention), "how long etcd keeps a formation after its lease closed or it expired; the audit trail keeps it after (authzd audit formation)")
+	fs.TextVar(&cfg.ReportGrace, "report-grace", Duration(server.DefaultReportGrace), "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
+	fs.StringVar(&cfg.GatewayCaller, "gateway-caller", server.DefaultGatewayCaller, "bind gateway admissions to the caller the gateway authenticated (its Fcd-Caller header): principal (a formation runs only for its principal) or off")
 	path(&cfg.SigningKey, "signing-key", "", "private JWK that signs dispatch tokens (--dev generates one)")
 	fs.StringVar(&cfg.SigningAlg, "signing-alg", "EdDSA", "algorithm of the key --dev generates: EdDSA or ES256")
-	fs.StringVar(&cfg.Issuer, "issuer", "fcd", "iss claim of dispatch tokens")
+	fs.StringVar(&cfg.Issuer, "issuer", server.DefaultIssuer, "iss claim of dispatch tokens")
 	fs.StringVar(&cfg.AuditDir, "audit-dir", "", "audit trail directory (default: DATA-DIR/audit; off: none); checkpoints are signed with --signing-key")
-	fs.StringVar(&cfg.AuditArguments, "audit-arguments", "none", "what the audit trail keeps of a call's arguments beside their digest: none, redacted or digested (sensitive members — writeOnly in the input schema, or named like a secret — replaced by [redacted] or their digest), or all")
+	fs.StringVar(&cfg.AuditArguments, "audit-arguments", server.DefaultAuditArguments, "what the audit trail keeps of a call's arguments beside their digest: none, redacted or digested (sensitive members — writeOnly in the input schema, or named like a secret — replaced by [redacted] or their digest), or all")
 	fs.StringVar(&cfg.Replica, "replica", "", "this replica's name in the audit trail, stable across restarts and distinct between replicas (default: the host name)")
-	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(30*time.Second), "dispatch token lifetime")
+	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(server.DefaultTokenLifetime), "dispatch token lifetime")
 	fs.StringVar(&cfg.DecisionLogURL, "decision-log-url", "", "URL of a service to export decision logs to in OPA's format (empty: none)")
-	fs.StringVar(&cfg.DecisionLogResource, "decision-log-resource", "/logs", "path under --decision-log-url that decision logs are posted to")
+	fs.StringVar(&cfg.DecisionLogResource, "decision-log-resource", server.DefaultDecisionLogResource, "path under --decision-log-url that decision logs are posted to")
 	path(&cfg.DecisionLogCredentialFile, "decision-log-credential-file", "", "file holding the decision-log service's bearer credential (default: $FCD_DECISION_LOG_CREDENTIAL, else none)")
-	cfg.DecisionLogMask = []string{"/input/formation/arguments"}
+	cfg.DecisionLogMask = []string{server.DefaultDecisionLogMask}
 	fl.lists = append(fl.lists, &listFlag{p: &cfg.DecisionLogMask}, &listFlag{p: &cfg.DecisionLogLabels})
 	fs.Var(fl.lists[0], "decision-log-mask", "JSON `pointers` (/input/..., /result/...) to erase from decision-log events, comma-separated or repeated; empty: none")
 	fs.Var(fl.lists[1], "decision-log-labels", "`key=value` labels of every decision-log event, comma-separated or repeated")
-	fs.Int64Var(&cfg.DecisionLogBuffer, "decision-log-buffer", decisionlog.DefaultBufferSize, "decision-log events held for upload; when full, the oldest is dropped")
-	fs.Int64Var(&cfg.DecisionLogUploadLimit, "decision-log-upload-limit", decisionlog.DefaultUploadSizeLimit, "largest decision-log upload in bytes, gzip-compressed")
-	fs.TextVar(&cfg.DecisionLogMinDelay, "decision-log-min-delay", Duration(decisionlog.DefaultMinDelay), "shortest wait between decision-log uploads")
-	fs.TextVar(&cfg.DecisionLogMaxDelay, "decision-log-max-delay", Duration(decisionlog.DefaultMaxDelay), "longest wait between decision-log uploads (and longest retry backoff)")
+	fs.Int64Var(&cfg.DecisionLogBuffer, "decision-log-buffer", server.DefaultDecisionLogBuffer, "decision-log events held for upload; when full, the oldest is dropped")
+	fs.Int64Var(&cfg.DecisionLogUploadLimit, "decision-log-upload-limit", server.DefaultDecisionLogUploadLimit, "largest decision-log upload in bytes, gzip-compressed")
+	fs.TextVar(&cfg.DecisionLogMinDelay, "decision-log-min-delay", Duration(server.DefaultDecisionLogMinDelay), "shortest wait between decision-log uploads")
+	fs.TextVar(&cfg.DecisionLogMaxDelay, "decision-log-max-delay", Duration(server.DefaultDecisionLogMaxDelay), "longest wait between decision-log uploads (and longest retry backoff)")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
 	return fl
 }

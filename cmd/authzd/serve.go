@@ -1,96 +1,55 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/audit"
-	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/decisionlog"
-	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/lease"
-	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
-	"github.com/lestrrat-go/jwx/v2/jwk"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-)
-
-const (
-	// shutdownTimeout bounds the graceful shutdown of the servers; past it
-	// in-flight requests and checks are cut.
-	shutdownTimeout = 15 * time.Second
-	// sweepInterval is how often leases never reported are looked for.
-	sweepInterval = time.Minute
+	"github.com/fcd-authz/fcd/server"
 )
 
 // serve runs the server until ctx ends (SIGINT or SIGTERM), then shuts
-// down gracefully: in-flight requests finish, every goroutine serve
+// down gracefully: in-flight requests finish, every goroutine the server
 // started returns, and only then are the store and etcd closed.
 func serve(ctx context.Context, args []string, stderr io.Writer) (err error) {
-	s, err := build(ctx, args, stderr)
+	d, err := build(ctx, args, stderr)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := s.Close(); cerr != nil {
+		if cerr := d.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		if err == nil {
-			s.log.Info("stopped")
+			d.log.Info("stopped")
 		}
 	}()
-	return s.run(ctx)
+	return d.run(ctx)
 }
 
-// server is what build constructs and run runs.
-type server struct {
+// daemon is the server `authzd serve` runs, with what the command adds
+// to it: the SIGHUP registration, --dev's credentials and the lines
+// scripts wait for.
+type daemon struct {
+	*server.Server
 	cfg    Config
 	log    *slog.Logger
 	stderr io.Writer
-
-	member   *lease.Embedded // nil with an external cluster
-	store    *lease.Store
-	policies *policy.Manager
-	issuer   *authz.TokenIssuer // nil without a signing key: no admission
-	trail    *audit.Trail       // nil without a signing key or with --audit-dir off
-	useCases *authz.UseCases
-	// decisions exports decision logs; nil without --decision-log-url.
-	decisions *decisionlog.Exporter
-
-	http     *http.Server
-	httpLn   net.Listener
-	url      string
-	grpc     *grpc.Server // nil without --grpc-listen
-	grpcLn   net.Listener
-	dev      *devCredentials // nil without --dev
-	hup      chan os.Signal  // SIGHUP, registered for as long as the server lives
-	serveTLS bool
+	dev    *devCredentials // nil without --dev
+	hup    chan os.Signal  // SIGHUP, registered for as long as the server lives
 }
 
-// build parses the command line and constructs everything serve runs:
-// the store (on the embedded etcd member unless the cluster is external),
-// the policies, the token issuer, the use cases, the HTTP handler and the
-// servers, listening. It starts no goroutine of its own but, with
-// --decision-log-url, the decision-log exporter's uploader, which Close
-// stops. If it fails, it closes what it built.
-func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err error) {
+// build parses the command line, maps the flags and the configuration
+// file onto a server.Config and builds the server, listening (see
+// server.New). If it fails, it closes what it built.
+func build(ctx context.Context, args []string, stderr io.Writer) (_ *daemon, err error) {
 	cfg, err := parseServeFlags(args)
 	if err != nil {
 		return nil, err
@@ -99,466 +58,82 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return nil, fmt.Errorf("log level: %w", err)
 	}
-	s := &server{cfg: cfg, stderr: stderr, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
-	if s.cfg.Dev {
-		if s.dev, err = devSetup(&s.cfg, stderr); err != nil {
+	d := &daemon{cfg: cfg, stderr: stderr, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	if d.cfg.Dev {
+		if d.dev, err = devSetup(&d.cfg, stderr); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.cfg.Validate(); err != nil {
+	if err := d.cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	cfg = s.cfg
-
-	verifier, err := manifest.LoadVerifier(cfg.RegistrarKeys)
-	if err != nil {
-		return nil, fmt.Errorf("registrar keys: %w", err)
-	}
-	auth, err := loadCredentials(cfg.Credentials)
-	if err != nil {
-		return nil, err
-	}
-
+	// Registered before the server is built, so that a SIGHUP once it
+	// listens reloads the policies instead of ending the process.
+	d.hup = make(chan os.Signal, 1)
+	signal.Notify(d.hup, syscall.SIGHUP)
 	defer func() {
-		if err == nil {
-			return
-		}
-		if cerr := s.Close(); cerr != nil {
-			err = errors.Join(err, cerr)
+		if err != nil {
+			signal.Stop(d.hup)
 		}
 	}()
-	if err := s.openStore(ctx); err != nil {
+	if d.Server, err = server.New(ctx, d.cfg.server(d.log, d.hup)); err != nil {
 		return nil, err
 	}
-	registry, err := s.buildUseCases(ctx, verifier)
-	if err != nil {
-		return nil, err
-	}
-	// The gRPC service shares the HTTP handler's use cases (and their
-	// caches): a call formed through one is admitted through the other.
-	apiCfg := api.Config{
-		Registry:       registry,
-		UseCases:       s.useCases,
-		PolicyStatus:   s.policies.Status,
-		Auth:           auth,
-		BodyLimit:      cfg.BodyLimit,
-		Logger:         s.log,
-		FormationLimit: api.RateLimit{Rate: cfg.FormationRate, Burst: int(cfg.FormationBurst)},
-	}
-	if s.trail != nil { // a nil *audit.Trail is not a nil AuditTrail
-		apiCfg.Trail = s.trail
-	}
-	if err := s.listen(apiCfg); err != nil {
-		return nil, err
-	}
-	if s.dev != nil {
-		if err := writeEnvFile(filepath.Join(cfg.DataDir, devEnvFile), s.dev, s.url, cfg.DataDir); err != nil {
-			return nil, err
+	if d.dev != nil {
+		if err := writeEnvFile(filepath.Join(d.cfg.DataDir, devEnvFile), d.dev, d.URL(), d.cfg.DataDir); err != nil {
+			return nil, errors.Join(err, d.Close())
 		}
 	}
-	return s, nil
+	return d, nil
 }
 
-// buildUseCases builds the registry, the token issuer (with a signing
-// key) and the use cases on the store and the policies.
-func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier) (*authz.Registry, error) {
-	cfg := &s.cfg
-	var certificates *manifest.Verifier
-	var err error
-	if cfg.IssuerKeys != "" {
-		if certificates, err = manifest.LoadVerifier(cfg.IssuerKeys); err != nil {
-			return nil, fmt.Errorf("issuer keys: %w", err)
-		}
-	}
-	var operators *manifest.Verifier
-	if cfg.OperatorKeys != "" {
-		if operators, err = manifest.LoadVerifier(cfg.OperatorKeys); err != nil {
-			return nil, fmt.Errorf("operator keys: %w", err)
-		}
-		s.log.Info("resolutions of uncertain leases must be signed with an operator key", "operatorKeys", cfg.OperatorKeys)
-	} else {
-		s.log.Warn("no --operator-keys: an operator's bearer credential alone resolves uncertain leases (for tests)")
-	}
-	if cfg.SigningKey != "" {
-		key, err := manifest.LoadPrivateKey(cfg.SigningKey)
-		if err != nil {
-			return nil, fmt.Errorf("signing key: %w", err)
-		}
-		if s.issuer, err = authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: cfg.Issuer, Lifetime: time.Duration(cfg.TokenLifetime)}); err != nil {
-			return nil, fmt.Errorf("token issuer: %w", err)
-		}
-		s.log.Info("dispatch tokens", "kid", s.issuer.KeyID(), "issuer", cfg.Issuer, "lifetime", s.issuer.Lifetime())
-		if s.trail, err = openTrail(cfg, key, s.log); err != nil {
-			return nil, err
-		}
-	} else {
-		s.log.Warn("no --signing-key: admission is disabled, and no audit trail is kept")
-	}
-	var rec authz.Recorder
-	if s.trail != nil {
-		rec = s.trail
-	}
-	// The policies load once the trail is open: it records the set put in
-	// force, which the audit checks each decision against.
-	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
-	if s.policies, err = policy.NewManager(ctx, src, policy.ManagerConfig{Logger: s.log, Trail: rec}); err != nil {
-		return nil, err
-	}
-	s.log.Info("policies loaded", "source", src.String(), "digest", s.policies.Status().Digest)
-	// Registered now, so that a SIGHUP once the server listens reloads
-	// the policies instead of ending the process.
-	s.hup = make(chan os.Signal, 1)
-	signal.Notify(s.hup, syscall.SIGHUP)
-	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: s.store, Manifests: verifier, Certificates: certificates,
-		Logger: s.log, Trail: rec})
-	if err != nil {
-		return nil, err
-	}
-	ucCfg := authz.Config{
-		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Retention: time.Duration(cfg.FormationRetention), Logger: s.log,
-		TrailArguments: authz.TrailArguments(cfg.AuditArguments), Issuer: s.issuer,
-		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
-		Trail: rec, Operators: operators,
-	}
-	if cfg.DecisionLogURL != "" {
-		if s.decisions, err = s.decisionLog(); err != nil {
-			return nil, err
-		}
-		ucCfg.DecisionLog = s.decisions
-	}
-	s.useCases, err = authz.New(ucCfg)
-	if err != nil {
-		return nil, err
-	}
-	return registry, nil
-}
-
-// decisionLog starts the decision-log exporter --decision-log-url names:
-// its one uploading goroutine runs until Close.
-func (s *server) decisionLog() (*decisionlog.Exporter, error) {
-	cfg := &s.cfg
-	credential := os.Getenv("FCD_DECISION_LOG_CREDENTIAL")
-	if cfg.DecisionLogCredentialFile != "" {
-		data, err := os.ReadFile(cfg.DecisionLogCredentialFile)
-		if err != nil {
-			return nil, fmt.Errorf("decision log credential: %w", err)
-		}
-		credential = strings.TrimSpace(string(data))
-	}
-	labels, err := cfg.decisionLogLabels()
-	if err != nil {
-		return nil, err
-	}
-	dl := decisionlog.Config{
-		URL: cfg.DecisionLogURL, Resource: cfg.DecisionLogResource, Credential: decisionlog.Credential(credential),
-		BufferSize: int(cfg.DecisionLogBuffer), UploadSizeLimit: int(cfg.DecisionLogUploadLimit),
-		MinDelay: time.Duration(cfg.DecisionLogMinDelay), MaxDelay: time.Duration(cfg.DecisionLogMaxDelay),
-		Mask: cfg.DecisionLogMask, Labels: labels, Logger: s.log,
-	}
-	x, err := decisionlog.New(dl)
-	if err != nil {
-		return nil, err
-	}
-	dl.ID = x.ID()
-	s.log.Info("decision logs exported", "config", dl)
-	return x, nil
-}
-
-// openStore starts the embedded etcd member unless the configuration
-// names an external cluster, and opens the store on it.
-func (s *server) openStore(ctx context.Context) error {
-	cfg := &s.cfg
-	endpoints, quota := cfg.EtcdEndpoints, cfg.EtcdQuota
-	if len(endpoints) == 0 {
-		dir, logFile := filepath.Join(cfg.DataDir, "etcd"), filepath.Join(cfg.DataDir, "etcd.log")
-		member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
-			Dir:        dir,
-			ClientURL:  cfg.EmbeddedEtcdClientURL,
-			PeerURL:    cfg.EmbeddedEtcdPeerURL,
-			LogFile:    logFile,
-			QuotaBytes: cfg.EtcdQuota,
-		})
-		if err != nil {
-			if strings.Contains(err.Error(), "address already in use") {
-				return fmt.Errorf("%w: another etcd or authzd listens there; give --embedded-etcd-client-url and --embedded-etcd-peer-url free loopback ports, or leave them unset to pick free ones", err)
-			}
-			return err
-		}
-		s.member = member
-		endpoints = member.Endpoints()
-		quota = member.Quota()
-		s.log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints, "log", logFile,
-			"quota", quota, "autoCompaction", "periodic "+lease.DefaultCompactionRetention)
-	}
-	var etcdTLS *tls.Config
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		info := transport.TLSInfo{TrustedCAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey}
-		var err error
-		if etcdTLS, err = info.ClientConfig(); err != nil {
-			return fmt.Errorf("etcd TLS: %w", err)
-		}
-	}
-	// The store lives until Close, not until ctx ends (etcd's client
-	// cancels with it whatever has no context of its own): requests still
-	// in flight during the graceful shutdown use it.
-	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS, Quota: quota})
-	if err != nil {
-		return err
-	}
-	if s.member == nil {
-		// Opening does not wait for etcd; say where it is looked for, so
-		// that the failures logged while it does not answer can be read.
-		s.log.Info("external etcd", "endpoints", endpoints, "tls", etcdTLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, "/fcd/"))
-	}
-	s.store = store
-	return nil
-}
-
-// listen builds the HTTP server and, with --grpc-listen, the Envoy
-// ext_authz gRPC server, and opens their listeners.
-func (s *server) listen(apiCfg api.Config) error {
-	cfg := &s.cfg
-	handler, err := api.New(apiCfg)
-	if err != nil {
-		return fmt.Errorf("HTTP handler: %w", err)
-	}
-	var tlsCfg *tls.Config
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return fmt.Errorf("tls: %w", err)
-		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
-	if cfg.GRPCListen != "" {
-		var opts []grpc.ServerOption
-		if tlsCfg != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
-		}
-		if s.grpc, err = api.NewCheckServer(apiCfg, opts...); err != nil {
-			return fmt.Errorf("gRPC service: %w", err)
-		}
-		if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
-			return fmt.Errorf("grpc listen: %w", err)
-		}
-	}
-	if s.httpLn, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	s.http = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      authz.MaxRetireWait + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	s.url = "http://" + s.httpLn.Addr().String()
-	if tlsCfg != nil {
-		s.http.TLSConfig = tlsCfg.Clone()
-		s.serveTLS = true
-		s.url = "https://" + s.httpLn.Addr().String()
-	}
-	return nil
-}
-
-// run serves until ctx ends or a server fails, then shuts down in order:
-// the servers stop accepting and finish what is in flight, the background
-// loops (policy watcher, SIGHUP reloader, token key publisher, lease
-// sweeper) are cancelled, and run returns once every goroutine it started
-// has returned. The store is untouched: Close closes it afterwards.
-func (s *server) run(ctx context.Context) error {
-	g, gctx := errgroup.WithContext(ctx)
-	// The loops outlive the servers' graceful shutdown (a request in flight
-	// may still need the published key), so they have a context of their
-	// own, cancelled once the servers have stopped.
-	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopLoops()
-
-	if s.cfg.PolicyDir != "" {
-		g.Go(func() error {
-			s.policies.Watch(loops, time.Duration(s.cfg.PolicyPoll))
-			return nil
-		})
-	}
-	g.Go(func() error {
-		s.reloadOnHUP(loops)
-		return nil
-	})
-	if s.issuer != nil {
-		g.Go(func() error {
-			s.issuer.Publish(loops, s.store)
-			return nil
-		})
-	}
-	if s.trail != nil {
-		g.Go(func() error {
-			s.trail.Run(loops) // signs the head of what came since the last checkpoint
-			return nil
-		})
-	}
-	// Leases whose backend never reported become uncertain, visible to
-	// operators, instead of holding their epoch back silently.
-	g.Go(func() error {
-		s.useCases.Leases.RunSweeper(loops, sweepInterval)
-		return nil
-	})
-
-	if s.grpc != nil {
-		g.Go(func() error {
-			// nil once stopped; ErrServerStopped if stopped before it began.
-			if err := s.grpc.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				return fmt.Errorf("serve gRPC: %w", err)
-			}
-			return nil
-		})
+// run prints the addresses (the listeners are open: a client that reads
+// them connects at once) and serves until ctx ends.
+func (d *daemon) run(ctx context.Context) error {
+	if addr := d.GRPCAddr(); addr != nil {
 		// Printed before the HTTP line, so that whoever waits for that one
 		// knows both addresses.
-		fmt.Fprintf(s.stderr, "authzd: ext_authz gRPC on %s\n", s.grpcLn.Addr())
+		fmt.Fprintf(d.stderr, "authzd: ext_authz gRPC on %s\n", addr)
 	}
-	g.Go(func() error {
-		var err error
-		if s.serveTLS {
-			err = s.http.ServeTLS(s.httpLn, "", "") // HTTP/2 and HTTP/1.1 over TLS
-		} else {
-			err = s.http.Serve(s.httpLn)
-		}
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-		return nil
-	})
 	// This line is the contract of scripts and tests that start authzd.
-	fmt.Fprintf(s.stderr, "authzd: listening on %s\n", s.url)
-
-	g.Go(func() error {
-		<-gctx.Done() // ctx ended, or a server failed
-		s.log.Info("shutting down")
-		err := s.shutdown()
-		stopLoops()
-		return err
-	})
-	return g.Wait()
+	fmt.Fprintf(d.stderr, "authzd: listening on %s\n", d.URL())
+	return d.Run(ctx)
 }
 
-// shutdown stops both servers at once: they stop accepting, and what is
-// in flight finishes within shutdownTimeout or is cut.
-func (s *server) shutdown() error {
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	var g errgroup.Group
-	if s.grpc != nil {
-		g.Go(func() error {
-			stopped := make(chan struct{})
-			go func() { s.grpc.GracefulStop(); close(stopped) }()
-			select {
-			case <-stopped:
-			case <-sctx.Done():
-				s.grpc.Stop() // closes what is left; GracefulStop returns
-				<-stopped
-			}
-			return nil
-		})
-	}
-	g.Go(func() error {
-		if err := s.http.Shutdown(sctx); err != nil {
-			_ = s.http.Close() // cut what did not finish
-			return fmt.Errorf("shutdown: %w", err)
-		}
-		return nil
-	})
-	return g.Wait()
+// Close closes the server and ends the SIGHUP registration.
+func (d *daemon) Close() error {
+	err := d.Server.Close()
+	signal.Stop(d.hup)
+	return err
 }
 
-// reloadOnHUP reloads the policies on every SIGHUP until ctx ends.
-func (s *server) reloadOnHUP(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.hup:
-			// A failed reload keeps the working set; Reload logs why.
-			_ = s.policies.Reload(ctx)
-		}
+// server maps the configuration onto the server's: the same settings,
+// with durations as time.Duration and --formation-rate 0 as no limit.
+func (c *Config) server(log *slog.Logger, reload <-chan os.Signal) server.Config {
+	rate := c.FormationRate
+	if rate == 0 {
+		rate = -1 // no limit
 	}
-}
-
-// Close releases what build made, last made first closed: the servers and
-// listeners (already stopped when run returned), the SIGHUP registration,
-// the decision-log exporter (uploading what it holds, within the
-// shutdown timeout), the store, and then the embedded etcd member. Call
-// it once run has returned, or when build fails.
-func (s *server) Close() error {
-	var errs []error
-	if s.grpc != nil {
-		s.grpc.Stop()
+	mask := c.DecisionLogMask
+	if mask == nil {
+		mask = []string{} // the flag's default is written out: none given is none
 	}
-	if s.http != nil {
-		if err := s.http.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close HTTP server: %w", err))
-		}
+	return server.Config{
+		Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, GRPCListen: c.GRPCListen,
+		DataDir: c.DataDir, EtcdEndpoints: c.EtcdEndpoints, EtcdPrefix: c.EtcdPrefix,
+		EtcdCA: c.EtcdCA, EtcdCert: c.EtcdCert, EtcdKey: c.EtcdKey,
+		EmbeddedEtcdClientURL: c.EmbeddedEtcdClientURL, EmbeddedEtcdPeerURL: c.EmbeddedEtcdPeerURL, EtcdQuota: c.EtcdQuota,
+		FormationRate: rate, FormationBurst: c.FormationBurst, BodyLimit: c.BodyLimit,
+		RegistrarKeys: c.RegistrarKeys, IssuerKeys: c.IssuerKeys, OperatorKeys: c.OperatorKeys, Credentials: c.Credentials,
+		PolicyDir: c.PolicyDir, PolicyPoll: time.Duration(c.PolicyPoll), Reload: reload,
+		FormationTTL: time.Duration(c.FormationTTL), FormationRetention: time.Duration(c.FormationRetention),
+		ReportGrace: time.Duration(c.ReportGrace), GatewayCaller: c.GatewayCaller,
+		SigningKey: c.SigningKey, Issuer: c.Issuer, TokenLifetime: time.Duration(c.TokenLifetime),
+		AuditDir: c.AuditDir, Replica: c.Replica, AuditArguments: c.AuditArguments,
+		DecisionLogURL: c.DecisionLogURL, DecisionLogResource: c.DecisionLogResource,
+		DecisionLogCredentialFile: c.DecisionLogCredentialFile, DecisionLogMask: mask,
+		DecisionLogLabels: c.DecisionLogLabels, DecisionLogBuffer: c.DecisionLogBuffer, DecisionLogUploadLimit: c.DecisionLogUploadLimit,
+		DecisionLogMinDelay: time.Duration(c.DecisionLogMinDelay), DecisionLogMaxDelay: time.Duration(c.DecisionLogMaxDelay),
+		Logger: log,
 	}
-	for _, ln := range []net.Listener{s.httpLn, s.grpcLn} {
-		if ln == nil {
-			continue
-		}
-		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("close listener: %w", err))
-		}
-	}
-	if s.hup != nil {
-		signal.Stop(s.hup)
-	}
-	if s.trail != nil {
-		if err := s.trail.Close(); err != nil { // signs the head last
-			errs = append(errs, fmt.Errorf("close audit trail: %w", err))
-		}
-	}
-	if s.decisions != nil {
-		// The servers have stopped: every decision is buffered. What the
-		// service does not take by the deadline is lost, and said so; it
-		// does not fail the shutdown.
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		if err := s.decisions.Close(ctx); err != nil {
-			s.log.Warn("decision log", "err", err)
-		}
-		cancel()
-	}
-	if s.store != nil {
-		if err := s.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
-	}
-	if s.member != nil {
-		s.member.Close()
-	}
-	return errors.Join(errs...)
-}
-
-// openTrail opens this replica's audit trail, signed with key, unless
-// --audit-dir is off.
-func openTrail(cfg *Config, key jwk.Key, log *slog.Logger) (*audit.Trail, error) {
-	if cfg.AuditDir == "off" {
-		log.Warn("--audit-dir off: no audit trail is kept")
-		return nil, nil
-	}
-	dir := cfg.AuditDir
-	if dir == "" {
-		dir = filepath.Join(cfg.DataDir, "audit")
-	}
-	replica := cfg.Replica
-	if replica == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("audit trail: --replica not given and no host name: %w", err)
-		}
-		replica = host
-	}
-	t, err := audit.Open(audit.Config{Root: dir, Replica: replica, Key: key, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("audit trail: %w", err)
-	}
-	seq, _ := t.Head()
-	log.Info("audit trail", "dir", dir, "replica", replica, "events", seq)
-	return t, nil
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -12,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/internal/cmdtest"
-	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"go.uber.org/goleak"
 )
 
@@ -88,9 +84,8 @@ func TestServeJoinsEveryGoroutine(t *testing.T) {
 	goleak.VerifyNone(t, before)
 }
 
-// serverType is how stacks name serve's server type: package main of a
-// test binary is named by its import path.
-const serverType = "github.com/fcd-authz/fcd/cmd/authzd.(*server)"
+// serverType is how stacks name the server type serve runs.
+const serverType = "github.com/fcd-authz/fcd/server.(*Server)"
 
 // servedLoops are the functions serve runs for as long as it serves, each
 // in a goroutine of its own.
@@ -153,114 +148,4 @@ func goroutineIDs() map[string]bool {
 		ids[id] = true
 	}
 	return ids
-}
-
-// TestShutdownOrder: when ctx ends, the listener stops accepting at once,
-// a request in flight finishes with the store still open and the loops
-// still running (the signing key still published), and run returns only
-// after it; Close then closes the store and the embedded etcd.
-func TestShutdownOrder(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dir := filepath.Join(t.TempDir(), "data")
-	var stderr cmdtest.SyncBuffer
-	var s *server
-	for attempt := 0; s == nil; attempt++ {
-		var err error
-		s, err = build(ctx, []string{"--dev", "--data-dir", dir, "--listen", "127.0.0.1:0",
-			"--embedded-etcd-client-url", "http://" + etcdtest.FreeAddr(t),
-			"--embedded-etcd-peer-url", "http://" + etcdtest.FreeAddr(t)}, &stderr)
-		if err != nil && (attempt == 7 || !strings.Contains(err.Error(), "address already in use")) {
-			t.Fatalf("build: %v", err)
-		}
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			s.Close()
-		}
-	}()
-
-	// A request that stays in flight until released, then uses the store
-	// and reports whether the signing key is still published.
-	entered, release := make(chan struct{}), make(chan struct{})
-	s.http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
-		if err := s.store.Ping(r.Context()); err != nil {
-			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if !s.issuer.Published() {
-			http.Error(w, "signing key no longer published", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
-	ran := make(chan error, 1)
-	go func() { ran <- s.run(ctx) }()
-
-	// The publisher runs before the request: wait for the key.
-	deadline := time.Now().Add(time.Minute)
-	for !s.issuer.Published() {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published after a minute")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
-	type result struct {
-		code int
-		body string
-		err  error
-	}
-	done := make(chan result, 1)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	go func() {
-		resp, err := (&http.Client{Transport: tr}).Get(s.url + "/slow")
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		done <- result{code: resp.StatusCode, body: string(body)}
-	}()
-	<-entered
-	cancel()
-
-	// New connections are refused while the request is in flight.
-	addr := s.httpLn.Addr().String()
-	deadline = time.Now().Add(time.Minute)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			break
-		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting connections a minute after shutdown began")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
-	select {
-	case err := <-ran:
-		t.Fatalf("run returned (%v) with a request in flight", err)
-	default:
-	}
-
-	close(release)
-	if r := <-done; r.err != nil || r.code != http.StatusOK {
-		t.Fatalf("request in flight during shutdown: %d %q %v", r.code, r.body, r.err)
-	}
-	if err := <-ran; err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	closed = true
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := s.store.Ping(context.Background()); err == nil {
-		t.Fatal("the store answers after Close")
-	}
 }

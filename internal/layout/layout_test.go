@@ -39,6 +39,10 @@ var allowed = map[string][]string{
 	// Hosts embed the host library: it speaks to authzd over HTTP only,
 	// through the typed client.
 	"host": {"client"},
+	// The server assembles every part from one Config (etcd's embed):
+	// authzd serve, the benchmarks and the end-to-end tests build it, and
+	// nothing below it imports it.
+	"server": {"api", "audit", "authz", "authz/decisionlog", "authz/policy", "lease", "manifest", "policies"},
 }
 
 // forbiddenDeps are modules a package must not pull in, even indirectly:
@@ -109,11 +113,18 @@ func TestImportDirection(t *testing.T) {
 			}
 		}
 	}
-	// Nothing but the commands, benchmarks and end-to-end tests imports
-	// the transport.
+	// Nothing but the server, the commands, benchmarks and end-to-end
+	// tests imports the transport.
 	for name, p := range pkgs {
-		if slices.Contains(p.imports, module+"/api") && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "bench/") {
-			t.Errorf("%s imports api; only commands and benchmarks may", name)
+		if slices.Contains(p.imports, module+"/api") && name != "server" && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "bench/") {
+			t.Errorf("%s imports api; only the server, commands and benchmarks may", name)
+		}
+	}
+	// Nothing but the commands, benchmarks and test helpers imports the
+	// server: it sits above every other package.
+	for name, p := range pkgs {
+		if slices.Contains(p.imports, module+"/server") && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "bench/") && !strings.HasPrefix(name, "internal/") {
+			t.Errorf("%s imports server; only commands, benchmarks and test helpers may", name)
 		}
 	}
 }

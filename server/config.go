@@ -1,0 +1,331 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/decisionlog"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+// Defaults of the zero Config, and of `authzd serve`'s flags: this is the
+// one place each is written.
+const (
+	// DefaultListen is the HTTP listen address.
+	DefaultListen = "127.0.0.1:8080"
+	// DefaultDataDir is the data directory (relative to the working
+	// directory).
+	DefaultDataDir = "fcd-data"
+	// DefaultEtcdPrefix is prepended to every key fcd writes.
+	DefaultEtcdPrefix = "/fcd/"
+	// DefaultFormationRate is how many formations a second each host
+	// credential may record on one replica: one host at its limit does not
+	// fill the default quota within a formation's retention
+	// (docs/capacity.md).
+	DefaultFormationRate = 2.0
+	// DefaultFormationBurst is how many formations a host credential may
+	// record at once.
+	DefaultFormationBurst = 40
+	// DefaultBodyLimit bounds request bodies in bytes.
+	DefaultBodyLimit = 1 << 20
+	// DefaultPolicyPoll is how often a policy directory is checked for
+	// changes.
+	DefaultPolicyPoll = 2 * time.Second
+	// DefaultFormationTTL is how long a formation may wait for approval and
+	// admission.
+	DefaultFormationTTL = authz.DefaultTTL
+	// DefaultFormationRetention is how long etcd keeps a formation after
+	// its lease closed or it expired.
+	DefaultFormationRetention = authz.DefaultRetention
+	// DefaultReportGrace is how long after an admission its token may be
+	// issued again and its outcome report is awaited.
+	DefaultReportGrace = authz.DefaultReportGrace
+	// DefaultTokenLifetime is how long a dispatch token is valid.
+	DefaultTokenLifetime = authz.DefaultTokenLifetime
+	// DefaultIssuer is the iss claim of dispatch tokens.
+	DefaultIssuer = "fcd"
+	// DefaultGatewayCaller binds gateway admissions to the formation's
+	// principal.
+	DefaultGatewayCaller = string(authz.CallerPrincipal)
+	// DefaultAuditArguments keeps none of a call's arguments in the trail,
+	// only their digest.
+	DefaultAuditArguments = string(authz.TrailArgumentsNone)
+	// DefaultDecisionLogResource is the path decision logs are posted to.
+	DefaultDecisionLogResource = decisionlog.DefaultResource
+	// DefaultDecisionLogMask is the one JSON pointer the default mask
+	// erases from decision-log events: the call's arguments (no
+	// descriptor says which are secret; their digest stays).
+	DefaultDecisionLogMask = "/input/formation/arguments"
+	// DefaultDecisionLogBuffer bounds the events held for upload.
+	DefaultDecisionLogBuffer = decisionlog.DefaultBufferSize
+	// DefaultDecisionLogUploadLimit bounds one upload's compressed body.
+	DefaultDecisionLogUploadLimit = decisionlog.DefaultUploadSizeLimit
+	// DefaultDecisionLogMinDelay and DefaultDecisionLogMaxDelay bound the
+	// wait between uploads.
+	DefaultDecisionLogMinDelay = decisionlog.DefaultMinDelay
+	DefaultDecisionLogMaxDelay = decisionlog.DefaultMaxDelay
+	// AuditOff as Config.AuditDir keeps no audit trail.
+	AuditOff = "off"
+)
+
+// Config configures a [Server]. A zero field means its default (the
+// Default… constants); the zero Config serves on DefaultListen from
+// DefaultDataDir but lacks what only the operator can give: the
+// registrar keys and the bearer credentials. Where a setting can be
+// given as a file (what `authzd serve` does) or as a value (what an
+// embedding test does), the value wins.
+type Config struct {
+	// Listen is the HTTP listen address; "127.0.0.1:0" picks a free port
+	// ([Server.URL] tells which).
+	Listen string
+	// TLSCert and TLSKey are PEM files of the certificate (chain) and key
+	// the server serves HTTPS (and the gRPC service TLS) with; both or
+	// neither. Bearer credentials cross this listener: terminate TLS here
+	// or in front of the server, never leave it plain beyond loopback.
+	TLSCert, TLSKey string
+	// GRPCListen is the listen address of the Envoy ext_authz gRPC service
+	// (envoy.service.auth.v3.Authorization/Check); empty serves none.
+	GRPCListen string
+
+	// DataDir holds the embedded etcd member's data (DataDir/etcd, its log
+	// DataDir/etcd.log) and, by default, the audit trail (DataDir/audit).
+	DataDir string
+	// EtcdEndpoints selects an external etcd cluster; empty starts the
+	// embedded single-node etcd member in DataDir.
+	EtcdEndpoints []string
+	// EtcdPrefix is prepended to every key fcd writes.
+	EtcdPrefix string
+	// EtcdCA, EtcdCert and EtcdKey are PEM files for an external cluster
+	// served over TLS: the CA that signed the members' certificates, and
+	// this client's certificate and key where the cluster authenticates
+	// clients (cert and key go together).
+	EtcdCA, EtcdCert, EtcdKey string
+	// EmbeddedEtcdClientURL and EmbeddedEtcdPeerURL place the embedded
+	// member; loopback only. Empty means the ones the data directory
+	// recorded, else free ports.
+	EmbeddedEtcdClientURL, EmbeddedEtcdPeerURL string
+	// EtcdQuota is etcd's backend quota in bytes: the embedded member is
+	// started with it (0: 2 GiB), and for an external cluster it is what
+	// its members run with (0: unknown), shown by /readyz and the metrics.
+	EtcdQuota int64
+	// Store, when set, is an open store to serve on instead of opening one
+	// from the settings above (tests sharing one etcd member); the server
+	// does not close it.
+	Store *lease.Store
+
+	// FormationRate is how many formations a second each host credential
+	// may record on this replica (a token bucket); a negative rate sets no
+	// limit.
+	FormationRate float64
+	// FormationBurst is how many formations a host credential may record
+	// at once after an idle while (the bucket's size).
+	FormationBurst int64
+	// BodyLimit bounds request bodies in bytes.
+	BodyLimit int64
+
+	// RegistrarKeys is a JWKS file of trusted registrar public keys;
+	// Registrars, when set, is used instead. One of them is required.
+	RegistrarKeys string
+	Registrars    *manifest.Verifier
+	// IssuerKeys is a JWKS file of trusted compatibility-certificate issuer
+	// public keys; Issuers, when set, is used instead. Neither refuses
+	// certificates.
+	IssuerKeys string
+	Issuers    *manifest.Verifier
+	// OperatorKeys is a JWKS file of operators' public keys; Operators,
+	// when set, is used instead. With either, an uncertain lease is
+	// resolved only by a resolution signed by an operator; with neither an
+	// operator's bearer credential alone resolves, which is for tests.
+	OperatorKeys string
+	Operators    *manifest.Verifier
+	// Credentials is a JSON file: a list of {id, role, hash} bearer
+	// credentials; Auth, when set, is used instead. One of them is
+	// required.
+	Credentials string
+	Auth        *api.Authenticator
+
+	// PolicyDir is a directory of Rego and Cedar policies with their
+	// tests; empty uses the embedded default policies. A directory is
+	// watched (every PolicyPoll) and reloaded on change and on Reload.
+	PolicyDir  string
+	PolicyPoll time.Duration
+	// Reload, when set, reloads the policies on every value received
+	// (authzd serve notifies it of SIGHUP); nil reloads only on change.
+	Reload <-chan os.Signal
+
+	// FormationTTL is how long a formation may wait for approval and
+	// admission.
+	FormationTTL time.Duration
+	// FormationRetention is how long etcd keeps a formation after its
+	// lease closed (or it expired unadmitted); the audit trail keeps it
+	// after that.
+	FormationRetention time.Duration
+	// ReportGrace is how long after an admission its token may be issued
+	// again and its outcome report is awaited; a lease still unreported
+	// 2×ReportGrace + TokenLifetime after admission is marked uncertain.
+	ReportGrace time.Duration
+	// GatewayCaller binds gateway admissions to the caller the gateway
+	// authenticated (its Fcd-Caller header): "principal" or "off".
+	GatewayCaller string
+
+	// SigningKey is a file holding the private JWK (Ed25519 or P-256, with
+	// a kid) that signs dispatch tokens and the trail's checkpoints;
+	// Signer, when set, is used instead. Without either the server
+	// registers and forms but does not admit, and keeps no trail.
+	SigningKey string
+	Signer     jwk.Key
+	// Issuer is the iss claim of dispatch tokens.
+	Issuer string
+	// TokenLifetime is how long a dispatch token is valid.
+	TokenLifetime time.Duration
+
+	// AuditDir is the audit trail's directory; empty means
+	// DataDir/audit, AuditOff keeps no trail.
+	AuditDir string
+	// Replica names this replica's chain in the trail: stable across its
+	// restarts, distinct between replicas; empty means the host name.
+	Replica string
+	// AuditArguments is what the trail keeps of a call's arguments beside
+	// their digest: none, redacted, digested or all (authz.TrailArguments).
+	AuditArguments string
+
+	// DecisionLogURL is the service decision logs are exported to in
+	// OPA's format (docs/decision-logs.md); empty exports none.
+	DecisionLogURL string
+	// DecisionLogResource is the path under DecisionLogURL uploads are
+	// posted to.
+	DecisionLogResource string
+	// DecisionLogCredentialFile holds the decision-log service's bearer
+	// credential; empty reads FCD_DECISION_LOG_CREDENTIAL, and without
+	// either uploads carry none. Never logged.
+	DecisionLogCredentialFile string
+	// DecisionLogMask lists JSON pointers erased from every event before
+	// it leaves the server; nil means [DefaultDecisionLogMask], an empty
+	// non-nil list erases nothing.
+	DecisionLogMask []string
+	// DecisionLogLabels are key=value labels added to every event.
+	DecisionLogLabels []string
+	// DecisionLogBuffer bounds the events held for upload; when full the
+	// oldest is dropped.
+	DecisionLogBuffer int64
+	// DecisionLogUploadLimit bounds one upload's compressed body in bytes.
+	DecisionLogUploadLimit int64
+	// DecisionLogMinDelay and DecisionLogMaxDelay bound the random wait
+	// between uploads; the max also caps the retry backoff.
+	DecisionLogMinDelay, DecisionLogMaxDelay time.Duration
+
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&c.Listen, DefaultListen)
+	def(&c.DataDir, DefaultDataDir)
+	def(&c.EtcdPrefix, DefaultEtcdPrefix)
+	def(&c.Issuer, DefaultIssuer)
+	def(&c.GatewayCaller, DefaultGatewayCaller)
+	def(&c.AuditArguments, DefaultAuditArguments)
+	def(&c.DecisionLogResource, DefaultDecisionLogResource)
+	if c.FormationRate == 0 {
+		c.FormationRate = DefaultFormationRate
+	}
+	if c.FormationBurst == 0 {
+		c.FormationBurst = DefaultFormationBurst
+	}
+	if c.BodyLimit == 0 {
+		c.BodyLimit = DefaultBodyLimit
+	}
+	dur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	dur(&c.PolicyPoll, DefaultPolicyPoll)
+	dur(&c.FormationTTL, DefaultFormationTTL)
+	dur(&c.FormationRetention, DefaultFormationRetention)
+	dur(&c.ReportGrace, DefaultReportGrace)
+	dur(&c.TokenLifetime, DefaultTokenLifetime)
+	dur(&c.DecisionLogMinDelay, DefaultDecisionLogMinDelay)
+	dur(&c.DecisionLogMaxDelay, DefaultDecisionLogMaxDelay)
+	if c.DecisionLogMask == nil {
+		c.DecisionLogMask = []string{DefaultDecisionLogMask}
+	}
+	if c.DecisionLogBuffer == 0 {
+		c.DecisionLogBuffer = DefaultDecisionLogBuffer
+	}
+	if c.DecisionLogUploadLimit == 0 {
+		c.DecisionLogUploadLimit = DefaultDecisionLogUploadLimit
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports a configuration the server cannot run with. Zero
+// fields are valid: they mean their defaults.
+func (c Config) Validate() error {
+	var errs []error
+	if c.EtcdQuota < 0 || c.FormationBurst < 0 || c.BodyLimit < 0 {
+		errs = append(errs, errors.New("server: EtcdQuota, FormationBurst and BodyLimit may not be negative"))
+	}
+	if c.PolicyPoll < 0 || c.FormationTTL < 0 || c.ReportGrace < 0 || c.FormationRetention < 0 || c.TokenLifetime < 0 {
+		errs = append(errs, errors.New("server: PolicyPoll, FormationTTL, FormationRetention, ReportGrace and TokenLifetime may not be negative"))
+	}
+	if _, err := authz.ParseTrailArguments(c.AuditArguments); err != nil {
+		errs = append(errs, fmt.Errorf("server: AuditArguments %q: want none, redacted, digested or all", c.AuditArguments))
+	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		errs = append(errs, errors.New("server: EtcdCert and EtcdKey go together"))
+	}
+	if (c.EtcdCA != "" || c.EtcdCert != "") && len(c.EtcdEndpoints) == 0 {
+		errs = append(errs, errors.New("server: EtcdCA, EtcdCert and EtcdKey are for an external cluster (EtcdEndpoints)"))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("server: TLSCert and TLSKey go together"))
+	}
+	if c.GatewayCaller != "" && c.GatewayCaller != string(authz.CallerPrincipal) && c.GatewayCaller != string(authz.CallerOff) {
+		errs = append(errs, errors.New("server: GatewayCaller must be principal or off"))
+	}
+	if c.RegistrarKeys == "" && c.Registrars == nil {
+		errs = append(errs, errors.New("server: RegistrarKeys (a JWKS file of trusted registrar keys) or Registrars is required"))
+	}
+	if c.Credentials == "" && c.Auth == nil {
+		errs = append(errs, errors.New("server: Credentials (a file of hashed bearer credentials) or Auth is required"))
+	}
+	d := c.withDefaults()
+	if d.DecisionLogBuffer < 1 || d.DecisionLogUploadLimit < 1 || d.DecisionLogMinDelay <= 0 || d.DecisionLogMinDelay > d.DecisionLogMaxDelay {
+		errs = append(errs, errors.New("server: DecisionLogBuffer and DecisionLogUploadLimit must be positive, and 0 < DecisionLogMinDelay <= DecisionLogMaxDelay"))
+	}
+	if _, err := c.decisionLogLabels(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// decisionLogLabels are the key=value DecisionLogLabels as a map.
+func (c *Config) decisionLogLabels() (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range c.DecisionLogLabels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || k == "id" || k == "version" {
+			return nil, fmt.Errorf("decisionLogLabels: %q is not key=value with a key other than id and version", kv)
+		}
+		labels[k] = v
+	}
+	return labels, nil
+}

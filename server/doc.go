@@ -1,0 +1,24 @@
+// Package server assembles fcd's authorization server — the store on the
+// embedded etcd member or an external cluster, the audit trail, the
+// policies, the use cases, the decision-log exporter, and the HTTP and
+// Envoy ext_authz gRPC listeners — from one [Config], in the manner of
+// etcd's embed package:
+//
+//	s, err := server.New(ctx, server.Config{DataDir: dir, RegistrarKeys: ..., Credentials: ...})
+//	if err != nil { ... }
+//	defer s.Close()
+//	err = s.Run(ctx) // serves until ctx ends, then shuts down gracefully
+//
+// It exists so that the server is built in one place: `authzd serve`
+// maps its flags and configuration file onto a Config (its flag defaults
+// are this package's Default… values), and the benchmarks, the
+// end-to-end stacks, the fault suite and the api tests build the same
+// server through New instead of wiring the parts by hand, so that what
+// they test and measure is what ships. A zero Config field means its
+// default; a benchmark or test that turns a part off (the rate limit,
+// the trail) says so in its Config and why.
+//
+// The settings are documented on [Config] and, for operators, in
+// docs/configuration.md and `authzd serve -h`; the parts and the
+// direction of imports in docs/design.md and the README's package map.
+package server
