@@ -74,6 +74,9 @@ const (
 	DefaultDecisionLogMaxDelay = decisionlog.DefaultMaxDelay
 	// AuditOff as Config.AuditDir keeps no audit trail.
 	AuditOff = "off"
+	// NoFormationLimit as Config.FormationRate sets no formation rate
+	// limit.
+	NoFormationLimit = -1.0
 )
 
 // Config configures a [Server]. A zero field means its default (the
@@ -122,8 +125,8 @@ type Config struct {
 	Store *lease.Store
 
 	// FormationRate is how many formations a second each host credential
-	// may record on this replica (a token bucket); a negative rate sets no
-	// limit.
+	// may record on this replica (a token bucket); a negative rate
+	// (NoFormationLimit) sets no limit.
 	FormationRate float64
 	// FormationBurst is how many formations a host credential may record
 	// at once after an idle while (the bucket's size).

@@ -112,7 +112,7 @@ func (d *daemon) Close() error {
 func (c *Config) server(log *slog.Logger, reload <-chan os.Signal) server.Config {
 	rate := c.FormationRate
 	if rate == 0 {
-		rate = -1 // no limit
+		rate = server.NoFormationLimit
 	}
 	mask := c.DecisionLogMask
 	if mask == nil {

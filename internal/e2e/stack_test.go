@@ -19,17 +19,15 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/audit"
-	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -48,7 +46,7 @@ const (
 // admits a formation only for its principal. Calls are formed for alice.
 var gatewayUsers = map[string]string{"alice": "alice-password", "bob": "bob-password"}
 
-// stack is a real authzd (api.New over real HTTP, on a real embedded etcd,
+// stack is a real authzd (server.New, serving real HTTP, on a real embedded etcd,
 // the embedded default policies, a published EdDSA signing key) with the
 // github v1.4 and v1.3 manifests registered and signed, and the github
 // v1.4 and v1.3 fixtures (official MCP Go SDK) each served over real HTTP
@@ -182,8 +180,6 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	if member == nil {
 		member = etcdtest.Start(t)
 	}
-	store := member.Store(t, fmt.Sprintf("/e2e/%d/", prefixSeq.Add(1)))
-
 	registrar := manifesttest.NewSigner(t)
 	s := &stack{registrar: registrar, t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), Fixture: map[string]string{},
 		Epoch: map[string]string{}, tokens: map[string]string{}, hits: map[string]*atomic.Int64{},
@@ -229,45 +225,22 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every stack keeps an audit trail; when the test ends, the trail of
-	// its run must verify clean: every chain intact, every property held.
+	// Every stack keeps an audit trail; when the test ends and the server
+	// closed it, the trail of its run must verify clean: every chain
+	// intact, every property held.
 	trailRoot := t.TempDir()
-	trail, err := audit.Open(audit.Config{Root: trailRoot, Replica: "e2e", Key: sigKey, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { verifyTrail(t, trail, trailRoot, sigKey, s.operatorKey) })
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log, Trail: trail})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: sigKey, Issuer: issuerName, Lifetime: opts.TokenLifetime})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go iss.Publish(ctx, store)
-	h, err := api.New(api.Config{
-		Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log,
-			Certificates: issuer.Verifier, Trail: trail}),
-		UseCases: authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuer.Verifier,
-			Operators: operator.Verifier, Trail: trail}),
-		PolicyStatus: pm.Status, Auth: auth, Logger: log,
+	t.Cleanup(func() { verifyTrail(t, trailRoot, sigKey, s.operatorKey) })
+	// The server that ships, on the stack's own prefix of member. The
+	// formation rate limit is off: a test forms calls for one host faster
+	// than a host may (the limit has its own tests in api and cmd/authzd).
+	srv := servertest.Start(t, server.Config{
+		EtcdEndpoints: member.Endpoints(), EtcdPrefix: fmt.Sprintf("/e2e/%d/", prefixSeq.Add(1)), EtcdQuota: member.Quota(),
+		FormationRate: server.NoFormationLimit,
+		Registrars:    registrar.Verifier, Issuers: issuer.Verifier, Operators: operator.Verifier, Auth: auth,
+		Signer: sigKey, Issuer: issuerName, TokenLifetime: opts.TokenLifetime,
+		AuditDir: trailRoot, Replica: "e2e", Logger: log,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	s.URL = srv.URL
-	deadline := time.Now().Add(30 * time.Second)
-	for !iss.Published() {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s.URL = srv.URL()
 
 	// v1.3 first, then v1.4: both ACTIVE, snapshots take v1.4.
 	for _, name := range []string{"v1.3", "v1.4"} {
@@ -324,14 +297,10 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	return s
 }
 
-// verifyTrail closes a stack's trail once its servers stopped and requires
-// audit verify's report over it to be clean.
-func verifyTrail(t *testing.T, trail *audit.Trail, root string, key, operatorKey jwk.Key) {
+// verifyTrail requires audit verify's report over a stack's trail, once
+// its server closed it, to be clean.
+func verifyTrail(t *testing.T, root string, key, operatorKey jwk.Key) {
 	t.Helper()
-	if err := trail.Close(); err != nil {
-		t.Errorf("close the audit trail: %v", err)
-		return
-	}
 	keys, err := manifest.PublicSet(key)
 	if err != nil {
 		t.Fatal(err)
