@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,23 +17,19 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/audit"
-	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/fixtures"
-	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
 // The stack below is internal/e2e's startStack (stack_test.go), reduced to
-// the github v1.4 release and rebuilt without testing.TB: a real embedded
-// etcd member, authzd's full api.New handler over real HTTP with a
+// the github v1.4 release and rebuilt without testing.TB: authzd as it
+// ships (server.New, on its embedded etcd member) over real HTTP with a
 // credential per role, the embedded default policies and a published EdDSA
 // signing key; the v1.4 manifest registered (signed by a trusted registrar
 // key) over REST; the github v1.4 fixture served over real HTTP three
@@ -63,6 +60,7 @@ type stack struct {
 	urlTrail, guardedTrail string
 	repTrail               *fencecheck.Reporter
 	trail                  *audit.Trail
+	trailStart             uint64 // the trail's head once the stack started
 	// guarded, offline and bare are the base URLs of the fixture behind
 	// fencecheck online (claims), behind fencecheck offline, and without
 	// it.
@@ -98,29 +96,6 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	// within its skew after the start (admitted_before_start).
 	offlineStarted := time.Now().Add(-time.Minute)
 
-	clientAddr, err := loadgen.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	peerAddr, err := loadgen.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
-		Dir: filepath.Join(dir, "etcd"), LogFile: filepath.Join(dir, "etcd.log"),
-		ClientURL: "http://" + clientAddr, PeerURL: "http://" + peerAddr,
-		CompactionRetention: "24h",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
-	}
-	s.closers = append(s.closers, member.Close)
-	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), Prefix: "/bench/", Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func() { store.Close() })
-
 	regKey, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		return nil, err
@@ -146,61 +121,42 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	if err != nil {
 		return nil, err
 	}
-	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
 	sigKey, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		return nil, err
 	}
-	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: sigKey, Issuer: issuerName, Lifetime: 30 * time.Second})
+	// authzd as it ships (server.New), its logs formatted at the default
+	// level and dropped, but for what the designs compare:
+	//   - the formation rate limit is off: one host credential forms every
+	//     call of the run, standing for many hosts (the limit is per
+	//     credential, docs/capacity.md);
+	//   - formations wait an hour, not 15 minutes: a long run forms its
+	//     calls before it admits them;
+	//   - design A keeps no audit trail: it is the baseline the trail's cost
+	//     (design AT, the second replica below) is measured against.
+	logs := slog.New(slog.NewTextHandler(io.Discard, nil))
+	base := server.Config{
+		Listen: "127.0.0.1:0", DataDir: dir, EtcdPrefix: "/bench/",
+		Registrars: mverifier, Auth: auth, Signer: sigKey, Issuer: issuerName,
+		FormationRate: server.NoFormationLimit, FormationTTL: time.Hour, Logger: logs,
+	}
+	cfgA := base
+	cfgA.AuditDir = server.AuditOff
+	srvA, err := runServer(ctx, s, cfgA)
 	if err != nil {
 		return nil, err
 	}
-	pctx, pcancel := context.WithCancel(context.Background())
-	var publishing sync.WaitGroup
-	publishing.Go(func() { iss.Publish(pctx, store) })
-	s.closers = append(s.closers, func() { pcancel(); publishing.Wait() })
-	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: quiet})
+	s.url = srvA.URL()
+	// The same authzd again, a second replica on the same store, keeping
+	// an audit trail (design AT).
+	cfgAT := base
+	cfgAT.Store, cfgAT.AuditDir, cfgAT.Replica = srvA.Store(), filepath.Join(dir, "audit"), "bench"
+	srvAT, err := runServer(ctx, s, cfgAT)
 	if err != nil {
 		return nil, err
 	}
-	useCases, err := authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: quiet, Issuer: iss})
-	if err != nil {
-		return nil, err
-	}
-	h, err := api.New(api.Config{
-		Registry:     registry,
-		UseCases:     useCases,
-		PolicyStatus: pm.Status, Auth: auth, Logger: quiet,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if s.url, err = serve(s, h); err != nil {
-		return nil, err
-	}
-	// The same authzd again, keeping an audit trail (design AT).
-	if s.trail, err = audit.Open(audit.Config{Root: filepath.Join(dir, "audit"), Replica: "bench", Key: sigKey, Logger: quiet}); err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func() { s.trail.Close() })
-	registryT, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: quiet, Trail: s.trail})
-	if err != nil {
-		return nil, err
-	}
-	useCasesT, err := authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: quiet, Issuer: iss, Trail: s.trail})
-	if err != nil {
-		return nil, err
-	}
-	hT, err := api.New(api.Config{Registry: registryT, UseCases: useCasesT, PolicyStatus: pm.Status, Auth: auth, Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	if s.urlTrail, err = serve(s, hT); err != nil {
-		return nil, err
-	}
+	s.urlTrail, s.trail = srvAT.URL(), srvAT.Trail()
+	s.trailStart, _ = s.trail.Head()
 	if err := json.Unmarshal([]byte(benchArgs), &s.args); err != nil {
 		return nil, err
 	}
@@ -213,9 +169,11 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 			}
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return nil, errors.New("authzd's signing key was not published within 30s")
+	for _, srv := range []*server.Server{srvA, srvAT} {
+		for deadline := time.Now().Add(30 * time.Second); !srv.Issuer().Published(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return nil, errors.New("authzd's signing key was not published within 30s")
+			}
 		}
 	}
 
@@ -296,6 +254,23 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		}
 	}
 	return s, nil
+}
+
+// runServer builds the server of cfg and runs it until the stack closes.
+func runServer(ctx context.Context, s *stack, cfg server.Config) (*server.Server, error) {
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(rctx) }()
+	s.closers = append(s.closers, func() {
+		cancel()
+		<-ran
+		_ = srv.Close()
+	})
+	return srv, nil
 }
 
 // serve serves h on a loopback port until the stack closes.
