@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -54,13 +53,12 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
 	"github.com/fcd-authz/fcd/record"
+	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -242,7 +240,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	defer b.cli.Close()
 
-	stop, err := b.startServer(ctx, store, quiet)
+	stop, err := b.startServer(ctx, store, dir)
 	if err != nil {
 		return err
 	}
@@ -326,8 +324,20 @@ func (b *bench) header(dir string, fsync time.Duration) {
 	fmt.Fprintf(b.out, "# the load generator, the HTTP server, authzd and etcd share this process and its CPUs\n")
 }
 
-// startServer builds the full authzd HTTP stack on a loopback listener.
-func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.Logger) (func(), error) {
+// startServer builds authzd as it ships (server.New) on the bench's store,
+// listening on a loopback port, and runs it until stop. It turns off, and
+// says why:
+//   - the formation rate limit: one host credential forms every call of
+//     the run ahead of timing, standing for many hosts (the limit is per
+//     credential, docs/capacity.md);
+//   - the 15-minute formation TTL, for an hour: a long run forms its calls
+//     before it admits them.
+//
+// The store is the bench's own (its member does not compact under the run,
+// and -max-in-flight and -max-batch tune it; zero is what ships). The
+// audit trail is kept (in the data directory) and the logs are formatted
+// at the default level, then dropped.
+func (b *bench) startServer(ctx context.Context, store *lease.Store, dir string) (func(), error) {
 	var stored []api.Credential
 	for _, role := range []api.Role{api.RoleGateway, api.RoleHost} {
 		secret, cred, err := api.NewCredential("bench-"+string(role), role)
@@ -342,10 +352,6 @@ func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.L
 	auth, err := api.NewAuthenticator(stored)
 	if err != nil {
 		return nil, err
-	}
-	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("default policies: %w", err)
 	}
 	registrar, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
@@ -364,47 +370,28 @@ func (b *bench) startServer(ctx context.Context, store *lease.Store, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	issuer, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: dispatch, Issuer: "fcd-bench"})
+	srv, err := server.New(ctx, server.Config{
+		Listen: "127.0.0.1:0", DataDir: dir, Store: store, Replica: "bench",
+		Registrars: verifier, Auth: auth, Signer: dispatch, Issuer: "fcd-bench",
+		FormationRate: server.NoFormationLimit, FormationTTL: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
 	if err != nil {
 		return nil, err
 	}
-	pctx, pcancel := context.WithCancel(ctx)
-	var publishing sync.WaitGroup
-	publishing.Go(func() { issuer.Publish(pctx, store) })
-
-	if b.reg, err = authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: verifier, Logger: log}); err != nil {
-		pcancel()
-		return nil, err
-	}
-	if b.forms, err = authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: log, Issuer: issuer}); err != nil {
-		pcancel()
-		return nil, err
-	}
-	h, err := api.New(api.Config{Registry: b.reg, UseCases: b.forms, Auth: auth, Logger: log})
-	if err != nil {
-		pcancel()
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		pcancel()
-		return nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	var serving sync.WaitGroup
-	serving.Go(func() { _ = srv.Serve(ln) })
-	b.url = "http://" + ln.Addr().String()
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(rctx) }()
+	b.reg, b.forms = srv.UseCases().Registry, srv.UseCases()
+	b.url = srv.URL()
 	b.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true,
 	}}
 	stop := func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = srv.Shutdown(sctx)
-		serving.Wait()
+		cancel()
+		<-ran
+		_ = srv.Close()
 		b.http.CloseIdleConnections()
-		pcancel()
-		publishing.Wait()
 	}
 	if b.gateAPI, err = client.New(b.url, string(b.gate), client.WithHTTPClient(b.http)); err != nil {
 		stop()
