@@ -32,7 +32,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,13 +44,12 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
 	"github.com/fcd-authz/fcd/record"
+	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -154,7 +152,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 	defer raw.Close()
-	stop, err := b.startServer(ctx, quiet)
+	stop, err := b.startServer(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -288,8 +286,14 @@ func (b *bench) compacted(ctx context.Context, raw *clientv3.Client) (lease.Heal
 	return b.store.Health(ctx)
 }
 
-// startServer builds the full authzd HTTP stack on a loopback listener.
-func (b *bench) startServer(ctx context.Context, log *slog.Logger) (func(), error) {
+// startServer builds authzd as it ships (server.New) on the bench's store
+// (its member compacts only when the run measures it), listening on a
+// loopback port, with its audit trail in dir and its logs formatted at the
+// default level, then dropped. It turns off, and says why: the formation
+// rate limit (one host credential forms every call of the run, standing
+// for many hosts; the limit is per credential) and the 15-minute TTL, for
+// an hour (the run forms its calls before it lists and admits them).
+func (b *bench) startServer(ctx context.Context, dir string) (func(), error) {
 	var stored []api.Credential
 	for _, role := range []api.Role{api.RoleGateway, api.RoleHost} {
 		secret, cred, err := api.NewCredential("bench-"+string(role), role)
@@ -304,10 +308,6 @@ func (b *bench) startServer(ctx context.Context, log *slog.Logger) (func(), erro
 		stored = append(stored, cred)
 	}
 	auth, err := api.NewAuthenticator(stored)
-	if err != nil {
-		return nil, err
-	}
-	pm, err := policy.NewManager(ctx, policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -328,41 +328,26 @@ func (b *bench) startServer(ctx context.Context, log *slog.Logger) (func(), erro
 	if err != nil {
 		return nil, err
 	}
-	issuer, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: dispatch, Issuer: "fcd-bench"})
+	srv, err := server.New(ctx, server.Config{
+		Listen: "127.0.0.1:0", DataDir: dir, Store: b.store, Replica: "bench",
+		Registrars: verifier, Auth: auth, Signer: dispatch, Issuer: "fcd-bench",
+		FormationRate: server.NoFormationLimit, FormationTTL: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
 	if err != nil {
 		return nil, err
 	}
-	pctx, pcancel := context.WithCancel(ctx)
-	var publishing sync.WaitGroup
-	publishing.Go(func() { issuer.Publish(pctx, b.store) })
-	fail := func(err error) (func(), error) { pcancel(); publishing.Wait(); return nil, err }
-	if b.reg, err = authz.NewRegistry(authz.RegistryConfig{Store: b.store, Manifests: verifier, Logger: log}); err != nil {
-		return fail(err)
-	}
-	if b.uc, err = authz.New(authz.Config{Store: b.store, Decider: pm, TTL: time.Hour, Logger: log, Issuer: issuer}); err != nil {
-		return fail(err)
-	}
-	h, err := api.New(api.Config{Registry: b.reg, UseCases: b.uc, Auth: auth, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fail(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	var serving sync.WaitGroup
-	serving.Go(func() { _ = srv.Serve(ln) })
-	b.url = "http://" + ln.Addr().String()
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(rctx) }()
+	b.reg, b.uc = srv.UseCases().Registry, srv.UseCases()
+	b.url = srv.URL()
 	b.http = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
 	stop := func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = srv.Shutdown(sctx)
-		serving.Wait()
+		cancel()
+		<-ran
+		_ = srv.Close()
 		b.http.CloseIdleConnections()
-		pcancel()
-		publishing.Wait()
 	}
 	if b.hostAPI, err = client.New(b.url, string(b.host), client.WithHTTPClient(b.http)); err != nil {
 		stop()
