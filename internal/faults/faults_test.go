@@ -10,21 +10,19 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
 	"github.com/fcd-authz/fcd/record"
+	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -38,7 +36,7 @@ type cluster struct {
 	members []*etcdtest.Process
 	proxies []*Proxy
 	s       *lease.Store
-	api     *httptest.Server
+	api     *server.Server
 	// acked are the formations whose writes etcd acknowledged.
 	acked []string
 }
@@ -239,47 +237,20 @@ func TestWritesFailClosedWithoutQuorum(t *testing.T) {
 func (c *cluster) readyz() (int, string) {
 	c.t.Helper()
 	if c.api == nil {
-		quiet := slog.New(slog.DiscardHandler)
-		pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: quiet})
-		if err != nil {
-			c.t.Fatal(err)
-		}
 		auth, err := api.NewAuthenticator(nil)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		// An issuer whose key is published: /readyz is ready only when
-		// this replica can sign.
+		// A signing key, published: /readyz is ready only when this
+		// replica can sign.
 		key, err := manifest.GenerateKey(jwa.EdDSA)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "faults"})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		stopped := make(chan struct{})
-		go func() { iss.Publish(ctx, c.s); close(stopped) }()
-		c.t.Cleanup(func() { cancel(); <-stopped })
-		for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				c.t.Fatal("signing key not published")
-			}
-		}
-		h, err := api.New(api.Config{
-			Auth:     auth,
-			Registry: authztest.Registry(c.t, authz.RegistryConfig{Store: c.s, Logger: quiet}),
-			UseCases: authztest.New(c.t, authz.Config{Store: c.s, Decider: pm, Logger: quiet, Issuer: iss}),
-			Logger:   slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		c.api = httptest.NewServer(h)
-		c.t.Cleanup(c.api.Close)
+		c.api = servertest.Start(c.t, server.Config{Store: c.s, Registrars: manifesttest.NewSigner(c.t).Verifier, Auth: auth,
+			Signer: key, Issuer: "faults"})
 	}
-	resp, err := http.Get(c.api.URL + "/readyz")
+	resp, err := http.Get(c.api.URL() + "/readyz")
 	if err != nil {
 		c.t.Fatal(err)
 	}

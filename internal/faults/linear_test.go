@@ -14,15 +14,15 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -36,9 +36,8 @@ type replica struct {
 	uc      *authz.UseCases
 }
 
-func startReplica(t *testing.T, members []*etcdtest.Process, signer *manifesttest.Signer, decider authz.Decider) *replica {
+func startReplica(t *testing.T, members []*etcdtest.Process, signer *manifesttest.Signer) *replica {
 	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
 	r := &replica{}
 	var eps []string
 	for _, m := range members {
@@ -50,31 +49,22 @@ func startReplica(t *testing.T, members []*etcdtest.Process, signer *manifesttes
 		r.proxies = append(r.proxies, p)
 		eps = append(eps, "http://"+p.Addr())
 	}
-	s, err := lease.Open(context.Background(), lease.Config{Endpoints: eps, Prefix: "/linear/", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "faults", Lifetime: 30 * time.Second})
+	auth, err := api.NewAuthenticator(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { iss.Publish(ctx, s); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
-	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published")
-		}
-	}
-	r.store = s
-	r.reg = authztest.Registry(t, authz.RegistryConfig{Store: s, Manifests: signer.Verifier, Logger: quiet})
-	r.uc = authztest.New(t, authz.Config{Store: s, Decider: decider, Issuer: iss, Logger: quiet})
+	// A replica as it ships (its default policies, its trail), on the
+	// cluster through the proxies; the history calls its use cases.
+	srv := servertest.Start(t, server.Config{
+		EtcdEndpoints: eps, EtcdPrefix: "/linear/",
+		Registrars: signer.Verifier, Auth: auth, Signer: key, Issuer: "faults", TokenLifetime: 30 * time.Second,
+	})
+	r.store, r.uc = srv.Store(), srv.UseCases()
+	r.reg = r.uc.Registry
 	return r
 }
 
@@ -167,11 +157,7 @@ var fenceModel = porcupine.NondeterministicModel{
 func TestDrainFenceIsLinearizable(t *testing.T) {
 	members := etcdtest.StartProcessCluster(t, 3)
 	signer := manifesttest.NewSigner(t)
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := startReplica(t, members, signer, pm), startReplica(t, members, signer, pm)
+	a, b := startReplica(t, members, signer), startReplica(t, members, signer)
 	ctx := context.Background()
 	rel, err := fixtures.Lookup("github", "v1.4")
 	if err != nil {
