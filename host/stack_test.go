@@ -13,17 +13,15 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
+	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -34,8 +32,8 @@ const (
 	password   = "alice-password"
 )
 
-// stack is everything a host meets, all real: authzd (api.New over real
-// HTTP on a real embedded etcd member, the embedded default policies, a
+// stack is everything a host meets, all real: authzd (server.New, serving
+// real HTTP on a real embedded etcd member, the embedded default policies, a
 // published EdDSA signing key) with the github v1.4 manifest registered;
 // the github v1.4 fixture (an official MCP Go SDK server) behind the real
 // fencecheck middleware, claiming and reporting with a backend credential;
@@ -59,7 +57,6 @@ type stack struct {
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	member := etcdtest.Start(t)
-	store := member.Store(t, "/host/")
 	s := &stack{t: t, creds: map[api.Role]api.Secret{}, Rec: fixtures.NewRecorder(), member: member}
 	var stored []api.Credential
 	for _, role := range api.Roles() {
@@ -76,38 +73,19 @@ func startStack(t *testing.T) *stack {
 	}
 	registrar := manifesttest.NewSigner(t)
 	log := slog.New(slog.DiscardHandler)
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sigKey, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: sigKey, Issuer: issuerName, Lifetime: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	published := make(chan struct{})
-	go func() { iss.Publish(ctx, store); close(published) }()
-	t.Cleanup(func() { cancel(); <-published })
-	h, err := api.New(api.Config{
-		Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log}),
-		UseCases: authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss}),
-		Auth:     auth, Logger: log, PolicyStatus: pm.Status,
+	// authzd as it ships, on member (which a test stops and restarts). The
+	// formation rate limit is off: a test forms calls for one host faster
+	// than a host may (the limit has its own tests in api and client).
+	srv := servertest.Start(t, server.Config{
+		EtcdEndpoints: member.Endpoints(), EtcdPrefix: "/host/", EtcdQuota: member.Quota(),
+		FormationRate: server.NoFormationLimit,
+		Registrars:    registrar.Verifier, Auth: auth, Signer: sigKey, Issuer: issuerName, Logger: log,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	s.URL = srv.URL
-	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the signing key was not published")
-		}
-	}
+	s.URL = srv.URL()
 
 	rel, err := fixtures.Lookup("github", "v1.4")
 	if err != nil {
