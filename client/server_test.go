@@ -1,25 +1,19 @@
 package client_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/client"
-	"github.com/fcd-authz/fcd/internal/authztest"
-	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/leaktest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
+	authzd "github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -30,15 +24,15 @@ func TestMain(m *testing.M) {
 	leaktest.VerifyTestMain(m)
 }
 
-// server is a real authzd HTTP stack for the client to talk to: an
-// embedded etcd member, the store, the registry, the use cases decided by
-// the embedded default policies, a token issuer publishing its key, the
-// router of api.New, and an HTTP server. Nothing is mocked.
+// server is a real authzd for the client to talk to, as it ships
+// (server.New): an embedded etcd member, the store, the registry, the use
+// cases decided by the embedded default policies, a token issuer
+// publishing its key, the audit trail, the router of api.New, and an HTTP
+// server. Nothing is mocked.
 type server struct {
 	t         *testing.T
 	url       string
 	registrar *manifesttest.Signer
-	issuer    *authz.TokenIssuer
 	secrets   map[string]api.Secret // by credential id
 }
 
@@ -53,7 +47,6 @@ type serverConfig struct {
 // signing key is published, so that admissions can be signed.
 func startServer(t *testing.T, cfg serverConfig) *server {
 	t.Helper()
-	store := etcdtest.Start(t).Store(t, "/clienttest/")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := &server{t: t, registrar: manifesttest.NewSigner(t), secrets: map[string]api.Secret{}}
 
@@ -75,45 +68,22 @@ func startServer(t *testing.T, cfg serverConfig) *server {
 		t.Fatal(err)
 	}
 
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
-	if err != nil {
-		t.Fatalf("default policies: %v", err)
-	}
 	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.issuer, err = authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "fcd-clienttest", Lifetime: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	// authzd as it ships, on an embedded etcd member of its own. Without
+	// a formationLimit the formation rate limit is off: a test forms calls
+	// for one host faster than a host may (the test of the limit sets one).
+	rate, burst := cfg.formationLimit.Rate, int64(cfg.formationLimit.Burst)
+	if rate == 0 {
+		rate = authzd.NoFormationLimit
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { s.issuer.Publish(ctx, store); close(stopped) }()
-	// Cleanups run last in, first out: the publisher stops before the
-	// store it publishes in is closed.
-	t.Cleanup(func() { cancel(); <-stopped })
-
-	certificates := manifesttest.NewSigner(t)
-	h, err := api.New(api.Config{
-		Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: s.registrar.Verifier, Logger: log, Certificates: certificates.Verifier}),
-		UseCases: authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: s.issuer, Certificates: certificates.Verifier}),
-		Auth:     auth, Logger: log, FormationLimit: cfg.formationLimit,
+	srv := servertest.Start(t, authzd.Config{
+		Registrars: s.registrar.Verifier, Issuers: manifesttest.NewSigner(t).Verifier, Auth: auth,
+		Signer: key, Issuer: "fcd-clienttest", FormationRate: rate, FormationBurst: burst, Logger: log,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	s.url = srv.URL
-
-	deadline := time.Now().Add(30 * time.Second)
-	for !s.issuer.Published() {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	s.url = srv.URL()
 	return s
 }
 
