@@ -116,7 +116,7 @@ func TestErrorTextNamesTheMember(t *testing.T) {
 	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := apitest.Do(t, c.method, f.srv.URL+c.path, string(f.creds[c.role]), nil, c.body)
+			r := apitest.Do(t, c.method, f.url+c.path, string(f.creds[c.role]), nil, c.body)
 			if r.Status != c.status || r.Body["type"] != api.ProblemBase+c.slug {
 				t.Fatalf("%d %v, want %d %s: %s", r.Status, r.Body["type"], c.status, c.slug, r.Raw)
 			}

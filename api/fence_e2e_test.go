@@ -37,21 +37,21 @@ func TestFenceEndToEnd(t *testing.T) {
 	form := f.do("POST", "/v1/formations", api.RoleHost, formationBody(snap, "s1", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	f.expect(form, http.StatusCreated, "")
 	src := form.Body["source"].(map[string]any)
-	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
+	claimer, err := fencecheck.NewLeaseClient(fencecheck.LeaseClientConfig{AuthzdURL: f.url, Credential: string(f.byID["backend-v1-4"])})
 	if err != nil {
 		t.Fatal(err)
 	}
 	newVerifier := func() *fencecheck.Verifier {
 		v := &fencecheck.Verifier{
 			Pool: "github-v1-4", Artifact: src["artifact"].(map[string]any)["digest"].(string), Config: src["configDigest"].(string),
-			Issuer: "fcd-test", JWKSURL: f.srv.URL + "/.well-known/jwks.json", Claimer: claimer,
+			Issuer: "fcd-test", JWKSURL: f.url + "/.well-known/jwks.json", Claimer: claimer,
 		}
 		if err := v.Validate(); err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
-	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"])})
+	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: f.url, Credential: string(f.byID["backend-v1-4"])})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestReporterBatchesToAuthzd(t *testing.T) {
 		ls = append(ls, leased{id, facts})
 	}
 	held := &heldTransport{arrived: make(chan struct{}, 1), release: make(chan struct{})}
-	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: f.srv.URL, Credential: string(f.byID["backend-v1-4"]),
+	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: f.url, Credential: string(f.byID["backend-v1-4"]),
 		Workers: 1, HTTPClient: &http.Client{Transport: held, Timeout: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // gw sends a gateway request with headers (and a body, or nil).
 func (f *fixture) gw(method, path string, secret api.Secret, headers map[string]string, body []byte) reply {
 	f.t.Helper()
-	return apitest.Do(f.t, method, f.srv.URL+path, string(secret), headers, body)
+	return apitest.Do(f.t, method, f.url+path, string(secret), headers, body)
 }
 
 // denied checks a gateway refusal: status, problem type, the Fcd-Problem
@@ -85,7 +85,7 @@ func (f *fixture) verifyToken(token, tool, args string) *fencecheck.Claims {
 	// A dry check of the token's content: offline, judging leases admitted
 	// before it like any other, and claiming nothing (the same formation is
 	// admitted again by the tests).
-	v := &fencecheck.Verifier{Pool: "github-v1-4", Issuer: "fcd-test", JWKSURL: f.srv.URL + "/.well-known/jwks.json", Started: time.Unix(0, 0)}
+	v := &fencecheck.Verifier{Pool: "github-v1-4", Issuer: "fcd-test", JWKSURL: f.url + "/.well-known/jwks.json", Started: time.Unix(0, 0)}
 	for _, e := range list.Epochs {
 		if e.Pool == v.Pool {
 			v.Artifact, v.Config = e.Artifact.Digest, e.ConfigDigest
@@ -192,7 +192,7 @@ func TestForwardAuth(t *testing.T) {
 	}
 	twice := f.gw("GET", "/v1/forward_auth", gwc, nil, nil)
 	f.expect(twice, http.StatusOK, "") // no formation at all: session traffic
-	req, _ := http.NewRequest("GET", f.srv.URL+"/v1/forward_auth", nil)
+	req, _ := http.NewRequest("GET", f.url+"/v1/forward_auth", nil)
 	req.Header.Set("Authorization", "Bearer "+string(gwc))
 	req.Header.Add("Fcd-Formation", id)
 	req.Header.Add("Fcd-Formation", wid)

@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,8 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// checkClient serves the fixture's use cases over api.NewCheckServer on a
-// real loopback listener and returns a real gRPC client of it.
+// checkClient returns a real gRPC client of the fixture server's Envoy
+// ext_authz service (api.NewCheckServer on its GRPCListen listener, over
+// the use cases its HTTP handler serves).
 //
 // Envoy itself is not available on this machine, so the client stands in
 // for it: it sends the CheckRequests Envoy's ext_authz filter sends (the
@@ -29,27 +29,11 @@ import (
 // "authorization" metadata as grpc_service.initial_metadata would.
 func (f *fixture) checkClient() authv3.AuthorizationClient {
 	f.t.Helper()
-	gs, err := api.NewCheckServer(f.cfg)
+	conn, err := grpc.NewClient(f.server.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- gs.Serve(ln) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() {
-		conn.Close()
-		gs.GracefulStop()
-		if err := <-done; err != nil {
-			f.t.Errorf("gRPC Serve: %v", err)
-		}
-	})
+	f.t.Cleanup(func() { conn.Close() })
 	return authv3.NewAuthorizationClient(conn)
 }
 

@@ -1,54 +1,18 @@
 package api_test
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/authz"
-	"github.com/fcd-authz/fcd/authz/policy"
-	"github.com/fcd-authz/fcd/internal/authztest"
-	"github.com/fcd-authz/fcd/lease"
-	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
-
-// formations returns the formation use case decided by the embedded
-// default policies.
-func (f *fixture) formations(store *lease.Store, log *slog.Logger) *authz.UseCases {
-	f.t.Helper()
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log})
-	if err != nil {
-		f.t.Fatalf("default policies: %v", err)
-	}
-	f.policies = pm
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	iss, err := authz.NewTokenIssuer(authz.TokenIssuerConfig{Key: key, Issuer: "fcd-test", Lifetime: 30 * time.Second})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { iss.Publish(ctx, store); close(stopped) }()
-	// Cleanups run last in, first out: the publisher stops before the
-	// store it publishes in is closed.
-	f.t.Cleanup(func() { cancel(); <-stopped })
-	f.issuer = iss
-	return authztest.New(f.t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: f.certificates, GatewayCaller: f.binding})
-}
 
 // etcdWatchers is the number of watches the etcd members of this process
 // serve (etcd's gauge etcd_debugging_mvcc_watcher_total): a retire with

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -18,21 +17,25 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/internal/apitest"
-	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/manifest"
+	fcdserver "github.com/fcd-authz/fcd/server"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 const testPrefix = "/apitest/"
 
-// fixture is a real authzd HTTP stack: embedded etcd, store, registry,
-// router, HTTP server. Nothing is mocked.
+// fixture is a real authzd as it ships (server.New): embedded etcd,
+// store, registry, use cases, router, HTTP and gRPC servers. Nothing is
+// mocked.
 type fixture struct {
 	t      *testing.T
 	member *etcdtest.Member
-	srv    *httptest.Server
+	server *fcdserver.Server
+	url    string  // the server's
 	key    jwk.Key // trusted registrar key
 	// issuerKey is a trusted compatibility-certificate issuer key.
 	issuerKey jwk.Key
@@ -46,8 +49,9 @@ type fixture struct {
 	policies *policy.Manager
 	// issuer signs dispatch tokens.
 	issuer *authz.TokenIssuer
-	// cfg configured the handler; other transports (the gRPC Check
-	// service) share its use cases.
+	// cfg is the handler's configuration over the server's use cases, for
+	// the tests that serve a variant of the handler (with a trail, a rate
+	// limit).
 	cfg api.Config
 	// binding is the gateway caller binding the use cases enforce.
 	binding authz.CallerBinding
@@ -69,7 +73,6 @@ func newFixtureBinding(t *testing.T, bodyLimit int64, binding authz.CallerBindin
 // newFixtureOn is newFixtureBinding on a member the test started.
 func newFixtureOn(t *testing.T, member *etcdtest.Member, bodyLimit int64, binding authz.CallerBinding) *fixture {
 	t.Helper()
-	store := member.Store(t, testPrefix)
 	registrar := manifesttest.NewSigner(t)
 	f := &fixture{t: t, member: member, key: registrar.Key, creds: map[api.Role]api.Secret{}, byID: map[string]api.Secret{}, binding: binding}
 	var stored []api.Credential
@@ -100,14 +103,24 @@ func newFixtureOn(t *testing.T, member *etcdtest.Member, bodyLimit int64, bindin
 	issuer := manifesttest.NewSigner(t)
 	f.issuerKey = issuer.Key
 	f.certificates = issuer.Verifier
-	f.cfg = api.Config{Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log, Certificates: issuer.Verifier}), UseCases: f.formations(store, log),
-		PolicyStatus: func() policy.Status { return f.policies.Status() }, Auth: auth, BodyLimit: bodyLimit, Logger: log}
-	h, err := api.New(f.cfg)
+	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv = httptest.NewServer(h)
-	t.Cleanup(f.srv.Close)
+	// The server as it ships, on member, with the ext_authz gRPC service.
+	// It keeps no audit trail and sets no formation rate limit: TestAuditPages
+	// and TestFormationRateLimitOverHTTP serve a handler with them of their own,
+	// and the others form calls faster than a host may.
+	f.server = servertest.Start(t, fcdserver.Config{
+		EtcdEndpoints: member.Endpoints(), EtcdPrefix: testPrefix, EtcdQuota: member.Quota(), GRPCListen: "127.0.0.1:0",
+		Registrars: registrar.Verifier, Issuers: issuer.Verifier, Auth: auth, Signer: key, Issuer: "fcd-test",
+		BodyLimit: bodyLimit, GatewayCaller: string(binding), FormationRate: fcdserver.NoFormationLimit,
+		AuditDir: fcdserver.AuditOff, Logger: log,
+	})
+	f.url = f.server.URL()
+	f.policies, f.issuer = f.server.Policies(), f.server.Issuer()
+	f.cfg = api.Config{Registry: f.server.UseCases().Registry, UseCases: f.server.UseCases(),
+		PolicyStatus: f.policies.Status, Auth: auth, BodyLimit: bodyLimit, Logger: log}
 	return f
 }
 
@@ -122,7 +135,7 @@ func (f *fixture) do(method, path string, role api.Role, body []byte) reply {
 // doAs calls with the given credential ("" for none).
 func (f *fixture) doAs(method, path string, secret api.Secret, body []byte) reply {
 	f.t.Helper()
-	return apitest.Do(f.t, method, f.srv.URL+path, string(secret), nil, body)
+	return apitest.Do(f.t, method, f.url+path, string(secret), nil, body)
 }
 
 // expect checks status and, for errors, the problem type slug and media
@@ -414,7 +427,7 @@ func TestBadRequestsAndCredentials(t *testing.T) {
 			case tc.role != "":
 				headers = map[string]string{"Authorization": "Bearer " + string(f.creds[tc.role])}
 			}
-			r := apitest.Do(t, tc.method, f.srv.URL+tc.path, "", headers, tc.body)
+			r := apitest.Do(t, tc.method, f.url+tc.path, "", headers, tc.body)
 			f.expect(r, tc.status, tc.slug)
 			if tc.status == 401 && !strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer") {
 				t.Fatalf("401 without a Bearer challenge")
@@ -501,7 +514,7 @@ func TestConcurrentRegistrationsMakeOneEpoch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequestWithContext(context.Background(), "POST", f.srv.URL+"/v1/manifests", bytes.NewReader(body))
+			req, _ := http.NewRequestWithContext(context.Background(), "POST", f.url+"/v1/manifests", bytes.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+string(f.creds[api.RoleRegistrar]))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

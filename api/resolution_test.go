@@ -5,17 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/apitest"
-	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/manifest"
+	fcdserver "github.com/fcd-authz/fcd/server"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
@@ -50,21 +50,22 @@ func (f *fixture) uncertainLease(snap, session string) (leaseID, formation, epoc
 	return claims.Lease, formation, epoch
 }
 
-// signedServer serves the fixture's store and policies with use cases
-// that verify resolutions against operators: the same store, so the
-// fixture's leases are this server's.
+// signedServer is a second replica beside the fixture's, on the same
+// store (so the fixture's leases are this server's), whose use cases
+// verify resolutions against operators; it returns its URL.
 func (f *fixture) signedServer(operators *manifesttest.Signer) string {
 	f.t.Helper()
-	cfg := f.cfg
-	cfg.UseCases = authztest.New(f.t, authz.Config{Store: f.member.Store(f.t, testPrefix), Decider: f.policies, Issuer: f.issuer,
-		Certificates: f.certificates, GatewayCaller: f.binding, Logger: cfg.Logger, Operators: operators.Verifier})
-	h, err := api.New(cfg)
+	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	f.t.Cleanup(srv.Close)
-	return srv.URL
+	srv := servertest.Start(f.t, fcdserver.Config{
+		EtcdEndpoints: f.member.Endpoints(), EtcdPrefix: testPrefix, EtcdQuota: f.member.Quota(),
+		Registrars: manifesttest.NewSigner(f.t).Verifier, Issuers: f.certificates, Operators: operators.Verifier,
+		Auth: f.cfg.Auth, Signer: key, Issuer: "fcd-test", GatewayCaller: string(f.binding),
+		FormationRate: fcdserver.NoFormationLimit, AuditDir: fcdserver.AuditOff, Logger: f.cfg.Logger,
+	})
+	return srv.URL()
 }
 
 // resolutionBody is {"resolution": JWS} of a resolution of lease signed

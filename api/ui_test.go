@@ -244,7 +244,7 @@ func jsString(s string) string { b, _ := json.Marshal(s); return string(b) }
 // signIn opens the UI and signs in with secret.
 func (u *uiTab) signIn(secret api.Secret) {
 	u.t.Helper()
-	u.do(chromedp.Navigate(u.f.srv.URL+"/ui/"),
+	u.do(chromedp.Navigate(u.f.url+"/ui/"),
 		chromedp.WaitVisible(chromedp.ID("credential")),
 		chromedp.SendKeys(chromedp.ID("credential"), string(secret)),
 		chromedp.Click(chromedp.ID("signin-button")))

@@ -18,7 +18,9 @@
 // default; a benchmark or test that turns a part off (the rate limit,
 // the trail) says so in its Config and why.
 //
-// The settings are documented on [Config] and, for operators, in
-// docs/configuration.md and `authzd serve -h`; the parts and the
-// direction of imports in docs/design.md and the README's package map.
+// The settings are documented on [Config] and, for operators, by
+// `authzd serve -h` and the README's "Running it for real"; the parts and
+// the direction of imports in the README's "What is here" (checked by
+// internal/layout), the capacity defaults in docs/capacity.md, decision
+// logs in docs/decision-logs.md and the trail in docs/audit.md.
 package server
