@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -16,7 +15,12 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/servertest"
 	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	fcdserver "github.com/fcd-authz/fcd/server"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
 // registerAndSnapshot registers the example v1.4 and returns a snapshot id.
@@ -272,25 +276,28 @@ func TestFormationRateLimitOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	const burst = 3
-	cfg := f.cfg
-	cfg.Auth = auth
-	// One token every 2 s: slow enough that the requests of a step, even
-	// slowed down by the race detector, do not earn a token back.
-	cfg.FormationLimit = api.RateLimit{Rate: 0.5, Burst: burst}
-	h, err := api.New(cfg)
+	key, err := manifest.GenerateKey(jwa.EdDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	// A second replica on the fixture's store, serving the two hosts with
+	// the limit on: one token every 2 s, slow enough that the requests of
+	// a step, even slowed down by the race detector, do not earn a token
+	// back.
+	limited := servertest.Start(t, fcdserver.Config{
+		EtcdEndpoints: f.member.Endpoints(), EtcdPrefix: testPrefix, EtcdQuota: f.member.Quota(),
+		Registrars: manifesttest.NewSigner(t).Verifier, Issuers: f.certificates, Auth: auth, Signer: key, Issuer: "fcd-test",
+		GatewayCaller: string(f.binding), FormationRate: 0.5, FormationBurst: burst, AuditDir: fcdserver.AuditOff, Logger: f.cfg.Logger,
+	})
+	base := limited.URL()
 	form := func(host string) reply {
 		t.Helper()
-		return apitest.Do(t, "POST", srv.URL+"/v1/formations", string(secrets[host]), nil,
+		return apitest.Do(t, "POST", base+"/v1/formations", string(secrets[host]), nil,
 			formationBody(snap, "s", "github/get_repository", `{"owner":"octo","repo":"demo"}`, ""))
 	}
 	count := func(host string) int {
 		t.Helper()
-		r := apitest.Do(t, "GET", srv.URL+"/v1/formations?limit=1000", string(secrets[host]), nil, nil)
+		r := apitest.Do(t, "GET", base+"/v1/formations?limit=1000", string(secrets[host]), nil, nil)
 		n := 0
 		for _, fm := range r.Body["formations"].([]any) {
 			if fm.(map[string]any)["principal"].(map[string]any)["host"] == host {
@@ -335,7 +342,7 @@ func TestFormationRateLimitOverHTTP(t *testing.T) {
 	}
 	// The limit is on forming only: listing is never limited.
 	for range 2 * burst {
-		if r := apitest.Do(t, "GET", srv.URL+"/v1/formations", string(secrets["host-a"]), nil, nil); r.Status != http.StatusOK {
+		if r := apitest.Do(t, "GET", base+"/v1/formations", string(secrets["host-a"]), nil, nil); r.Status != http.StatusOK {
 			t.Fatalf("listing: %d", r.Status)
 		}
 	}

@@ -108,9 +108,10 @@ func newFixtureOn(t *testing.T, member *etcdtest.Member, bodyLimit int64, bindin
 		t.Fatal(err)
 	}
 	// The server as it ships, on member, with the ext_authz gRPC service.
-	// It keeps no audit trail and sets no formation rate limit: TestAuditPages
-	// and TestFormationRateLimitOverHTTP serve a handler with them of their own,
-	// and the others form calls faster than a host may.
+	// It keeps no audit trail and sets no formation rate limit: the tests
+	// form calls faster than a host may, TestAuditPages serves a handler
+	// with a trail of its own (and checks this one has none), and
+	// TestFormationRateLimitOverHTTP a second replica with the limit on.
 	f.server = servertest.Start(t, fcdserver.Config{
 		EtcdEndpoints: member.Endpoints(), EtcdPrefix: testPrefix, EtcdQuota: member.Quota(), GRPCListen: "127.0.0.1:0",
 		Registrars: registrar.Verifier, Issuers: issuer.Verifier, Auth: auth, Signer: key, Issuer: "fcd-test",
