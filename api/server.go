@@ -229,6 +229,15 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	checks["admission"] = "ok"
+	// Nothing may run that the audit trail cannot record (docs/audit.md).
+	if err := s.uc.TrailReady(); err != nil {
+		checks["auditTrail"] = "behind"
+		s.notReady(w, r, err.Error(), checks)
+		return
+	}
+	if s.trail != nil {
+		checks["auditTrail"] = "ok"
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
 }
 

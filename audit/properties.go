@@ -118,7 +118,8 @@ type (
 		Certificate string `json:"certificate"`
 	}
 	policyData struct {
-		Digest string `json:"digest"`
+		Digest  string `json:"digest"`
+		Replica string `json:"replica"`
 	}
 )
 
@@ -189,6 +190,7 @@ func checkProperties(events []placed) []Problem {
 	// etcd's order: the revision; events of one revision (a batch) and
 	// those the store gave no revision keep their chains' order.
 	slices.SortStableFunc(events, func(a, b placed) int { return cmp.Compare(a.Revision, b.Revision) })
+	events = distinct(events)
 	for _, ev := range events {
 		switch ev.Kind {
 		case "formation":
@@ -251,21 +253,67 @@ func checkProperties(events []placed) []Problem {
 	return c.problems
 }
 
-// checkPolicies checks PropPolicy chain by chain, in each chain's order:
-// a formation's decision names the digest of the last set the chain
-// recorded put in force.
+// distinct drops, from events sorted by revision, the repeats of an
+// event: every replica's trail follows the same store history, so the
+// chains of several replicas each hold the same event of a revision, with
+// the same canonical data. The first one read stands for all.
+func distinct(events []placed) []placed {
+	out := events[:0]
+	var rev int64
+	seen := map[string]bool{}
+	for _, ev := range events {
+		if ev.Revision != rev {
+			rev, seen = ev.Revision, map[string]bool{}
+		}
+		if ev.Revision > 0 {
+			k := ev.Kind + "\x00" + string(ev.Data)
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// checkPolicies checks PropPolicy in each chain's order: a formation's
+// decision names the digest of the last set recorded put in force. A
+// trail that follows the store records every replica's policy events,
+// each naming its replica (the data's "replica"), and not which replica
+// decided a call: there, the decision must name a set some replica had
+// in force. An older trail recorded its own replica's only.
 func (c *checker) checkPolicies(events []placed) {
-	inForce := map[string]string{} // replica -> digest
+	inForce := map[string]string{}             // replica -> digest
+	followed := map[string]map[string]string{} // chain -> replica named in the data -> digest
 	for _, ev := range events {
 		switch ev.Kind {
 		case "policy":
 			var d policyData
 			if c.decode(ev, &d) {
+				if d.Replica != "" {
+					if followed[ev.Replica] == nil {
+						followed[ev.Replica] = map[string]string{}
+					}
+					followed[ev.Replica][d.Replica] = d.Digest
+					continue
+				}
 				inForce[ev.Replica] = d.Digest
 			}
 		case "formation":
 			var d formationData
 			if json.Unmarshal(ev.Data, &d) != nil { // reported by the main pass
+				continue
+			}
+			if sets := followed[ev.Replica]; len(sets) > 0 {
+				var known bool
+				for _, dg := range sets {
+					known = known || dg == d.Decision.PolicyDigest
+				}
+				if !known {
+					c.bad(ev, PropPolicy, "formation %s was decided by policy set %.19s…, which no replica had in force",
+						d.ID, d.Decision.PolicyDigest)
+				}
 				continue
 			}
 			if cur, ok := inForce[ev.Replica]; ok && d.Decision.PolicyDigest != cur {

@@ -21,6 +21,7 @@ import (
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
@@ -186,11 +187,17 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		return nil, err
 	}
 	s.closers = append(s.closers, func() { s.trail.Close() })
-	registryT, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: quiet, Trail: s.trail})
+	// The trail follows the store's history (authz.Follower), as authzd's
+	// does: it records the calls of both designs, which share the store.
+	follower := authz.NewFollower(authz.FollowerConfig{Store: store, Trail: authztest.TrailWriter{Trail: s.trail}, Logger: quiet})
+	fctx, stopFollower := context.WithCancel(context.Background())
+	go follower.Run(fctx)
+	s.closers = append(s.closers, stopFollower)
+	registryT, err := authz.NewRegistry(authz.RegistryConfig{Store: store, Manifests: mverifier, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
-	useCasesT, err := authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: quiet, Issuer: iss, Trail: s.trail})
+	useCasesT, err := authz.New(authz.Config{Store: store, Decider: pm, TTL: time.Hour, Logger: quiet, Issuer: iss, Trail: follower})
 	if err != nil {
 		return nil, err
 	}

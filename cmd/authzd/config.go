@@ -114,6 +114,10 @@ type Config struct {
 	// AuditArguments is what the trail keeps of a call's arguments beside
 	// their digest: none, redacted, digested or all (authz.TrailArguments).
 	AuditArguments string `json:"auditArguments"`
+	// AuditMaxLag bounds how long a committed change may wait unrecorded
+	// by this replica's trail before admissions and claims are refused;
+	// zero means authz.DefaultMaxTrailLag (5s).
+	AuditMaxLag Duration `json:"auditMaxLag"`
 	// TokenLifetime is how long a dispatch token is valid.
 	TokenLifetime Duration `json:"tokenLifetime"`
 	// ReportGrace is how long after an admission its token may be issued
@@ -318,6 +322,7 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.StringVar(&cfg.SigningAlg, "signing-alg", "EdDSA", "algorithm of the key --dev generates: EdDSA or ES256")
 	fs.StringVar(&cfg.Issuer, "issuer", "fcd", "iss claim of dispatch tokens")
 	fs.StringVar(&cfg.AuditDir, "audit-dir", "", "audit trail directory (default: DATA-DIR/audit; off: none); checkpoints are signed with --signing-key")
+	fs.TextVar(&cfg.AuditMaxLag, "audit-max-lag", Duration(authz.DefaultMaxTrailLag), "how long a change committed to the store may wait unrecorded by this replica's audit trail before admissions and claims are refused (audit-trail-behind)")
 	fs.StringVar(&cfg.AuditArguments, "audit-arguments", "none", "what the audit trail keeps of a call's arguments beside their digest: none, redacted or digested (sensitive members — writeOnly in the input schema, or named like a secret — replaced by [redacted] or their digest), or all")
 	fs.StringVar(&cfg.Replica, "replica", "", "this replica's name in the audit trail, stable across restarts and distinct between replicas (default: the host name)")
 	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(30*time.Second), "dispatch token lifetime")

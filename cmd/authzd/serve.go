@@ -70,6 +70,7 @@ type server struct {
 	policies *policy.Manager
 	issuer   *authz.TokenIssuer // nil without a signing key: no admission
 	trail    *audit.Trail       // nil without a signing key or with --audit-dir off
+	follower *authz.Follower    // keeps trail; nil without it
 	useCases *authz.UseCases
 	// decisions exports decision logs; nil without --decision-log-url.
 	decisions *decisionlog.Exporter
@@ -194,12 +195,15 @@ func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	} else {
 		s.log.Warn("no --signing-key: admission is disabled, and no audit trail is kept")
 	}
-	var rec authz.Recorder
+	var rec policy.Recorder
 	if s.trail != nil {
-		rec = s.trail
+		s.follower = authz.NewFollower(authz.FollowerConfig{Store: s.store, Trail: trailWriter{s.trail},
+			Arguments: authz.TrailArguments(cfg.AuditArguments), MaxLag: time.Duration(cfg.AuditMaxLag), Logger: s.log})
+		rec = authz.StorePolicyRecorder(s.store, s.trail.Replica())
 	}
-	// The policies load once the trail is open: it records the set put in
-	// force, which the audit checks each decision against.
+	// The policies load once the trail is open: the set put in force is
+	// written to the store, where the trail records it, and the audit
+	// checks each decision against it.
 	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
 	if s.policies, err = policy.NewManager(ctx, src, policy.ManagerConfig{Logger: s.log, Trail: rec}); err != nil {
 		return nil, err
@@ -210,15 +214,15 @@ func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	s.hup = make(chan os.Signal, 1)
 	signal.Notify(s.hup, syscall.SIGHUP)
 	registry, err := authz.NewRegistry(authz.RegistryConfig{Store: s.store, Manifests: verifier, Certificates: certificates,
-		Logger: s.log, Trail: rec})
+		Logger: s.log})
 	if err != nil {
 		return nil, err
 	}
 	ucCfg := authz.Config{
 		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Retention: time.Duration(cfg.FormationRetention), Logger: s.log,
-		TrailArguments: authz.TrailArguments(cfg.AuditArguments), Issuer: s.issuer,
+		Issuer: s.issuer,
 		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
-		Trail: rec, Operators: operators,
+		Trail: s.follower, Operators: operators,
 	}
 	if cfg.DecisionLogURL != "" {
 		if s.decisions, err = s.decisionLog(); err != nil {
@@ -396,6 +400,10 @@ func (s *server) run(ctx context.Context) error {
 			s.trail.Run(loops) // signs the head of what came since the last checkpoint
 			return nil
 		})
+		g.Go(func() error {
+			// The trail follows the store's history (docs/audit.md).
+			return s.follower.Run(loops)
+		})
 	}
 	// Leases whose backend never reported become uncertain, visible to
 	// operators, instead of holding their epoch back silently.
@@ -533,6 +541,17 @@ func (s *server) Close() error {
 		s.member.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// trailWriter is the audit trail as the follower writes it.
+type trailWriter struct{ *audit.Trail }
+
+func (w trailWriter) Append(ctx context.Context, evs []authz.TrailEvent) error {
+	entries := make([]audit.Entry, len(evs))
+	for i, e := range evs {
+		entries[i] = audit.Entry{Kind: e.Kind, Revision: e.Revision, Time: e.Time, Data: e.Data}
+	}
+	return w.Trail.Append(ctx, entries)
 }
 
 // openTrail opens this replica's audit trail, signed with key, unless

@@ -236,8 +236,26 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { verifyTrail(t, trail, trailRoot, sigKey, s.operatorKey) })
-	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS}, policy.ManagerConfig{Logger: log, Trail: trail})
+	// The trail follows the store's history, as authzd's does.
+	follower := authz.NewFollower(authz.FollowerConfig{Store: store, Trail: authztest.TrailWriter{Trail: trail}, Logger: log})
+	fctx, stopFollower := context.WithCancel(context.Background())
+	followed := make(chan error, 1)
+	go func() { followed <- follower.Run(fctx) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rev, err := store.Revision(ctx)
+		if err == nil {
+			err = follower.WaitRecorded(ctx, rev)
+		}
+		stopFollower()
+		if err := errors.Join(err, <-followed); err != nil {
+			t.Errorf("the audit trail did not catch up with the store: %v", err)
+		}
+		verifyTrail(t, trail, trailRoot, sigKey, s.operatorKey)
+	})
+	pm, err := policy.NewManager(context.Background(), policy.Source{FS: policies.FS},
+		policy.ManagerConfig{Logger: log, Trail: authz.StorePolicyRecorder(store, "e2e")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,9 +268,9 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 	go iss.Publish(ctx, store)
 	h, err := api.New(api.Config{
 		Registry: authztest.Registry(t, authz.RegistryConfig{Store: store, Manifests: registrar.Verifier, Logger: log,
-			Certificates: issuer.Verifier, Trail: trail}),
+			Certificates: issuer.Verifier}),
 		UseCases: authztest.New(t, authz.Config{Store: store, Decider: pm, Logger: log, Issuer: iss, Certificates: issuer.Verifier,
-			Operators: operator.Verifier, Trail: trail}),
+			Operators: operator.Verifier, Trail: follower}),
 		PolicyStatus: pm.Status, Auth: auth, Logger: log,
 	})
 	if err != nil {
