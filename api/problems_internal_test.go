@@ -152,6 +152,7 @@ func TestToProblem(t *testing.T) {
 		{"admit contention", fmt.Errorf("authz: admit fm_x: %w", record.ErrConflict), 503, "contention", nil},
 		{"signing key unpublished", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSigningKeyUnpublished), 503, "signing-key-unpublished", nil},
 		{"admission disabled", authz.ErrAdmissionDisabled, 503, "admission-disabled", nil},
+		{"audit trail behind", fmt.Errorf("authz: claim ls_x: %w: it cannot be written", authz.ErrTrailBehind), 503, "audit-trail-behind", nil},
 		{"certificate mismatch", fmt.Errorf("x: %w", authz.ErrCertificateMismatch), 422, "certificate-mismatch", nil},
 		{"certificate expired", fmt.Errorf("x: %w", authz.ErrCertificateExpired), 422, "certificate-expired", nil},
 		{"lease out of scope", fmt.Errorf("x: %w", authz.ErrLeaseOutOfScope), 403, "lease-out-of-scope", nil},

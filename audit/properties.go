@@ -254,23 +254,24 @@ func checkProperties(events []placed) []Problem {
 }
 
 // distinct drops, from events sorted by revision, the repeats of an
-// event: every replica's trail follows the same store history, so the
-// chains of several replicas each hold the same event of a revision, with
-// the same canonical data. The first one read stands for all.
+// event in other chains: every replica's trail follows the same store
+// history, so the chains of several replicas each hold the same event of a
+// revision, with the same canonical data. The first chain's stands for
+// all; a repeat within one chain is kept (the checks report it).
 func distinct(events []placed) []placed {
 	out := events[:0]
 	var rev int64
-	seen := map[string]bool{}
+	seen := map[string]string{} // event -> the chain that holds it first
 	for _, ev := range events {
 		if ev.Revision != rev {
-			rev, seen = ev.Revision, map[string]bool{}
+			rev, seen = ev.Revision, map[string]string{}
 		}
 		if ev.Revision > 0 {
 			k := ev.Kind + "\x00" + string(ev.Data)
-			if seen[k] {
+			if chain, ok := seen[k]; ok && chain != ev.Replica {
 				continue
 			}
-			seen[k] = true
+			seen[k] = ev.Replica
 		}
 		out = append(out, ev)
 	}
