@@ -215,7 +215,7 @@ func problemRules() []problemRule {
 		{cause: authz.ErrSigningKeyUnpublished, status: 503, slug: "signing-key-unpublished", title: "Signing key not published",
 			retryAfter: "1"},
 		{cause: authz.ErrTrailBehind, status: 503, slug: "audit-trail-behind", title: "Audit trail behind the store",
-			detail: "this replica's audit trail cannot record what the store commits (it cannot be written, or it fell behind by more than its bound); nothing is admitted or claimed until it has caught up",
+			detail:     "this replica's audit trail cannot record what the store commits (it cannot be written, or it fell behind by more than its bound); nothing is admitted or claimed until it has caught up",
 			retryAfter: "1"},
 		{cause: authz.ErrAdmissionDisabled, status: 503, slug: "admission-disabled", title: "Admission is not configured",
 			retryAfter: noRetry},

@@ -220,7 +220,7 @@ func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	}
 	ucCfg := authz.Config{
 		Store: s.store, Decider: s.policies, TTL: time.Duration(cfg.FormationTTL), Retention: time.Duration(cfg.FormationRetention), Logger: s.log,
-		Issuer: s.issuer,
+		Issuer:       s.issuer,
 		Certificates: certificates, ReportGrace: time.Duration(cfg.ReportGrace), GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
 		Trail: s.follower, Operators: operators,
 	}
