@@ -65,7 +65,7 @@ func FormationHistory(root, id string) ([]Event, error) {
 			if d.ID != id {
 				continue
 			}
-		case "approval", "admission":
+		case "approval", "admission", "readmission":
 			if d.Formation != id {
 				continue
 			}

@@ -38,6 +38,11 @@ const (
 	// resolution or a newer generation of its pool, and a resolution
 	// closes only an uncertain lease.
 	PropUncertain = "property.uncertain-closed-by-resolution"
+	// PropHistory: the chain holds the store's whole history (no gap
+	// event: revisions compacted before its follower read them).
+	PropHistory = "property.history-complete"
+	// PropReadmission: a token is issued again only for an open lease.
+	PropReadmission = "property.readmission-of-an-open-lease"
 	// PropPolicy: each call was decided by the policy set the replica
 	// that decided it had in force then.
 	PropPolicy = "property.policy-in-force"
@@ -53,6 +58,8 @@ var propertyChecks = []string{
 	PropOneEffect + ": a lease reports an effect once at most",
 	PropRetire + ": an epoch retires with no open or uncertain lease",
 	PropUncertain + ": an uncertain lease closes only by a resolution or a newer pool generation",
+	PropHistory + ": the chain follows the store's history without a gap",
+	PropReadmission + ": a token is issued again only for a lease that is open",
 	PropPolicy + ": each call was decided by the policy set in force on its replica (once the chain records one)",
 }
 
@@ -242,6 +249,16 @@ func checkProperties(events []placed) []Problem {
 				c.bad(ev, PropOneClaim, "lease %s claimed under %q, already claimed under %q", d.Lease, d.Claim, prev)
 			} else {
 				c.claims[d.Lease] = d.Claim
+			}
+		case "gap":
+			var d struct{ From, To int64 }
+			if c.decode(ev, &d) {
+				c.bad(ev, PropHistory, "the store's revisions %d to %d were compacted before this chain recorded them", d.From, d.To)
+			}
+		case "readmission":
+			var d leaseData
+			if c.decode(ev, &d) && c.leases[d.Lease] == nil {
+				c.bad(ev, PropReadmission, "a token issued again for lease %s, which is not open", d.Lease)
 			}
 		case "outcome", "resolution":
 			var d leaseData

@@ -98,6 +98,17 @@ func TestPropertiesOverHistory(t *testing.T) {
 			return slices.Insert(h, 4, ev{"approval", 11, m{"formation": "F1", "approver": "carol", "decision": "deny", "digest": "dF1"}})
 		}, audit.PropApproval},
 
+		{"history compacted before it was recorded", func(h []ev) []ev {
+			return append(h, ev{"gap", 40, m{"from": 30, "to": 40}})
+		}, audit.PropHistory},
+		{"a token issued again for a closed lease", func(h []ev) []ev {
+			return append(h, ev{"readmission", 40, m{"lease": "L1", "formation": "F1"}})
+		}, audit.PropReadmission},
+		{"a token issued again for an open lease", func(h []ev) []ev {
+			i := find(h, "admission", "lease", "L1")
+			return slices.Insert(h, i+1, ev{"readmission", 12, m{"lease": "L1", "formation": "F1"}})
+		}, ""},
+
 		{"admitted before formed", func(h []ev) []ev { h[find(h, "admission", "lease", "L1")].rev = 9; return h }, audit.PropFormed},
 		{"an unknown formation admitted", func(h []ev) []ev { admission(h, "L1")["formation"] = "F9"; return h }, audit.PropFormed},
 

@@ -396,10 +396,19 @@ func (ad *Admissions) reissue(ctx context.Context, rec *record.Formation, now ti
 		return nil, fmt.Errorf("%w: the call is running; its outcome will be reported", record.ErrLeaseClaimed)
 	}
 	a, err := ad.token(l, now)
-	if a != nil {
-		a.reissued = true
+	if err != nil {
+		return nil, err
 	}
-	return a, err
+	// Authority handed out again is a change the store records (and the
+	// trail with it) before the token goes: none the record lacks.
+	if err := ad.trail.Ready(); err != nil {
+		return nil, err
+	}
+	if err := ad.store.RecordReissue(ctx, l, a.ExpiresAt); err != nil {
+		return nil, err
+	}
+	a.reissued = true
+	return a, nil
 }
 
 // readBack resolves an ambiguous admission: admitted with our lease id

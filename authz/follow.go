@@ -323,6 +323,8 @@ func (f *Follower) events(ctx context.Context, c lease.Commit) []TrailEvent {
 				ev.Signed = f.signed(ch)
 			}
 			add(kind, ch.At, ev)
+		case lease.LeaseReadmitted:
+			add(EventReadmission, ch.At, map[string]any{"lease": ch.Lease, "formation": ch.Formation, "tokenExpires": ch.Expires})
 		case lease.GenerationSet:
 			add(EventGeneration, time.Time{}, map[string]any{"pool": ch.Pool, "generation": ch.Generation, "by": ch.By})
 		case lease.CertificateRegistered:

@@ -238,6 +238,35 @@ func TestFollowerResumesWhereItsTrailEnds(t *testing.T) {
 	}
 }
 
+// TestFollowerRecordsReadmissions: a retried admission of an admitted
+// formation issues the same lease's token again only after the store
+// recorded it, so the trail holds it; the lease closed, no token is issued
+// again.
+func TestFollowerRecordsReadmissions(t *testing.T) {
+	ae, tr, root := newTrailEnv(t)
+	ctx := testCtx(t)
+	f, a := ae.admitRead(t, "again")
+	b, err := ae.forms.Admissions.Admit(ctx, f.ID)
+	if err != nil || b.Lease != a.Lease {
+		t.Fatalf("re-admission: %+v, %v; want lease %s", b, err, a.Lease)
+	}
+	if _, err := ae.forms.Leases.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeRejected}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ae.forms.Admissions.Admit(ctx, f.ID); err == nil {
+		t.Fatal("a closed lease's token issued again")
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "test"))
+	want := []string{authz.EventAdmission, authz.EventReadmission, authz.EventOutcome}
+	if got := eventsOf(events, a.Lease); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events of lease %s: %v, want %v", a.Lease, got, want)
+	}
+	verifyRoot(t, root, ae)
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)

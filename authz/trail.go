@@ -10,17 +10,19 @@ import (
 
 // Event kinds of the trail.
 const (
-	EventManifest   = "manifest"
-	EventSnapshot   = "snapshot"
-	EventFormation  = "formation"
-	EventApproval   = "approval"
-	EventAdmission  = "admission"
-	EventClaim      = "claim"
-	EventOutcome    = "outcome"
-	EventResolution = "resolution"
-	EventGeneration = "generation"
-	EventDrain      = "drain"
-	EventRetire     = "retire"
+	EventManifest  = "manifest"
+	EventSnapshot  = "snapshot"
+	EventFormation = "formation"
+	EventApproval  = "approval"
+	EventAdmission = "admission"
+	// EventReadmission: a dispatch token issued again for an open lease.
+	EventReadmission = "readmission"
+	EventClaim       = "claim"
+	EventOutcome     = "outcome"
+	EventResolution  = "resolution"
+	EventGeneration  = "generation"
+	EventDrain       = "drain"
+	EventRetire      = "retire"
 	// EventCertificate and EventRevocation: a compatibility certificate
 	// registered, revoked.
 	EventCertificate = "certificate"

@@ -648,7 +648,7 @@ func (s *Store) outcomeValue(outcome record.Outcome, failure *record.Failure, by
 func (s *Store) releaseOps(epoch, lease, session, tool string, outcome record.Outcome) []clientv3.Op {
 	ops := []clientv3.Op{
 		clientv3.OpDelete(s.k.marker(epoch, lease)), clientv3.OpDelete(s.k.claims(lease), clientv3.WithPrefix()),
-		clientv3.OpDelete(s.k.admitted(session, tool, lease)),
+		clientv3.OpDelete(s.k.admitted(session, tool, lease)), clientv3.OpDelete(s.k.reissue(lease)),
 	}
 	switch outcome {
 	case record.OutcomeEffect:

@@ -83,6 +83,12 @@ type (
 		Resolution string
 		At         time.Time
 	}
+	// LeaseReadmitted: a dispatch token issued again for an open lease
+	// (a retried admission), expiring at Expires.
+	LeaseReadmitted struct {
+		Lease, Formation string
+		At, Expires      time.Time
+	}
 	// GenerationSet: a newer backend generation of a pool.
 	GenerationSet struct {
 		Pool       string
@@ -109,6 +115,7 @@ func (FormationApproved) change()     {}
 func (LeaseAdmitted) change()         {}
 func (LeaseClaimed) change()          {}
 func (LeaseClosed) change()           {}
+func (LeaseReadmitted) change()       {}
 func (GenerationSet) change()         {}
 func (CertificateRegistered) change() {}
 func (CertificateRevoked) change()    {}
@@ -300,6 +307,10 @@ func (s *Store) changes(rev int64, evs []*clientv3.Event) []Change {
 				c.Revision = kv.ModRevision
 				add(CertificateRegistered{Certificate: &c}, err)
 			}
+		case "reissues":
+			var r reissue
+			err := json.Unmarshal(kv.Value, &r)
+			add(LeaseReadmitted{Lease: id, Formation: r.Formation, At: r.At, Expires: r.Expires}, err)
 		case "policy-events":
 			var p policyEvent
 			err := json.Unmarshal(kv.Value, &p)
