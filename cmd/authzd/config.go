@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/lease"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
 // Config is authzd's server configuration. Every field can be set in the
@@ -350,12 +353,96 @@ func (fl *serveFlags) parse(args []string) error {
 	if err := cli.Parse(fl.fs, args); err != nil {
 		return err
 	}
+	fl.parsed()
+	return nil
+}
+
+// parsed sets the fields a flag fills only once the command line is read.
+func (fl *serveFlags) parsed() {
 	fl.fs.Visit(func(f *flag.Flag) {
 		if f.Name == "etcd-endpoints" {
 			fl.cfg.EtcdEndpoints = splitList(fl.endpoints)
 		}
 	})
-	return nil
+}
+
+// parseConnectionFlags parses the command line of a command that reaches
+// the store as serve does (`authzd store ...`): serve's flags and --config
+// file, with the same precedence, and at most one positional argument,
+// which it returns ("" when none). more registers the command's own
+// flags. Only the store's settings matter to such a command; the others
+// are accepted, so that the one configuration file serves both.
+func parseConnectionFlags(name string, args []string, more func(*flag.FlagSet)) (Config, string, error) {
+	var cfg Config
+	fl := bindServeFlags(&cfg)
+	fl.fs.Init(name, flag.ContinueOnError)
+	if more != nil {
+		more(fl.fs)
+	}
+	parse := func() (string, error) {
+		for _, l := range fl.lists {
+			l.given = false
+		}
+		pos, err := parseInterspersed(fl.fs, args)
+		if err != nil {
+			return "", err
+		}
+		fl.parsed()
+		return pos, nil
+	}
+	pos, err := parse()
+	if err != nil || fl.configFile == "" {
+		return cfg, pos, err
+	}
+	if err := cfg.decodeFile(fl.configFile, fl.paths); err != nil {
+		return Config{}, "", err
+	}
+	pos, err = parse()
+	return cfg, pos, err
+}
+
+// etcdDir is the embedded member's data directory.
+func (c *Config) etcdDir() string { return filepath.Join(c.DataDir, "etcd") }
+
+// embedConfig is the embedded member of DataDir: what serve starts, and
+// what a store command starts when no authzd runs on the directory.
+func (c *Config) embedConfig() lease.EmbedConfig {
+	return lease.EmbedConfig{
+		Dir:        c.etcdDir(),
+		ClientURL:  c.EmbeddedEtcdClientURL,
+		PeerURL:    c.EmbeddedEtcdPeerURL,
+		LogFile:    filepath.Join(c.DataDir, "etcd.log"),
+		QuotaBytes: c.EtcdQuota,
+	}
+}
+
+// storeConfig is how authzd reaches its etcd — endpoints, client TLS,
+// prefix and quota — for serve and for the store commands alike, so that
+// how the store is reached (and with which credentials) is decided in one
+// place: an external cluster's --etcd-endpoints and --etcd-ca/cert/key;
+// or the embedded member's, member's own endpoints when this process runs
+// it, else those it recorded in its directory (lease.EndpointsFile) for
+// the authzd that runs it.
+func (c *Config) storeConfig(member *lease.Embedded, log *slog.Logger) (lease.Config, error) {
+	sc := lease.Config{Endpoints: c.EtcdEndpoints, Prefix: c.EtcdPrefix, Logger: log, Quota: c.EtcdQuota}
+	switch {
+	case member != nil:
+		sc.Endpoints, sc.Quota = member.Endpoints(), member.Quota()
+	case len(c.EtcdEndpoints) == 0:
+		u, err := lease.RecordedClientURL(c.etcdDir())
+		if err != nil {
+			return lease.Config{}, fmt.Errorf("%w (is --data-dir %s an authzd data directory?)", err, c.DataDir)
+		}
+		sc.Endpoints, sc.Quota = []string{u}, cmp.Or(c.EtcdQuota, lease.DefaultQuotaBytes)
+	}
+	if c.EtcdCA != "" || c.EtcdCert != "" {
+		info := transport.TLSInfo{TrustedCAFile: c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey}
+		var err error
+		if sc.TLS, err = info.ClientConfig(); err != nil {
+			return lease.Config{}, fmt.Errorf("etcd TLS: %w", err)
+		}
+	}
+	return sc, nil
 }
 
 // decodeFile decodes the configuration file over c: the keys it has

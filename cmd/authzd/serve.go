@@ -26,7 +26,6 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwk"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -272,16 +271,9 @@ func (s *server) decisionLog() (*decisionlog.Exporter, error) {
 // names an external cluster, and opens the store on it.
 func (s *server) openStore(ctx context.Context) error {
 	cfg := &s.cfg
-	endpoints, quota := cfg.EtcdEndpoints, cfg.EtcdQuota
-	if len(endpoints) == 0 {
-		dir, logFile := filepath.Join(cfg.DataDir, "etcd"), filepath.Join(cfg.DataDir, "etcd.log")
-		member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
-			Dir:        dir,
-			ClientURL:  cfg.EmbeddedEtcdClientURL,
-			PeerURL:    cfg.EmbeddedEtcdPeerURL,
-			LogFile:    logFile,
-			QuotaBytes: cfg.EtcdQuota,
-		})
+	if len(cfg.EtcdEndpoints) == 0 {
+		ec := cfg.embedConfig()
+		member, err := lease.StartEmbedded(ctx, ec)
 		if err != nil {
 			if strings.Contains(err.Error(), "address already in use") {
 				return fmt.Errorf("%w: another etcd or authzd listens there; give --embedded-etcd-client-url and --embedded-etcd-peer-url free loopback ports, or leave them unset to pick free ones", err)
@@ -289,30 +281,24 @@ func (s *server) openStore(ctx context.Context) error {
 			return err
 		}
 		s.member = member
-		endpoints = member.Endpoints()
-		quota = member.Quota()
-		s.log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints, "log", logFile,
-			"quota", quota, "autoCompaction", "periodic "+lease.DefaultCompactionRetention)
+		s.log.Info("embedded etcd started", "dir", ec.Dir, "endpoints", member.Endpoints(), "log", ec.LogFile,
+			"quota", member.Quota(), "autoCompaction", "periodic "+lease.DefaultCompactionRetention)
 	}
-	var etcdTLS *tls.Config
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		info := transport.TLSInfo{TrustedCAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey}
-		var err error
-		if etcdTLS, err = info.ClientConfig(); err != nil {
-			return fmt.Errorf("etcd TLS: %w", err)
-		}
+	sc, err := cfg.storeConfig(s.member, s.log)
+	if err != nil {
+		return err
 	}
 	// The store lives until Close, not until ctx ends (etcd's client
 	// cancels with it whatever has no context of its own): requests still
 	// in flight during the graceful shutdown use it.
-	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS, Quota: quota})
+	store, err := lease.Open(context.WithoutCancel(ctx), sc)
 	if err != nil {
 		return err
 	}
 	if s.member == nil {
 		// Opening does not wait for etcd; say where it is looked for, so
 		// that the failures logged while it does not answer can be read.
-		s.log.Info("external etcd", "endpoints", endpoints, "tls", etcdTLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, "/fcd/"))
+		s.log.Info("external etcd", "endpoints", sc.Endpoints, "tls", sc.TLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, "/fcd/"))
 	}
 	s.store = store
 	return nil
@@ -403,6 +389,19 @@ func (s *server) run(ctx context.Context) error {
 		g.Go(func() error {
 			// The trail follows the store's history (docs/audit.md).
 			return s.follower.Run(loops)
+		})
+	}
+	if s.member != nil {
+		// A member that fails takes every request with it: say why, here
+		// and not only in etcd's own log, and exit non-zero.
+		g.Go(func() error {
+			select {
+			case <-gctx.Done():
+				return nil
+			case err := <-s.member.Failed():
+				s.log.Error("embedded etcd failed; authzd stops", "err", err, "dir", s.cfg.etcdDir(), "etcdLog", s.cfg.embedConfig().LogFile)
+				return err
+			}
 		})
 	}
 	// Leases whose backend never reported become uncertain, visible to
