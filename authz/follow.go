@@ -53,6 +53,12 @@ const DefaultMaxTrailLag = 5 * time.Second
 type FollowerConfig struct {
 	Store *lease.Store
 	Trail TrailWriter
+	// Replica names the trail's cursor in the store, which holds
+	// compaction back to what the trail has recorded; empty writes none.
+	Replica string
+	// CursorInterval is how often the cursor is written while the trail
+	// advances; zero means 10s.
+	CursorInterval time.Duration
 	// Arguments says what formation events keep of a call's arguments.
 	Arguments TrailArguments
 	// MaxLag bounds how long a commit may stay unrecorded before
@@ -115,6 +121,9 @@ func (f *Follower) Run(ctx context.Context) error {
 	f.mu.Lock()
 	f.recorded, f.started = max(rev-1, 0), true
 	f.mu.Unlock()
+	if f.cfg.Replica != "" {
+		go f.keepCursor(ctx)
+	}
 	for {
 		err := f.cfg.Store.Follow(ctx, from, func(c lease.Commit) error {
 			evs := f.events(ctx, c)
@@ -142,19 +151,44 @@ func (f *Follower) Run(ctx context.Context) error {
 		case errors.As(err, &hc):
 			f.log.Error("audit trail: store history compacted before it was recorded; recording the gap",
 				"from", hc.From, "compacted", hc.Compacted)
-			gap := TrailEvent{Kind: EventGap, Revision: hc.Compacted, Data: map[string]any{"from": hc.From, "to": hc.Compacted}}
+			// etcd keeps the compaction's revision itself and what follows.
+			gap := TrailEvent{Kind: EventGap, Revision: hc.Compacted - 1, Data: map[string]any{"from": hc.From, "to": hc.Compacted - 1}}
 			for f.cfg.Trail.Append(ctx, []TrailEvent{gap}) != nil && ctx.Err() == nil {
 				time.Sleep(250 * time.Millisecond)
 			}
-			from, skip = hc.Compacted+1, 0
+			from, skip = hc.Compacted, 0
 		default:
 			return fmt.Errorf("authz: follow the store: %w", err)
 		}
 	}
 }
 
+// keepCursor writes the trail's cursor into the store at start and then
+// whenever the trail advanced past the cursor's own write, until ctx ends.
+func (f *Follower) keepCursor(ctx context.Context) {
+	every := f.cfg.CursorInterval
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	var written int64 = -1
+	for {
+		if rec := f.Recorded(); rec > written {
+			if rev, err := f.cfg.Store.SetTrailCursor(ctx, f.cfg.Replica, rec); err == nil {
+				written = max(rec, rev)
+			} else if ctx.Err() == nil {
+				f.log.Warn("audit trail: cursor not written; compaction may not wait for this trail", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
 // EventGap records history the trail could not follow: etcd compacted
-// revisions from..to before the follower read them.
+// revisions from..to (inclusive) before the follower read them.
 const EventGap = "gap"
 
 func (f *Follower) written(rev int64, err error) {

@@ -72,6 +72,12 @@ type EmbedConfig struct {
 // EmbedConfig.QuotaBytes is zero: 2 GiB.
 const DefaultQuotaBytes = 2 << 30
 
+// CompactionOff as EmbedConfig.CompactionRetention turns the member's
+// auto-compaction off: its owner compacts through Store.Compact (as authzd
+// does with Store.RunCompactor), which never removes history an audit
+// trail has not recorded.
+const CompactionOff = "off"
+
 // DefaultCompactionRetention is the embedded member's periodic
 // auto-compaction window when EmbedConfig.CompactionRetention is empty.
 const DefaultCompactionRetention = "1h"
@@ -181,6 +187,9 @@ func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	ec.InitialCluster = orDefault(cfg.InitialCluster, ec.InitialClusterFromName(ec.Name))
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = orDefault(cfg.CompactionRetention, DefaultCompactionRetention)
+	if cfg.CompactionRetention == CompactionOff {
+		ec.AutoCompactionRetention = "0" // etcd's "no auto-compaction"
+	}
 	ec.QuotaBackendBytes = cfg.QuotaBytes
 	if ec.QuotaBackendBytes <= 0 {
 		ec.QuotaBackendBytes = DefaultQuotaBytes

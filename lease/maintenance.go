@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -194,10 +195,15 @@ func (s *Store) SnapshotSave(ctx context.Context, w io.Writer) (SnapshotInfo, er
 // trail follows etcd's revision history, so a compaction must never
 // remove revisions a trail has not consumed yet; the guard that holds rev
 // back to the oldest revision a trail still needs belongs here, in this
-// single method, so that no path around it exists. (The embedded
-// member's periodic auto-compaction, EmbedConfig.CompactionRetention, is
-// etcd's own and does not pass here.)
+// single method, so that no path around it exists: Compact never compacts
+// past the oldest fresh trail cursor (TrailFloor, compact.go), and returns
+// the revision it compacted at, which may be lower than rev. The embedded
+// member's own auto-compaction is off; RunCompactor compacts through here.
 func (s *Store) Compact(ctx context.Context, rev int64) (int64, error) {
+	return s.compactGuarded(ctx, rev, 0)
+}
+
+func (s *Store) compactGuarded(ctx context.Context, rev int64, ttl time.Duration) (int64, error) {
 	if rev <= 0 {
 		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Get(octx, s.k.p+"ping", clientv3.WithCountOnly())
@@ -207,9 +213,17 @@ func (s *Store) Compact(ctx context.Context, rev int64) (int64, error) {
 		}
 		rev = resp.Header.Revision
 	}
+	asked := rev
+	rev, held, err := s.holdBack(ctx, rev, ttl)
+	if err != nil {
+		return 0, err
+	}
+	if held {
+		s.log.Info("compaction held back to the oldest revision an audit trail has not recorded", "asked", asked, "revision", rev)
+	}
 	// A physical compaction of a large history takes longer than a read:
 	// ctx alone bounds it.
-	_, err := s.cli.Compact(clientv3.WithRequireLeader(ctx), rev, clientv3.WithCompactPhysical())
+	_, err = s.cli.Compact(clientv3.WithRequireLeader(ctx), rev, clientv3.WithCompactPhysical())
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrGRPCCompacted):
 		s.log.Info("etcd already compacted at or past the revision", "revision", rev)

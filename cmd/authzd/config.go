@@ -413,6 +413,9 @@ func (c *Config) embedConfig() lease.EmbedConfig {
 		PeerURL:    c.EmbeddedEtcdPeerURL,
 		LogFile:    filepath.Join(c.DataDir, "etcd.log"),
 		QuotaBytes: c.EtcdQuota,
+		// authzd compacts itself (lease.Store.RunCompactor), never past
+		// what an audit trail has not recorded.
+		CompactionRetention: lease.CompactionOff,
 	}
 }
 

@@ -196,7 +196,7 @@ func (s *server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	}
 	var rec policy.Recorder
 	if s.trail != nil {
-		s.follower = authz.NewFollower(authz.FollowerConfig{Store: s.store, Trail: trailWriter{s.trail},
+		s.follower = authz.NewFollower(authz.FollowerConfig{Store: s.store, Trail: trailWriter{s.trail}, Replica: s.trail.Replica(),
 			Arguments: authz.TrailArguments(cfg.AuditArguments), MaxLag: time.Duration(cfg.AuditMaxLag), Logger: s.log})
 		rec = authz.StorePolicyRecorder(s.store, s.trail.Replica())
 	}
@@ -282,7 +282,7 @@ func (s *server) openStore(ctx context.Context) error {
 		}
 		s.member = member
 		s.log.Info("embedded etcd started", "dir", ec.Dir, "endpoints", member.Endpoints(), "log", ec.LogFile,
-			"quota", member.Quota(), "autoCompaction", "periodic "+lease.DefaultCompactionRetention)
+			"quota", member.Quota(), "compaction", "authzd's, keeping "+lease.DefaultCompactionRetention+" and what a trail has not recorded")
 	}
 	sc, err := cfg.storeConfig(s.member, s.log)
 	if err != nil {
@@ -402,6 +402,14 @@ func (s *server) run(ctx context.Context) error {
 				s.log.Error("embedded etcd failed; authzd stops", "err", err, "dir", s.cfg.etcdDir(), "etcdLog", s.cfg.embedConfig().LogFile)
 				return err
 			}
+		})
+	}
+	if s.member != nil {
+		// The embedded member's history older than an hour goes, never
+		// what an audit trail has not recorded yet (lease/compact.go).
+		g.Go(func() error {
+			s.store.RunCompactor(loops, lease.CompactorConfig{})
+			return nil
 		})
 	}
 	// Leases whose backend never reported become uncertain, visible to
