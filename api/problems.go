@@ -214,7 +214,25 @@ func problemRules() []problemRule {
 			detail: "the record was updated concurrently too many times in a row; retry"},
 		{cause: authz.ErrSigningKeyUnpublished, status: 503, slug: "signing-key-unpublished", title: "Signing key not published",
 			retryAfter: "1"},
+		{cause: authz.ErrTrailBehind, status: 503, slug: "audit-trail-behind", title: "Audit trail behind the store",
+			detail:     "this replica's audit trail cannot record what the store commits (it cannot be written, or it fell behind by more than its bound); nothing is admitted or claimed until it has caught up",
+			retryAfter: "1"},
 		{cause: authz.ErrAdmissionDisabled, status: 503, slug: "admission-disabled", title: "Admission is not configured",
+			retryAfter: noRetry},
+		// etcd's typed refusals before ErrUnavailable: none is cured by
+		// retrying at once, so none invites a retry (no Retry-After).
+		{cause: record.ErrStoreFull, status: 507, slug: "store-full", title: "Store full",
+			detail: "the registry store (etcd) is full: its database reached the backend quota and it refuses every write (NOSPACE alarm); " +
+				"nothing was recorded and nothing may be dispatched. Retrying does not help until an operator frees space: " +
+				"authzd store compact, authzd store defrag, then authzd store alarm disarm (docs/operations.md, section NOSPACE)",
+			retryAfter: noRetry},
+		{cause: record.ErrStoreDenied, status: 503, slug: "store-denied", title: "Store refused fcd's credentials",
+			detail: "the registry store (etcd) refused authzd's credentials; nothing was read or written and nothing may be dispatched (fail closed). " +
+				"An operator must fix authzd's etcd client certificate or role; the server log names the store's error",
+			retryAfter: noRetry},
+		{cause: record.ErrStoreCorrupt, status: 503, slug: "store-corrupt", title: "Store reports corruption",
+			detail: "the registry store (etcd) raised its CORRUPT alarm and refuses requests; nothing may be trusted or dispatched. " +
+				"An operator must restore the member from a snapshot (docs/operations.md, section Restore)",
 			retryAfter: noRetry},
 		{cause: record.ErrUnavailable, status: 503, slug: "store-unavailable", title: "Store unavailable",
 			detail: "the registry store did not answer in time; a write may or may not have been applied and is safe to retry; nothing may be dispatched meanwhile (fail closed)",

@@ -152,6 +152,7 @@ func TestToProblem(t *testing.T) {
 		{"admit contention", fmt.Errorf("authz: admit fm_x: %w", record.ErrConflict), 503, "contention", nil},
 		{"signing key unpublished", fmt.Errorf("authz: admit fm_x: %w", authz.ErrSigningKeyUnpublished), 503, "signing-key-unpublished", nil},
 		{"admission disabled", authz.ErrAdmissionDisabled, 503, "admission-disabled", nil},
+		{"audit trail behind", fmt.Errorf("authz: claim ls_x: %w: it cannot be written", authz.ErrTrailBehind), 503, "audit-trail-behind", nil},
 		{"certificate mismatch", fmt.Errorf("x: %w", authz.ErrCertificateMismatch), 422, "certificate-mismatch", nil},
 		{"certificate expired", fmt.Errorf("x: %w", authz.ErrCertificateExpired), 422, "certificate-expired", nil},
 		{"lease out of scope", fmt.Errorf("x: %w", authz.ErrLeaseOutOfScope), 403, "lease-out-of-scope", nil},
@@ -183,6 +184,10 @@ func TestToProblem(t *testing.T) {
 			Err: fmt.Errorf("%w: etcd 10.0.0.7:2379 leader lost", record.ErrUnavailable)}), 503, "store-unavailable",
 			map[string]any{"released": []string{"ls_a"}, "pending": 3}},
 		{"store unavailable", fmt.Errorf("lease: get epoch: %w: %v", record.ErrUnavailable, "etcd 10.0.0.7:2379 leader lost"), 503, "store-unavailable", nil},
+		{"store full", fmt.Errorf("lease: create formation: %w: %v", record.ErrStoreFull, "etcdserver: mvcc: database space exceeded"), 507, "store-full", nil},
+		{"store denied", fmt.Errorf("lease: get epoch: %w: %v", record.ErrStoreDenied, "etcdserver: permission denied"), 503, "store-denied", nil},
+		{"store corrupt", fmt.Errorf("lease: get epoch: %w: %v", record.ErrStoreCorrupt, "etcdserver: corrupt cluster"), 503, "store-corrupt", nil},
+		{"compacted", fmt.Errorf("%w: retire watch: %w: %v", record.ErrUnavailable, record.ErrCompacted, "etcdserver: mvcc: required revision has been compacted"), 503, "store-unavailable", nil},
 		{"corrupt record", fmt.Errorf("%w: epoch record /fcd/e/x", record.ErrCorrupt), 500, "internal", nil},
 		{"unknown", errors.New("etcd 10.0.0.7:2379 said SECRET-INTERNAL"), 500, "internal", nil},
 	}
@@ -245,6 +250,11 @@ func TestProblemWriter(t *testing.T) {
 		{errUnauthenticated, 401, "WWW-Authenticate", `Bearer realm="fcd"`, nil},
 		{fmt.Errorf("x: %w", record.ErrUnavailable), 503, "Retry-After", "1", nil},
 		{fmt.Errorf("x: %w", record.ErrConflict), 503, "Retry-After", "1", nil},
+		// A full store, refused credentials or a corrupt cluster: retrying
+		// at once cannot help, so nothing invites it.
+		{fmt.Errorf("x: %w", record.ErrStoreFull), 507, "Retry-After", "", nil},
+		{fmt.Errorf("x: %w", record.ErrStoreDenied), 503, "Retry-After", "", nil},
+		{fmt.Errorf("x: %w", record.ErrStoreCorrupt), 503, "Retry-After", "", nil},
 		{&record.StateError{Epoch: "e", State: "STALE", Want: "ACTIVE"}, 409, "Retry-After", "",
 			map[string]any{"epoch": "e", "state": "STALE", "requiredState": "ACTIVE"}},
 		{fmt.Errorf("x: %w", authz.ErrSourceDraining), 409, "Retry-After", "5", nil},

@@ -19,6 +19,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 )
@@ -186,7 +187,15 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.reg.Ready(ctx); err != nil {
 		s.log.Warn("not ready", "err", err)
-		s.notReady(w, r, "the registry store is unreachable", map[string]any{"store": "unavailable"})
+		// The store answered, but refuses: say why, by the error's type.
+		switch {
+		case errors.Is(err, record.ErrStoreDenied):
+			s.notReady(w, r, "the registry store refuses authzd's credentials (see the server log)", map[string]any{"store": "denied"})
+		case errors.Is(err, record.ErrStoreCorrupt):
+			s.notReady(w, r, "the registry store has an active alarm: "+authz.AlarmCorrupt, map[string]any{"store": "alarm", "alarms": []string{authz.AlarmCorrupt}})
+		default:
+			s.notReady(w, r, "the registry store is unreachable", map[string]any{"store": "unavailable"})
+		}
 		return
 	}
 	checks := map[string]any{"store": "ok"}
@@ -208,7 +217,11 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		if health.HasAlarm(authz.AlarmNoSpace) || health.HasAlarm(authz.AlarmCorrupt) {
 			s.log.Warn("not ready: etcd alarm", "alarms", health.Alarms, "dbSize", health.DBSize, "quota", health.Quota)
 			checks["store"] = "alarm"
-			s.notReady(w, r, "the registry store has an active alarm: "+strings.Join(health.Alarms, ", "), checks)
+			detail := "the registry store has an active alarm: " + strings.Join(health.Alarms, ", ")
+			if health.HasAlarm(authz.AlarmNoSpace) {
+				detail += " (the store is full and refuses every write; docs/operations.md, NOSPACE)"
+			}
+			s.notReady(w, r, detail, checks)
 			return
 		}
 	}
@@ -229,6 +242,15 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	checks["admission"] = "ok"
+	// Nothing may run that the audit trail cannot record (docs/audit.md).
+	if err := s.uc.TrailReady(); err != nil {
+		checks["auditTrail"] = "behind"
+		s.notReady(w, r, err.Error(), checks)
+		return
+	}
+	if s.trail != nil {
+		checks["auditTrail"] = "ok"
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "checks": checks})
 }
 

@@ -44,6 +44,7 @@ func FormationHistory(root, id string) ([]Event, error) {
 		}
 	}
 	slices.SortStableFunc(all, func(a, b Event) int { return cmp.Compare(a.Revision, b.Revision) })
+	all = distinctEvents(all)
 	type refs struct {
 		ID        string `json:"id"`
 		Formation string `json:"formation"`
@@ -64,7 +65,7 @@ func FormationHistory(root, id string) ([]Event, error) {
 			if d.ID != id {
 				continue
 			}
-		case "approval", "admission":
+		case "approval", "admission", "readmission":
 			if d.Formation != id {
 				continue
 			}
@@ -78,4 +79,18 @@ func FormationHistory(root, id string) ([]Event, error) {
 		out = append(out, ev)
 	}
 	return out, nil
+}
+
+// distinctEvents is distinct for events sorted by revision.
+func distinctEvents(all []Event) []Event {
+	ps := make([]placed, len(all))
+	for i, ev := range all {
+		ps[i] = placed{Event: ev}
+	}
+	ps = distinct(ps)
+	out := make([]Event, len(ps))
+	for i, p := range ps {
+		out[i] = p.Event
+	}
+	return out
 }

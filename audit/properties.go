@@ -38,6 +38,11 @@ const (
 	// resolution or a newer generation of its pool, and a resolution
 	// closes only an uncertain lease.
 	PropUncertain = "property.uncertain-closed-by-resolution"
+	// PropHistory: the chain holds the store's whole history (no gap
+	// event: revisions compacted before its follower read them).
+	PropHistory = "property.history-complete"
+	// PropReadmission: a token is issued again only for an open lease.
+	PropReadmission = "property.readmission-of-an-open-lease"
 	// PropPolicy: each call was decided by the policy set the replica
 	// that decided it had in force then.
 	PropPolicy = "property.policy-in-force"
@@ -53,6 +58,8 @@ var propertyChecks = []string{
 	PropOneEffect + ": a lease reports an effect once at most",
 	PropRetire + ": an epoch retires with no open or uncertain lease",
 	PropUncertain + ": an uncertain lease closes only by a resolution or a newer pool generation",
+	PropHistory + ": the chain follows the store's history without a gap",
+	PropReadmission + ": a token is issued again only for a lease that is open",
 	PropPolicy + ": each call was decided by the policy set in force on its replica (once the chain records one)",
 }
 
@@ -118,7 +125,8 @@ type (
 		Certificate string `json:"certificate"`
 	}
 	policyData struct {
-		Digest string `json:"digest"`
+		Digest  string `json:"digest"`
+		Replica string `json:"replica"`
 	}
 )
 
@@ -189,6 +197,7 @@ func checkProperties(events []placed) []Problem {
 	// etcd's order: the revision; events of one revision (a batch) and
 	// those the store gave no revision keep their chains' order.
 	slices.SortStableFunc(events, func(a, b placed) int { return cmp.Compare(a.Revision, b.Revision) })
+	events = distinct(events)
 	for _, ev := range events {
 		switch ev.Kind {
 		case "formation":
@@ -241,6 +250,16 @@ func checkProperties(events []placed) []Problem {
 			} else {
 				c.claims[d.Lease] = d.Claim
 			}
+		case "gap":
+			var d struct{ From, To int64 }
+			if c.decode(ev, &d) {
+				c.bad(ev, PropHistory, "the store's revisions %d to %d were compacted before this chain recorded them", d.From, d.To)
+			}
+		case "readmission":
+			var d leaseData
+			if c.decode(ev, &d) && c.leases[d.Lease] == nil {
+				c.bad(ev, PropReadmission, "a token issued again for lease %s, which is not open", d.Lease)
+			}
 		case "outcome", "resolution":
 			var d leaseData
 			if c.decode(ev, &d) {
@@ -251,21 +270,68 @@ func checkProperties(events []placed) []Problem {
 	return c.problems
 }
 
-// checkPolicies checks PropPolicy chain by chain, in each chain's order:
-// a formation's decision names the digest of the last set the chain
-// recorded put in force.
+// distinct drops, from events sorted by revision, the repeats of an
+// event in other chains: every replica's trail follows the same store
+// history, so the chains of several replicas each hold the same event of a
+// revision, with the same canonical data. The first chain's stands for
+// all; a repeat within one chain is kept (the checks report it).
+func distinct(events []placed) []placed {
+	out := events[:0]
+	var rev int64
+	seen := map[string]string{} // event -> the chain that holds it first
+	for _, ev := range events {
+		if ev.Revision != rev {
+			rev, seen = ev.Revision, map[string]string{}
+		}
+		if ev.Revision > 0 {
+			k := ev.Kind + "\x00" + string(ev.Data)
+			if chain, ok := seen[k]; ok && chain != ev.Replica {
+				continue
+			}
+			seen[k] = ev.Replica
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// checkPolicies checks PropPolicy in each chain's order: a formation's
+// decision names the digest of the last set recorded put in force. A
+// trail that follows the store records every replica's policy events,
+// each naming its replica (the data's "replica"), and not which replica
+// decided a call: there, the decision must name a set some replica had
+// in force. An older trail recorded its own replica's only.
 func (c *checker) checkPolicies(events []placed) {
-	inForce := map[string]string{} // replica -> digest
+	inForce := map[string]string{}             // replica -> digest
+	followed := map[string]map[string]string{} // chain -> replica named in the data -> digest
 	for _, ev := range events {
 		switch ev.Kind {
 		case "policy":
 			var d policyData
 			if c.decode(ev, &d) {
+				if d.Replica != "" {
+					if followed[ev.Replica] == nil {
+						followed[ev.Replica] = map[string]string{}
+					}
+					followed[ev.Replica][d.Replica] = d.Digest
+					continue
+				}
 				inForce[ev.Replica] = d.Digest
 			}
 		case "formation":
 			var d formationData
 			if json.Unmarshal(ev.Data, &d) != nil { // reported by the main pass
+				continue
+			}
+			if sets := followed[ev.Replica]; len(sets) > 0 {
+				var known bool
+				for _, dg := range sets {
+					known = known || dg == d.Decision.PolicyDigest
+				}
+				if !known {
+					c.bad(ev, PropPolicy, "formation %s was decided by policy set %.19s…, which no replica had in force",
+						d.ID, d.Decision.PolicyDigest)
+				}
 				continue
 			}
 			if cur, ok := inForce[ev.Replica]; ok && d.Decision.PolicyDigest != cur {

@@ -98,6 +98,17 @@ func TestPropertiesOverHistory(t *testing.T) {
 			return slices.Insert(h, 4, ev{"approval", 11, m{"formation": "F1", "approver": "carol", "decision": "deny", "digest": "dF1"}})
 		}, audit.PropApproval},
 
+		{"history compacted before it was recorded", func(h []ev) []ev {
+			return append(h, ev{"gap", 40, m{"from": 30, "to": 40}})
+		}, audit.PropHistory},
+		{"a token issued again for a closed lease", func(h []ev) []ev {
+			return append(h, ev{"readmission", 40, m{"lease": "L1", "formation": "F1"}})
+		}, audit.PropReadmission},
+		{"a token issued again for an open lease", func(h []ev) []ev {
+			i := find(h, "admission", "lease", "L1")
+			return slices.Insert(h, i+1, ev{"readmission", 12, m{"lease": "L1", "formation": "F1"}})
+		}, ""},
+
 		{"admitted before formed", func(h []ev) []ev { h[find(h, "admission", "lease", "L1")].rev = 9; return h }, audit.PropFormed},
 		{"an unknown formation admitted", func(h []ev) []ev { admission(h, "L1")["formation"] = "F9"; return h }, audit.PropFormed},
 
@@ -209,6 +220,76 @@ func TestPropertiesAcrossReplicas(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, e := range events {
+					if err := tr.Record(context.Background(), e.kind, e.rev, e.data); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := tr.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := mustVerify(t, root, keys)
+			switch {
+			case len(r.Chains) != 2:
+				t.Fatalf("%d chains verified", len(r.Chains))
+			case tc.want == "" && !r.OK:
+				t.Fatalf("a clean history fails:\n%s", r.Summary())
+			case tc.want != "" && !hasProblem(r, tc.want):
+				t.Fatalf("want %s, got:\n%s", tc.want, r.Summary())
+			}
+		})
+	}
+}
+
+// TestPropertiesOverFollowedChains: replicas whose trails follow the store
+// each hold the whole history, the same events at the same revisions.
+// Verified together, an event several chains hold counts once (the clean
+// history stays clean: its one effect, one claim are not repeats), while a
+// second effect of a lease in one chain is still named. Policy events name
+// the replica that put the set in force; a decision must name a set some
+// replica had in force.
+func TestPropertiesOverFollowedChains(t *testing.T) {
+	key, keys := newKey(t, "k1")
+	followed := func() []ev {
+		h := cleanHistory()
+		for i, e := range h {
+			if e.kind == "policy" {
+				h[i].rev = 1
+				h[i].data["replica"] = "r1"
+			}
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(h []ev) []ev
+		want string
+	}{
+		{"clean", func(h []ev) []ev { return h }, ""},
+		{"a second effect in one chain", func(h []ev) []ev {
+			return append(h, ev{"outcome", 30, m{"lease": "L1", "outcome": "effect", "claim": "c1", "by": "backend"}})
+		}, audit.PropOneEffect},
+		{"decided by a set no replica had", func(h []ev) []ev {
+			for i, e := range h {
+				if e.kind == "formation" && e.data["id"] == "F3" {
+					h[i].data["decision"] = m{"policyDigest": "P9"}
+				}
+			}
+			return h
+		}, audit.PropPolicy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for i, replica := range []string{"r1", "r2"} {
+				h := followed()
+				if i == 1 {
+					h = tc.edit(h)
+				}
+				tr, err := audit.Open(audit.Config{Root: root, Replica: replica, Key: key, CheckpointInterval: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range h {
 					if err := tr.Record(context.Background(), e.kind, e.rev, e.data); err != nil {
 						t.Fatal(err)
 					}

@@ -109,6 +109,10 @@ type Config struct {
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Writer, when set, wraps each trail file for writing: a test's
+	// injection of a failing disk (ENOSPC, EIO, short writes). Nil means
+	// the file itself.
+	Writer func(*os.File) io.Writer
 }
 
 var replicaName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -128,6 +132,23 @@ type Trail struct {
 	lastMark time.Time
 	closed   bool
 	unsynced bool // a checkpoint was written since the last sync
+	// tailRev is the revision of the chain's last event and tailN how
+	// many events at the end of the last file carry it (Tail).
+	tailRev int64
+	tailN   int
+	// repaired is the bytes of a torn last line dropped at Open.
+	repaired int
+	// durErr is the last checkpoint's or sync's failure (Err).
+	durErr error
+}
+
+// Entry is an event to append: its kind, the etcd revision that ordered
+// it, when it happened (zero means now) and its data (encoded as JSON).
+type Entry struct {
+	Kind     string
+	Revision int64
+	Time     time.Time
+	Data     any
 }
 
 // Open opens (or creates) the replica's chain and continues it where it
@@ -195,6 +216,7 @@ func (t *Trail) resume() error {
 	keep := len(data)
 	if i := bytes.LastIndexByte(data, '\n'); i+1 != len(data) {
 		keep = i + 1 // a line cut short: never acknowledged, dropped
+		t.repaired = len(data) - keep
 		t.log.Warn("audit: dropping a trail line cut short", "file", last, "bytes", len(data)-keep)
 	}
 	for line := range bytes.SplitSeq(data[:keep], []byte{'\n'}) {
@@ -206,6 +228,10 @@ func (t *Trail) resume() error {
 			continue
 		}
 		t.seq, t.head = l.Seq, l.Hash
+		if l.Revision != t.tailRev {
+			t.tailRev, t.tailN = l.Revision, 0
+		}
+		t.tailN++
 	}
 	if t.seq == 0 && len(files) > 1 {
 		return fmt.Errorf("audit: %s holds no event; the chain cannot be continued", last)
@@ -237,32 +263,87 @@ func (t *Trail) startFile(seq uint64) error {
 }
 
 // Record appends one event. data is encoded as JSON. An error means the
-// event is not in the trail (the caller logs it; fcd's state changed all
-// the same, and the gap shows in the next event's sequence).
+// event is not in the trail: nothing of it was kept, and the sequence did
+// not advance.
 func (t *Trail) Record(ctx context.Context, kind string, revision int64, data any) error {
-	if err := t.record(kind, revision, data); err != nil {
-		return err
-	}
-	return t.sync()
+	return t.Append(ctx, []Entry{{Kind: kind, Revision: revision, Data: data}})
 }
 
-func (t *Trail) record(kind string, revision int64, data any) error {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return fmt.Errorf("audit: encode %s: %w", kind, err)
+// Append appends entries as consecutive events, in one write: all of them
+// or, on an error, none (a short or failed write is truncated back before
+// the next, so the file never keeps part of an event, and the sequence
+// advances only over what was written). A checkpoint follows when one is
+// due, and then the file is synced.
+func (t *Trail) Append(ctx context.Context, entries []Entry) error {
+	if len(entries) == 0 {
+		return nil
 	}
+	raws := make([][]byte, len(entries))
+	for i, e := range entries {
+		raw, err := json.Marshal(e.Data)
+		if err != nil {
+			return fmt.Errorf("audit: encode %s: %w", e.Kind, err)
+		}
+		raws[i] = raw
+	}
+	if err := t.append(entries, raws); err != nil {
+		return err
+	}
+	// The events are written; a failed sync does not unwrite them (a
+	// retry would write them twice): it is kept for Err.
+	t.durable(t.sync())
+	return nil
+}
+
+// durable keeps err (nil clears it) for Err.
+func (t *Trail) durable(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil && t.durErr == nil {
+		t.log.Error("audit: trail not durable", "err", err)
+	}
+	t.durErr = err
+}
+
+// Err returns why the last checkpoint or sync failed, nil once one
+// succeeded since: the trail's events are written but not all signed or
+// synced. A failed write is Append's error instead.
+func (t *Trail) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.durErr
+}
+
+func (t *Trail) append(entries []Entry, raws [][]byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return errors.New("audit: trail closed")
 	}
 	now := t.cfg.Now().UTC()
-	e := Event{Replica: t.cfg.Replica, Seq: t.seq + 1, Time: now, Kind: kind, Revision: revision, Data: raw, Prev: t.head}
-	line, err := encodeEvent(&e)
-	if err != nil {
-		return err
+	seq, head := t.seq, t.head
+	tailRev, tailN := t.tailRev, t.tailN
+	var buf []byte
+	for i, en := range entries {
+		at := en.Time.UTC()
+		if en.Time.IsZero() {
+			at = now
+		}
+		e := Event{Replica: t.cfg.Replica, Seq: seq + 1, Time: at, Kind: en.Kind, Revision: en.Revision, Data: raws[i], Prev: head}
+		line, err := encodeEvent(&e)
+		if err != nil {
+			return err
+		}
+		buf = append(buf, line...)
+		seq, head = e.Seq, e.Hash
+		if en.Revision != tailRev {
+			tailRev, tailN = en.Revision, 0
+		}
+		tailN++
 	}
-	if t.size > 0 && t.size+int64(len(line)) > t.cfg.MaxFileBytes {
+	// A new file starts between batches, never inside one, so that the
+	// events of one revision are in one file (Tail).
+	if t.size > 0 && t.size+int64(len(buf)) > t.cfg.MaxFileBytes {
 		if err := t.checkpointLocked(); err != nil {
 			return err
 		}
@@ -273,29 +354,79 @@ func (t *Trail) record(kind string, revision int64, data any) error {
 		if err := t.f.Close(); err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
-		if err := t.startFile(e.Seq); err != nil {
+		if err := t.startFile(t.seq + 1); err != nil {
 			return err
 		}
+		tailRev, tailN = 0, 0
+		for _, en := range entries {
+			if en.Revision != tailRev {
+				tailRev, tailN = en.Revision, 0
+			}
+			tailN++
+		}
 	}
-	if err := t.write(line); err != nil {
+	if err := t.write(buf); err != nil {
 		return err
 	}
-	t.seq, t.head = e.Seq, e.Hash
-	t.pending++
+	t.seq, t.head, t.tailRev, t.tailN = seq, head, tailRev, tailN
+	t.pending += len(entries)
 	if t.pending >= t.cfg.CheckpointEvery || now.Sub(t.lastMark) >= t.cfg.CheckpointInterval {
-		return t.checkpointLocked()
+		if err := t.checkpointLocked(); err != nil {
+			// The events stand; the checkpoint is tried again with the
+			// next ones (pending stays).
+			if t.durErr == nil {
+				t.log.Error("audit: checkpoint not written", "err", err)
+			}
+			t.durErr = err
+		}
 	}
 	return nil
 }
 
-func (t *Trail) write(line []byte) error {
-	n, err := t.f.Write(line)
-	t.size += int64(n)
-	if err != nil {
-		return fmt.Errorf("audit: write: %w", err)
+// write appends b with one write, or nothing: what a failed or short
+// write left is truncated away.
+func (t *Trail) write(b []byte) error {
+	var w io.Writer = t.f
+	if t.cfg.Writer != nil {
+		w = t.cfg.Writer(t.f)
 	}
-	return nil
+	n, err := w.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err == nil {
+		t.size += int64(n)
+		return nil
+	}
+	if n > 0 {
+		if terr := t.truncate(); terr != nil {
+			return fmt.Errorf("audit: write: %w (and the partial write could not be undone: %v)", err, terr)
+		}
+	}
+	return fmt.Errorf("audit: write: %w", err)
 }
+
+// truncate cuts the file back to what was fully written.
+func (t *Trail) truncate() error {
+	if err := t.f.Truncate(t.size); err != nil {
+		return err
+	}
+	_, err := t.f.Seek(t.size, io.SeekStart)
+	return err
+}
+
+// Tail returns the revision of the chain's last event and how many events
+// at its end carry that revision: where a follower of the store resumes
+// (the events of one revision are appended together, but a crash may cut
+// a batch after any complete line). 0, 0 for an empty chain.
+func (t *Trail) Tail() (revision int64, events int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tailRev, t.tailN
+}
+
+// Repaired returns how many bytes of a torn last line Open dropped.
+func (t *Trail) Repaired() int { return t.repaired }
 
 // Checkpoint signs the chain's head now, if events came since the last.
 func (t *Trail) Checkpoint() error {
@@ -306,7 +437,9 @@ func (t *Trail) Checkpoint() error {
 	}
 	err := t.checkpointLocked()
 	t.mu.Unlock()
-	return errors.Join(err, t.sync())
+	err = errors.Join(err, t.sync())
+	t.durable(err)
+	return err
 }
 
 func (t *Trail) checkpointLocked() error {

@@ -165,6 +165,7 @@ func (c VerifyConfig) Verify(root string) (*Report, error) {
 var propertyKinds = map[string]bool{
 	"formation": true, "approval": true, "admission": true, "claim": true, "outcome": true,
 	"resolution": true, "drain": true, "retire": true, "certificate": true, "revocation": true, "policy": true,
+	"readmission": true, "gap": true,
 }
 
 func verifyChain(dir, replica string, keys *manifest.Verifier) (ChainReport, []placed, []Problem, error) {

@@ -45,7 +45,7 @@ var (
 // the source retired, and the dispatch token that carries the decision to
 // the backend.
 type Admissions struct {
-	trail      trail
+	trail      *Follower
 	store      *lease.Store
 	decider    Decider
 	successors *successors
@@ -70,7 +70,7 @@ type Admissions struct {
 // operator resolves an uncertain one; a redeployed pool releases its old
 // leases; a sweep marks the never-reported ones uncertain.
 type Leases struct {
-	trail       trail
+	trail       *Follower
 	store       *lease.Store
 	issuer      *TokenIssuer
 	generations *sync.Map
@@ -194,9 +194,13 @@ func (ad *Admissions) admitOnce(ctx context.Context, id string, cached bool, che
 	if err != nil {
 		return nil, err
 	}
-	// Do not open a lease that could not be given a token.
+	// Do not open a lease that could not be given a token, nor one the
+	// audit trail could not record.
 	if !ad.issuer.Published() {
 		return nil, ErrSigningKeyUnpublished
+	}
+	if err := ad.trail.Ready(); err != nil {
+		return nil, err
 	}
 	// The source always wins while it is ACTIVE.
 	a, err := ad.admitTo(ctx, rec, rev, rec.Source, nil, now)
@@ -269,13 +273,7 @@ func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev in
 	ad.ready.drop(rec.ID)
 	ad.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
 		"revision", l.Revision, "certificate", l.Certificate)
-	a, err := ad.token(l, now)
-	if err == nil {
-		ad.trail.record(ctx, EventAdmission, l.Revision, admissionEvent{Formation: rec.ID, Lease: lid, Session: l.Session,
-			Tool: l.Tool, Target: l.Target, Generation: l.Generation, Successor: cert != nil, Certificate: l.Certificate,
-			Requires: req.Requires, Exclusive: req.Exclusive, Expires: a.ExpiresAt})
-	}
-	return a, err
+	return ad.token(l, now)
 }
 
 // generation returns the pool's backend generation from a cache: the
@@ -384,12 +382,8 @@ func (ad *Admissions) reissue(ctx context.Context, rec *record.Formation, now ti
 		return nil, err
 	}
 	if cutoff := now.Add(-ad.grace); l.State == record.LeaseAdmitted && l.AdmittedAt.Before(cutoff) {
-		marked, err := ad.store.MarkLeaseUnreported(ctx, l.ID, cutoff)
-		if err != nil {
+		if _, err := ad.store.MarkLeaseUnreported(ctx, l.ID, cutoff); err != nil {
 			return nil, err
-		}
-		if marked != nil {
-			ad.trail.recordUnreported(ctx, marked)
 		}
 		return nil, fmt.Errorf("%w: admitted %s ago and never reported", record.ErrLeaseUncertain, now.Sub(l.AdmittedAt).Round(time.Second))
 	}
@@ -402,10 +396,19 @@ func (ad *Admissions) reissue(ctx context.Context, rec *record.Formation, now ti
 		return nil, fmt.Errorf("%w: the call is running; its outcome will be reported", record.ErrLeaseClaimed)
 	}
 	a, err := ad.token(l, now)
-	if a != nil {
-		a.reissued = true
+	if err != nil {
+		return nil, err
 	}
-	return a, err
+	// Authority handed out again is a change the store records (and the
+	// trail with it) before the token goes: none the record lacks.
+	if err := ad.trail.Ready(); err != nil {
+		return nil, err
+	}
+	if err := ad.store.RecordReissue(ctx, l, a.ExpiresAt); err != nil {
+		return nil, err
+	}
+	a.reissued = true
+	return a, nil
 }
 
 // readBack resolves an ambiguous admission: admitted with our lease id
@@ -483,13 +486,17 @@ func (ls *Leases) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, e
 			return nil
 		}
 	}
+	// No effect runs that the audit trail cannot record.
+	if err := ls.trail.Ready(); err != nil {
+		ls.metrics.claims.WithLabelValues(claimResult(err)).Inc()
+		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)
+	}
 	c, err := ls.store.ClaimLease(ctx, lease.ClaimRequest{Lease: req.Lease, Epoch: req.Epoch, Revision: req.Revision, Claim: req.Claim,
 		At: ls.now().UTC()}, allow)
 	ls.metrics.claims.WithLabelValues(claimResult(err)).Inc()
 	if err != nil {
 		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)
 	}
-	ls.trail.record(ctx, EventClaim, c.Revision, claimEvent{Lease: req.Lease, Claim: c.ID, Epoch: req.Epoch, Admission: req.Revision})
 	return c, nil
 }
 
@@ -634,7 +641,6 @@ func (ls *Leases) completed(ctx context.Context, req CompleteRequest, l *record.
 	}
 	ls.metrics.outcomes.WithLabelValues(string(req.Outcome), by).Inc()
 	ls.log.Info("lease outcome", "lease", req.Lease, "outcome", req.Outcome, "detail", req.Detail)
-	ls.trail.record(ctx, EventOutcome, l.Closed, outcomeEvent{Lease: req.Lease, Formation: l.Formation, Outcome: req.Outcome, Claim: req.Claim, By: by})
 	return l, nil
 }
 
@@ -655,7 +661,6 @@ func (ls *Leases) SweepUnreported(ctx context.Context) ([]string, error) {
 	ids := make([]string, len(marked))
 	for i, l := range marked {
 		ids[i] = l.ID
-		ls.trail.recordUnreported(ctx, l)
 	}
 	if err != nil {
 		return ids, fmt.Errorf("authz: sweep unreported leases: %w", err)
@@ -710,16 +715,9 @@ func (ls *Leases) SetGeneration(ctx context.Context, by, pool string, gen int64)
 	if gen <= 0 {
 		return nil, fmt.Errorf("%w: generation must be a positive integer", ErrBadRequest)
 	}
-	ch, err := ls.store.SetGeneration(ctx, pool, gen, ls.retention)
+	ch, err := ls.store.SetGeneration(lease.WithActor(ctx, by), pool, gen, ls.retention)
 	ls.generations.Delete(pool)
 	released := ch.IDs()
-	if ch.Revision > 0 {
-		ls.trail.record(ctx, EventGeneration, ch.Revision, map[string]any{"pool": pool, "generation": gen, "released": released, "by": by})
-	}
-	for _, l := range ch.Released {
-		ls.trail.record(ctx, EventOutcome, l.Closed, outcomeEvent{Lease: l.ID, Formation: l.Formation, Outcome: record.OutcomeReleased,
-			By: "generation", Generation: gen})
-	}
 	ls.metrics.outcomes.WithLabelValues(string(record.OutcomeReleased), "generation").Add(float64(len(released)))
 	if err != nil {
 		if ch.Revision > 0 { // the generation is set; some releases are not

@@ -35,7 +35,6 @@ type Certificates struct {
 	issuers *manifest.Verifier
 	now     func() time.Time
 	log     *slog.Logger
-	trail   trail
 }
 
 // Register verifies a signed compatibility certificate against
@@ -77,8 +76,6 @@ func (cs *Certificates) Register(ctx context.Context, jws []byte) (*record.Certi
 	}
 	if created {
 		cs.log.Info("certificate registered", "certificate", rec.ID, "source", c.Source, "target", c.Target, "tool", c.Tool, "signer", sc.KeyID)
-		cs.trail.record(ctx, EventCertificate, rec.Revision, map[string]any{"certificate": rec.ID, "source": c.Source,
-			"target": c.Target, "tool": c.Tool, "signer": sc.KeyID, "expiresAt": c.ExpiresAt})
 	}
 	return rec, created, nil
 }
@@ -87,10 +84,9 @@ func (cs *Certificates) Register(ctx context.Context, jws []byte) (*record.Certi
 // successor through it loses that successor: admission checks it again.
 // by names the operator, which the audit trail keeps.
 func (cs *Certificates) Revoke(ctx context.Context, by, id string) (*record.Certificate, error) {
-	rec, err := cs.store.RevokeCertificate(ctx, id)
+	rec, err := cs.store.RevokeCertificate(lease.WithActor(ctx, by), id)
 	if err == nil {
 		cs.log.Info("certificate revoked", "certificate", id, "by", by)
-		cs.trail.record(ctx, EventRevocation, rec.Revision, map[string]any{"certificate": id, "by": by})
 	}
 	return rec, err
 }

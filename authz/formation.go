@@ -70,7 +70,6 @@ const (
 // against the snapshot the model saw, decide it by policy once, and bind
 // human approvals to its digest.
 type Formations struct {
-	trail      trail
 	store      *lease.Store
 	decider    Decider
 	successors *successors
@@ -79,7 +78,6 @@ type Formations struct {
 	ready      *readyCache
 	metrics    *metrics
 	decisions  DecisionLogger
-	trailArgs  TrailArguments
 	ttl        time.Duration
 	// keep is how long a formation's record is stored from its creation:
 	// see formationKeep.
@@ -237,12 +235,6 @@ func (f *Formations) form(ctx context.Context, req FormRequest, recovery *record
 		return nil, fmt.Errorf("authz: form: %w", err)
 	}
 	f.ready.put(rec, rev)
-	ev := newFormationEvent(rec)
-	if ev.Arguments, err = trailArguments(f.trailArgs, rec.Arguments, d.InputSchema); err != nil {
-		// The record is stored: the event keeps the digest alone.
-		f.log.Error("audit trail: arguments not kept", "formation", rec.ID, "err", err)
-	}
-	f.trail.record(ctx, EventFormation, rev, ev)
 	var successor string
 	if rec.Successor != nil {
 		successor = rec.Successor.Epoch
@@ -450,8 +442,6 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 		return rec, fmt.Errorf("authz: approve %s: %w", id, ErrExpired)
 	}
 	f.ready.put(rec, rev)
-	f.trail.record(ctx, EventApproval, rev, approvalEvent{Formation: id, Approver: req.Approver, Decision: req.Decision,
-		Digest: req.Digest, Reason: req.Reason, Status: rec.Status})
 	f.metrics.approvals.WithLabelValues(string(req.Decision)).Inc()
 	f.log.Info("approval", "formation", id, "approver", req.Approver, "decision", req.Decision, "status", rec.Status)
 	return rec, nil

@@ -50,6 +50,9 @@ func newMetrics() *metrics {
 func (u *UseCases) Collectors() []prometheus.Collector {
 	m := u.metrics
 	cs := []prometheus.Collector{m.formations, m.approvals, m.admissions, m.claims, m.outcomes}
+	if f := u.Admissions.trail; f != nil {
+		cs = append(cs, f.collectors()...)
+	}
 	if c, ok := u.decisions.(interface{ Collector() prometheus.Collector }); ok {
 		cs = append(cs, c.Collector())
 	}

@@ -26,7 +26,6 @@ type Registry struct {
 	// Certificates registers and revokes compatibility certificates
 	// between the registry's epochs.
 	Certificates *Certificates
-	trail        trail
 	store        *lease.Store
 	verifier     *manifest.Verifier
 	log          *slog.Logger
@@ -48,9 +47,6 @@ type RegistryConfig struct {
 	Now func() time.Time
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
-	// Trail records registrations, snapshots, drains and retirements (the
-	// audit trail); nil records nothing.
-	Trail Recorder
 }
 
 // NewRegistry returns the registry configured by cfg.
@@ -64,10 +60,9 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := trail{cfg.Trail, cfg.Logger}
 	return &Registry{
-		Certificates: &Certificates{store: cfg.Store, issuers: cfg.Certificates, now: cfg.Now, log: cfg.Logger, trail: t},
-		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger, trail: t,
+		Certificates: &Certificates{store: cfg.Store, issuers: cfg.Certificates, now: cfg.Now, log: cfg.Logger},
+		store:        cfg.Store, verifier: cfg.Manifests, log: cfg.Logger,
 	}, nil
 }
 
@@ -102,8 +97,6 @@ func (r *Registry) Register(ctx context.Context, jws []byte) (*Registration, err
 	}
 	if created {
 		r.log.Info("epoch registered", "epoch", ep.ID, "server", ep.Server, "release", ep.Release, "signer", sm.KeyID)
-		r.trail.record(ctx, EventManifest, ep.Revision, map[string]any{"epoch": ep.ID, "server": ep.Server,
-			"release": ep.Release, "pool": ep.Pool, "signer": sm.KeyID})
 	}
 	return &Registration{Epoch: ep, Created: created, Findings: findings}, nil
 }
@@ -127,10 +120,7 @@ func (r *Registry) Leases(ctx context.Context, epoch string) ([]*record.Lease, e
 // Drain moves an ACTIVE epoch to DRAINING. by names the operator (the
 // caller's credential id), which the audit trail keeps.
 func (r *Registry) Drain(ctx context.Context, by, id string) (record.State, error) {
-	st, rev, err := r.store.DrainAt(ctx, id)
-	if err == nil {
-		r.trail.record(ctx, EventDrain, rev, map[string]any{"epoch": id, "state": st, "by": by})
-	}
+	st, _, err := r.store.DrainAt(lease.WithActor(ctx, by), id)
 	return st, err
 }
 
@@ -143,19 +133,13 @@ func (r *Registry) Retire(ctx context.Context, by, id string, wait time.Duration
 	if wait < 0 || wait > MaxRetireWait {
 		return "", fmt.Errorf("%w: %s (at most %s)", ErrWaitTooLong, wait, MaxRetireWait)
 	}
-	st, rev, err := r.store.RetireAt(ctx, id, wait)
-	if err == nil {
-		r.trail.record(ctx, EventRetire, rev, map[string]any{"epoch": id, "state": st, "by": by})
-	}
+	st, _, err := r.store.RetireAt(lease.WithActor(ctx, by), id, wait)
 	return st, err
 }
 
 // CreateSnapshot freezes the ACTIVE catalog, optionally of some servers.
 func (r *Registry) CreateSnapshot(ctx context.Context, servers []string) (*record.Snapshot, error) {
-	s, created, err := r.store.CreateSnapshot(ctx, servers)
-	if err == nil && created {
-		r.trail.record(ctx, EventSnapshot, s.Revision, map[string]any{"snapshot": s.ID, "servers": servers})
-	}
+	s, _, err := r.store.CreateSnapshot(ctx, servers)
 	return s, err
 }
 

@@ -81,12 +81,9 @@ func (ls *Leases) Resolution(ctx context.Context, leaseID string) (*manifest.Sig
 // resolve closes an uncertain lease by an operator's resolution, signed
 // (sr) or not, and records it.
 func (ls *Leases) resolve(ctx context.Context, by, leaseID string, outcome record.Outcome, reason string, sr *manifest.SignedResolution) (*record.Lease, error) {
-	req := lease.CloseRequest{Lease: leaseID, Outcome: outcome, Resolve: true, Keep: ls.retention}
-	ev := outcomeEvent{Outcome: outcome, By: "operator", Operator: by, Reason: reason}
+	req := lease.CloseRequest{Lease: leaseID, Outcome: outcome, Resolve: true, Keep: ls.retention, Operator: by, Reason: reason}
 	if sr != nil {
 		req.Resolution = sr.JWS
-		ev.Signed = &signedResolutionEvent{KeyID: sr.KeyID, Operator: sr.Resolution.Operator, Digest: sr.Digest,
-			IssuedAt: sr.Resolution.IssuedAt, JWS: sr.JWS}
 	}
 	l, err := ls.store.CloseLease(ctx, req)
 	if err != nil {
@@ -99,7 +96,5 @@ func (ls *Leases) resolve(ctx context.Context, by, leaseID string, outcome recor
 	} else {
 		ls.log.Info("lease resolved", "lease", leaseID, "outcome", outcome, "reason", reason, "by", by)
 	}
-	ev.Lease, ev.Formation = leaseID, l.Formation
-	ls.trail.record(ctx, EventResolution, l.Closed, ev)
 	return l, nil
 }

@@ -1,37 +1,28 @@
 package authz
 
 import (
-	"context"
 	"encoding/json"
-	"log/slog"
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/record"
 )
 
-// Recorder appends the use cases' state changes to the audit trail (an
-// *audit.Trail). A change is made in the store first and recorded after:
-// the trail describes what the store ordered, with the etcd revision that
-// ordered it where the store tells it (0 where it does not), and a
-// recording that fails is logged, never undoes the change.
-type Recorder interface {
-	Record(ctx context.Context, kind string, revision int64, data any) error
-}
-
 // Event kinds of the trail.
 const (
-	EventManifest   = "manifest"
-	EventSnapshot   = "snapshot"
-	EventFormation  = "formation"
-	EventApproval   = "approval"
-	EventAdmission  = "admission"
-	EventClaim      = "claim"
-	EventOutcome    = "outcome"
-	EventResolution = "resolution"
-	EventGeneration = "generation"
-	EventDrain      = "drain"
-	EventRetire     = "retire"
+	EventManifest  = "manifest"
+	EventSnapshot  = "snapshot"
+	EventFormation = "formation"
+	EventApproval  = "approval"
+	EventAdmission = "admission"
+	// EventReadmission: a dispatch token issued again for an open lease.
+	EventReadmission = "readmission"
+	EventClaim       = "claim"
+	EventOutcome     = "outcome"
+	EventResolution  = "resolution"
+	EventGeneration  = "generation"
+	EventDrain       = "drain"
+	EventRetire      = "retire"
 	// EventCertificate and EventRevocation: a compatibility certificate
 	// registered, revoked.
 	EventCertificate = "certificate"
@@ -41,21 +32,6 @@ const (
 	EventPolicy        = policy.EventLoaded
 	EventPolicyRefused = policy.EventRefused
 )
-
-// trail records events; its zero value records nothing.
-type trail struct {
-	r   Recorder
-	log *slog.Logger
-}
-
-func (t trail) record(ctx context.Context, kind string, revision int64, data any) {
-	if t.r == nil {
-		return
-	}
-	if err := t.r.Record(context.WithoutCancel(ctx), kind, revision, data); err != nil {
-		t.log.Error("audit trail: event not recorded", "kind", kind, "err", err)
-	}
-}
 
 // formationEvent is a formation and its decision. Its arguments are their
 // digest, and the arguments themselves only as configured.
@@ -112,9 +88,10 @@ type admissionEvent struct {
 	Certificate string `json:"certificate,omitempty"`
 	// Requires and Exclusive are the session dependencies the admission
 	// checked ("server/tool" names).
-	Requires  []string  `json:"requires,omitempty"`
-	Exclusive []string  `json:"exclusiveWith,omitempty"`
-	Expires   time.Time `json:"tokenExpires"`
+	Requires  []string `json:"requires,omitempty"`
+	Exclusive []string `json:"exclusiveWith,omitempty"`
+	// AdmittedAt is when the admission was made (the store's clock).
+	AdmittedAt time.Time `json:"admittedAt"`
 }
 
 type claimEvent struct {
@@ -154,11 +131,4 @@ type signedResolutionEvent struct {
 	Digest   string    `json:"digest"`
 	IssuedAt time.Time `json:"issuedAt"`
 	JWS      string    `json:"jws"`
-}
-
-// recordUnreported records a lease the sweep (or a late repeat of its
-// admission) marked uncertain: its backend never reported.
-func (t trail) recordUnreported(ctx context.Context, l *record.Lease) {
-	t.record(ctx, EventOutcome, l.Closed, outcomeEvent{Lease: l.ID, Formation: l.Formation, Outcome: record.OutcomeUncertain,
-		Claim: l.ClaimID(), By: "sweep"})
 }

@@ -2,14 +2,18 @@ package authz_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
@@ -89,20 +93,25 @@ func TestTrailRecordsTheCallsLife(t *testing.T) {
 
 // newTrailEnv is an admission env whose use cases record to a trail in
 // root, signed with the issuer's key.
-func newTrailEnv(t *testing.T) (*admitEnv, *audit.Trail, string) {
+func newTrailEnv(t *testing.T) (*admitEnv, *followedTrail, string) {
 	t.Helper()
 	return newTrailEnvWith(t, "")
 }
 
 // newTrailEnvWith is newTrailEnv keeping arguments as args says.
-func newTrailEnvWith(t *testing.T, args authz.TrailArguments) (*admitEnv, *audit.Trail, string) {
+func newTrailEnvWith(t *testing.T, args authz.TrailArguments) (*admitEnv, *followedTrail, string) {
 	t.Helper()
-	return newTrailEnvConfig(t, func(c *authz.Config) { c.TrailArguments = args })
+	return newTrailEnvFollowing(t, nil, args)
 }
 
 // newTrailEnvConfig is newTrailEnv with its use cases' configuration
 // edited.
-func newTrailEnvConfig(t *testing.T, edit func(*authz.Config)) (*admitEnv, *audit.Trail, string) {
+func newTrailEnvConfig(t *testing.T, edit func(*authz.Config)) (*admitEnv, *followedTrail, string) {
+	t.Helper()
+	return newTrailEnvFollowing(t, edit, authz.TrailArgumentsNone)
+}
+
+func newTrailEnvFollowing(t *testing.T, edit func(*authz.Config), args authz.TrailArguments) (*admitEnv, *followedTrail, string) {
 	t.Helper()
 	e := newEnv(t, nil, nil)
 	key, iss := newIssuer(t, e.store, jwa.EdDSA)
@@ -111,10 +120,50 @@ func newTrailEnvConfig(t *testing.T, edit func(*authz.Config)) (*admitEnv, *audi
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: tr}
-	edit(&cfg)
+	ft := followTrail(t, e.store, tr, args)
+	cfg := authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: ft.f}
+	if edit != nil {
+		edit(&cfg)
+	}
 	e.forms = authztest.New(t, cfg)
-	return &admitEnv{env: e, key: key, iss: iss}, tr, root
+	return &admitEnv{env: e, key: key, iss: iss}, ft, root
+}
+
+// followedTrail is a trail kept by a Follower of the store, running until
+// Close, which first waits until the trail holds everything the store
+// committed.
+type followedTrail struct {
+	*audit.Trail
+	f      *authz.Follower
+	store  *lease.Store
+	cancel context.CancelFunc
+	done   chan error
+	closed bool
+}
+
+func followTrail(t *testing.T, store *lease.Store, tr *audit.Trail, args authz.TrailArguments) *followedTrail {
+	t.Helper()
+	f := authz.NewFollower(authz.FollowerConfig{Store: store, Trail: authztest.TrailWriter{Trail: tr}, Arguments: args, Logger: quiet})
+	ctx, cancel := context.WithCancel(context.Background())
+	ft := &followedTrail{Trail: tr, f: f, store: store, cancel: cancel, done: make(chan error, 1)}
+	go func() { ft.done <- f.Run(ctx) }()
+	t.Cleanup(func() { _ = ft.Close() })
+	return ft
+}
+
+func (ft *followedTrail) Close() error {
+	if ft.closed {
+		return nil
+	}
+	ft.closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rev, err := ft.store.Revision(ctx)
+	if err == nil {
+		err = ft.f.WaitRecorded(ctx, rev)
+	}
+	ft.cancel()
+	return errors.Join(err, <-ft.done, ft.Trail.Close())
 }
 
 // TestTrailKeepsArgumentsAsConfigured: with TrailArguments set, the
@@ -143,7 +192,11 @@ func TestTrailKeepsArgumentsAsConfigured(t *testing.T) {
 	}
 }
 
-// readEvents reads a replica directory's events, in order.
+// readEvents reads a replica directory's events, in order, but for those
+// of the environment's setup (registrations, snapshots, policy sets).
+var setupEvent = map[string]bool{authz.EventManifest: true, authz.EventSnapshot: true, authz.EventCertificate: true,
+	authz.EventPolicy: true, authz.EventPolicyRefused: true}
+
 func readEvents(t *testing.T, dir string) []audit.Event {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "trail-*.jsonl"))
@@ -157,7 +210,7 @@ func readEvents(t *testing.T, dir string) []audit.Event {
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			var ev audit.Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Kind != "" {
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Kind != "" && !setupEvent[ev.Kind] {
 				out = append(out, ev)
 			}
 		}

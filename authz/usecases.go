@@ -67,12 +67,11 @@ type Config struct {
 	// GatewayCaller says whether a gateway admission is bound to the
 	// caller the gateway authenticated; zero means CallerPrincipal.
 	GatewayCaller CallerBinding
-	// Trail records every state change (the audit trail); nil records
-	// nothing.
-	Trail Recorder
-	// TrailArguments says what the trail keeps of a call's arguments
-	// beside their digest; zero means TrailArgumentsNone.
-	TrailArguments TrailArguments
+	// Trail is this replica's audit trail, a Follower of the store:
+	// admissions and claims are refused (ErrTrailBehind) while it is not
+	// Ready, so that no effect runs that the trail cannot record. Nil
+	// keeps no trail and refuses nothing.
+	Trail *Follower
 	// DecisionLog receives every policy decision (OPA's decision log:
 	// authz/decisionlog); nil logs none.
 	DecisionLog DecisionLogger
@@ -129,22 +128,21 @@ func New(cfg Config) (*UseCases, error) {
 	u := &UseCases{metrics: m, decisions: cfg.DecisionLog}
 	var err error
 	u.Registry, err = NewRegistry(RegistryConfig{Store: cfg.Store, Manifests: cfg.Manifests, Certificates: cfg.Certificates,
-		Now: cfg.Now, Logger: cfg.Logger, Trail: cfg.Trail})
+		Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	u.Formations = &Formations{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, schemas: schemas, inputs: inputs, ready: ready, metrics: m,
-		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger}, decisions: cfg.DecisionLog,
-		trailArgs: cfg.TrailArguments,
+		ttl: cfg.TTL, keep: formationKeep(cfg), now: cfg.Now, log: cfg.Logger, decisions: cfg.DecisionLog,
 	}
 	u.Admissions = &Admissions{
 		store: cfg.Store, decider: cfg.Decider, successors: succ, inputs: inputs, ready: ready, generations: generations,
-		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger}, decisions: cfg.DecisionLog,
+		issuer: cfg.Issuer, grace: cfg.ReportGrace, metrics: m, now: cfg.Now, log: cfg.Logger, trail: cfg.Trail, decisions: cfg.DecisionLog,
 	}
 	u.Leases = &Leases{
 		store: cfg.Store, issuer: cfg.Issuer, generations: generations, grace: cfg.ReportGrace,
-		retention: cfg.Retention, metrics: m, now: cfg.Now, log: cfg.Logger, trail: trail{cfg.Trail, cfg.Logger},
+		retention: cfg.Retention, metrics: m, now: cfg.Now, log: cfg.Logger, trail: cfg.Trail,
 		operators: cfg.Operators,
 	}
 	u.Gate = &Gate{formations: u.Formations, admissions: u.Admissions, caller: cfg.GatewayCaller}

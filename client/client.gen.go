@@ -2079,6 +2079,11 @@ type LeaseUpdateFailed = ProblemDetails
 // the extension members present depend on the slug (see docs/problems.md).
 type SnapshotNotFound = ProblemDetails
 
+// StoreFull RFC 9457 problem details. `type` is
+// `https://github.com/fcd-authz/fcd/blob/main/docs/problems.md#<slug>`;
+// the extension members present depend on the slug (see docs/problems.md).
+type StoreFull = ProblemDetails
+
 // StoreUnavailable RFC 9457 problem details. `type` is
 // `https://github.com/fcd-authz/fcd/blob/main/docs/problems.md#<slug>`;
 // the extension members present depend on the slug (see docs/problems.md).
@@ -9766,6 +9771,8 @@ type RegisterCertificateResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ProblemDetails
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9811,6 +9818,11 @@ func (r RegisterCertificateResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r RegisterCertificateResponse) GetApplicationproblemJSON503() *ProblemDetails {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r RegisterCertificateResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -9869,6 +9881,8 @@ type RevokeCertificateResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *StoreUnavailable
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RevokeCertificateResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -9908,6 +9922,11 @@ func (r RevokeCertificateResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r RevokeCertificateResponse) GetApplicationproblemJSON503() *StoreUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r RevokeCertificateResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -10229,6 +10248,8 @@ type DrainEpochResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *StoreUnavailable
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *DrainEpochResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -10268,6 +10289,11 @@ func (r DrainEpochResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r DrainEpochResponse) GetApplicationproblemJSON503() *StoreUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r DrainEpochResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -10418,6 +10444,8 @@ type RetireEpochResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *StoreUnavailable
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RetireEpochResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -10462,6 +10490,11 @@ func (r RetireEpochResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r RetireEpochResponse) GetApplicationproblemJSON503() *StoreUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r RetireEpochResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -12031,6 +12064,8 @@ type CreateFormationResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ProblemDetails
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateFormationResponse201Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -12091,6 +12126,11 @@ func (r CreateFormationResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r CreateFormationResponse) GetApplicationproblemJSON503() *ProblemDetails {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r CreateFormationResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -12251,6 +12291,8 @@ type AdmitFormationResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ProblemDetails
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *AdmitFormationResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -12299,6 +12341,11 @@ func (r AdmitFormationResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r AdmitFormationResponse) GetApplicationproblemJSON503() *ProblemDetails {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r AdmitFormationResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -12361,6 +12408,8 @@ type ApproveFormationResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ProblemDetails
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ApproveFormationResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12410,6 +12459,11 @@ func (r ApproveFormationResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ApproveFormationResponse) GetApplicationproblemJSON503() *ProblemDetails {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r ApproveFormationResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -12486,6 +12540,8 @@ type RecoverFormationResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *StoreUnavailable
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *RecoverFormationResponse201Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -12549,6 +12605,11 @@ func (r RecoverFormationResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r RecoverFormationResponse) GetApplicationproblemJSON503() *StoreUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r RecoverFormationResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -12770,6 +12831,8 @@ type ClaimLeaseResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *LeaseUpdateFailed
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ClaimLeaseResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12819,6 +12882,11 @@ func (r ClaimLeaseResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ClaimLeaseResponse) GetApplicationproblemJSON503() *LeaseUpdateFailed {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r ClaimLeaseResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -12881,6 +12949,8 @@ type CompleteLeaseResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *LeaseUpdateFailed
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CompleteLeaseResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -12930,6 +13000,11 @@ func (r CompleteLeaseResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r CompleteLeaseResponse) GetApplicationproblemJSON503() *LeaseUpdateFailed {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r CompleteLeaseResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -13089,6 +13164,8 @@ type ResolveLeaseResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *LeaseUpdateFailed
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ResolveLeaseResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13138,6 +13215,11 @@ func (r ResolveLeaseResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ResolveLeaseResponse) GetApplicationproblemJSON503() *LeaseUpdateFailed {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r ResolveLeaseResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -13205,6 +13287,8 @@ type RegisterManifestResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *StoreUnavailable
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *RegisterManifestResponse201Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -13256,6 +13340,11 @@ func (r RegisterManifestResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r RegisterManifestResponse) GetApplicationproblemJSON503() *StoreUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r RegisterManifestResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -13385,6 +13474,8 @@ type SetPoolGenerationResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ProblemDetails
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *SetPoolGenerationResponse401Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -13429,6 +13520,11 @@ func (r SetPoolGenerationResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r SetPoolGenerationResponse) GetApplicationproblemJSON503() *ProblemDetails {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r SetPoolGenerationResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -13494,6 +13590,8 @@ type CreateSnapshotResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *StoreUnavailable
+	// ApplicationproblemJSON507 the response for an HTTP 507 `application/problem+json` response
+	ApplicationproblemJSON507 *StoreFull
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateSnapshotResponse201Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -13540,6 +13638,11 @@ func (r CreateSnapshotResponse) GetApplicationproblemJSON500() *Internal {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r CreateSnapshotResponse) GetApplicationproblemJSON503() *StoreUnavailable {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON507 returns the response for an HTTP 507 `application/problem+json` response
+func (r CreateSnapshotResponse) GetApplicationproblemJSON507() *StoreFull {
+	return r.ApplicationproblemJSON507
 }
 
 // GetBody returns the raw response body bytes
@@ -15765,6 +15868,13 @@ func ParseRegisterCertificateResponse(rsp *http.Response) (*RegisterCertificateR
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	return response, nil
@@ -15832,6 +15942,13 @@ func ParseRevokeCertificateResponse(rsp *http.Response) (*RevokeCertificateRespo
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 
@@ -16169,6 +16286,13 @@ func ParseDrainEpochResponse(rsp *http.Response) (*DrainEpochResponse, error) {
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	switch {
@@ -16350,6 +16474,13 @@ func ParseRetireEpochResponse(rsp *http.Response) (*RetireEpochResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 
@@ -18475,6 +18606,13 @@ func ParseCreateFormationResponse(rsp *http.Response) (*CreateFormationResponse,
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	switch {
@@ -18687,6 +18825,13 @@ func ParseAdmitFormationResponse(rsp *http.Response) (*AdmitFormationResponse, e
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	switch {
@@ -18812,6 +18957,13 @@ func ParseApproveFormationResponse(rsp *http.Response) (*ApproveFormationRespons
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	switch {
@@ -18930,6 +19082,13 @@ func ParseRecoverFormationResponse(rsp *http.Response) (*RecoverFormationRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 
@@ -19248,6 +19407,13 @@ func ParseClaimLeaseResponse(rsp *http.Response) (*ClaimLeaseResponse, error) {
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	switch {
@@ -19352,6 +19518,13 @@ func ParseCompleteLeaseResponse(rsp *http.Response) (*CompleteLeaseResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 
@@ -19549,6 +19722,13 @@ func ParseResolveLeaseResponse(rsp *http.Response) (*ResolveLeaseResponse, error
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	switch {
@@ -19653,6 +19833,13 @@ func ParseRegisterManifestResponse(rsp *http.Response) (*RegisterManifestRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 
@@ -19825,6 +20012,13 @@ func ParseSetPoolGenerationResponse(rsp *http.Response) (*SetPoolGenerationRespo
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
+
 	}
 
 	switch {
@@ -19922,6 +20116,13 @@ func ParseCreateSnapshotResponse(rsp *http.Response) (*CreateSnapshotResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest StoreFull
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON507 = &dest
 
 	}
 

@@ -129,7 +129,7 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 			clientv3.Compare(clientv3.Value(s.k.state(req.StaleSource)), "=", string(record.StateStale)),
 			clientv3.Compare(clientv3.ModRevision(s.certificateKey(req.Certificate)), "=", req.Certificate.Revision))
 	}
-	lval, err := json.Marshal(l)
+	lval, err := json.Marshal(&storedMarker{Lease: l, Requires: req.Requires, Exclusive: req.Exclusive})
 	if err != nil {
 		return fmt.Errorf("lease: encode lease: %w", err)
 	}
@@ -318,6 +318,10 @@ type CloseRequest struct {
 	// verified JWS): kept with the close, in its transaction and as long
 	// as the outcome, and read back with Store.Resolution.
 	Resolution string
+	// Operator and Reason, with Resolve, are the resolving operator's
+	// credential id and the reason given: kept in the outcome's value, so
+	// the audit trail, which follows the store, records who resolved.
+	Operator, Reason string
 	// Keep is how long the closed formation record is kept.
 	Keep time.Duration
 	// AllowPool, when not nil, is asked first with the pool of the lease's
@@ -353,7 +357,11 @@ func (s *Store) closeRead(ctx context.Context, req CloseRequest) (*record.Lease,
 	if err != nil {
 		return nil, err
 	}
-	return s.closeLease(ctx, id, req.Outcome, req.Failure, req.Keep, func(l *record.Lease) error {
+	by := closure{By: byBackend}
+	if req.Resolve {
+		by = closure{By: byOperator, Operator: req.Operator, Reason: req.Reason}
+	}
+	return s.closeLease(ctx, id, req.Outcome, req.Failure, by, req.Keep, func(l *record.Lease) error {
 		if req.AllowPool != nil {
 			if err := req.AllowPool(l.Target.Pool); err != nil {
 				return err
@@ -473,7 +481,11 @@ func (s *Store) prepareFast(ctx context.Context, req CloseRequest) (*fastClose, 
 	} else {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.claim(id, req.Claim)), ">", 0))
 	}
-	oval, err := s.outcomeValue(req.Outcome, req.Failure)
+	by := closure{Lease: id, Claim: req.Claim, By: byBackend}
+	if req.Claim == "" {
+		by.By = byRelease
+	}
+	oval, err := s.outcomeValue(req.Outcome, req.Failure, by)
 	if err != nil {
 		return nil, err
 	}
@@ -505,9 +517,19 @@ func (s *Store) finishFast(ctx context.Context, req CloseRequest, f *fastClose, 
 	return f.l, nil
 }
 
+// storedMarker is a lease marker's value as its admission writes it: the
+// lease, and the session dependencies the admission's compares checked
+// (which the audit trail records with the admission). Readers decode it as
+// a record.Lease.
+type storedMarker struct {
+	*record.Lease
+	Requires  []string `json:"requires,omitempty"`
+	Exclusive []string `json:"exclusiveWith,omitempty"`
+}
+
 // closeLease closes an open lease if check accepts it, reading it first.
 // kept are more keys written with a release, kept as long as its outcome.
-func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, failure *record.Failure, keep time.Duration, check func(*record.Lease) error, kept ...keptPut) (*record.Lease, error) {
+func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcome, failure *record.Failure, by closure, keep time.Duration, check func(*record.Lease) error, kept ...keptPut) (*record.Lease, error) {
 	for range 16 {
 		l, revs, err := s.openLease(ctx, id)
 		if err != nil {
@@ -536,7 +558,14 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		if !gone {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k.formationOutcome(fid)), "=", sf.outcomeRev()))
 		}
-		oval, err := s.outcomeValue(outcome, failure)
+		by.Lease = id
+		if by.By == byBackend && l.Claim == nil {
+			by.By = byRelease
+		}
+		if l.Claim != nil {
+			by.Claim = l.Claim.ID
+		}
+		oval, err := s.outcomeValue(outcome, failure, by)
 		if err != nil {
 			return nil, err
 		}
@@ -592,7 +621,7 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 
 // outcomeValue is the formation's outcome key's value for a lease's
 // outcome: the status it gives the formation, and when.
-func (s *Store) outcomeValue(outcome record.Outcome, failure *record.Failure) (string, error) {
+func (s *Store) outcomeValue(outcome record.Outcome, failure *record.Failure, by closure) (string, error) {
 	var status record.Status
 	switch outcome {
 	case record.OutcomeEffect:
@@ -606,7 +635,7 @@ func (s *Store) outcomeValue(outcome record.Outcome, failure *record.Failure) (s
 	default:
 		return "", fmt.Errorf("lease: unknown outcome %q", outcome)
 	}
-	b, err := json.Marshal(&formationOutcome{Status: status, Outcome: outcome, Failure: failure, UpdatedAt: s.now().UTC()})
+	b, err := json.Marshal(&formationOutcome{Status: status, Outcome: outcome, Failure: failure, UpdatedAt: s.now().UTC(), Closure: &by})
 	if err != nil {
 		return "", fmt.Errorf("lease: encode outcome: %w", err)
 	}
@@ -619,7 +648,7 @@ func (s *Store) outcomeValue(outcome record.Outcome, failure *record.Failure) (s
 func (s *Store) releaseOps(epoch, lease, session, tool string, outcome record.Outcome) []clientv3.Op {
 	ops := []clientv3.Op{
 		clientv3.OpDelete(s.k.marker(epoch, lease)), clientv3.OpDelete(s.k.claims(lease), clientv3.WithPrefix()),
-		clientv3.OpDelete(s.k.admitted(session, tool, lease)),
+		clientv3.OpDelete(s.k.admitted(session, tool, lease)), clientv3.OpDelete(s.k.reissue(lease)),
 	}
 	switch outcome {
 	case record.OutcomeEffect:
@@ -669,10 +698,10 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	octx, cancel := s.op(ctx)
 	resp, err := s.cli.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0)).
-		Then(clientv3.OpPut(gkey, formatGeneration(gen))).
+		Then(clientv3.OpPut(gkey, formatGeneration(gen)), s.noteOp(ctx, "generations", pool, note{Generation: gen})).
 		Else(clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(gkey), "<", formatGeneration(gen))},
-			[]clientv3.Op{clientv3.OpPut(gkey, formatGeneration(gen))},
+			[]clientv3.Op{clientv3.OpPut(gkey, formatGeneration(gen)), s.noteOp(ctx, "generations", pool, note{Generation: gen})},
 			[]clientv3.Op{clientv3.OpGet(gkey)},
 		)).
 		Commit()
@@ -727,7 +756,7 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 		go func() {
 			defer wg.Done()
 			for id := range ids {
-				closed, err := s.closeLease(ctx, id, record.OutcomeReleased, nil, keep, func(*record.Lease) error { return nil })
+				closed, err := s.closeLease(ctx, id, record.OutcomeReleased, nil, closure{By: byGeneration, Generation: gen}, keep, func(*record.Lease) error { return nil })
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -823,7 +852,7 @@ func (s *Store) MarkUnreported(ctx context.Context, cutoff time.Time) ([]*record
 // (with the revision that marked it, Closed) if it did, nil if not. A
 // lease closed or marked meanwhile is left as it is.
 func (s *Store) MarkLeaseUnreported(ctx context.Context, id string, cutoff time.Time) (*record.Lease, error) {
-	l, err := s.closeLease(ctx, id, record.OutcomeUncertain, nil, 0, func(cur *record.Lease) error {
+	l, err := s.closeLease(ctx, id, record.OutcomeUncertain, nil, closure{By: bySweep}, 0, func(cur *record.Lease) error {
 		if !unreported(cur, cutoff) {
 			return errReported
 		}

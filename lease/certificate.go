@@ -104,7 +104,7 @@ func (s *Store) RevokeCertificate(ctx context.Context, id string) (*record.Certi
 		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Txn(octx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", read)).
-			Then(clientv3.OpPut(key, string(val))).
+			Then(clientv3.OpPut(key, string(val)), s.noteOp(ctx, "certificates", id, note{State: "revoked"})).
 			Commit()
 		cancel()
 		if err != nil {

@@ -63,7 +63,7 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 		at = s.now()
 	}
 	c := &record.Claim{ID: req.Claim, At: at.UTC()}
-	val, err := json.Marshal(c)
+	val, err := json.Marshal(&storedClaim{Claim: c, Epoch: req.Epoch, Admission: req.Revision})
 	if err != nil {
 		return nil, fmt.Errorf("lease: encode claim: %w", err)
 	}
@@ -128,4 +128,13 @@ func (k keys) allClaims() string          { return k.p + "claims/" }
 func (k keys) claims(lease string) string { return k.allClaims() + lease + "/" }
 func (k keys) claim(lease, claim string) string {
 	return k.claims(lease) + url.PathEscape(claim)
+}
+
+// storedClaim is a claim's value: the claim, and the epoch and admission
+// revision of the lease it claims (proven by the claim's compares), which
+// the audit trail records with it. Readers decode it as a record.Claim.
+type storedClaim struct {
+	*record.Claim
+	Epoch     string `json:"epoch"`
+	Admission int64  `json:"admission"`
 }

@@ -596,7 +596,8 @@ func corruptRecords(t *testing.T, x *fixture) {
 	_, err = fresh.GetSnapshot(ctx, snap.ID)
 	check(t, "a snapshot stored under another id", err, is(record.ErrCorrupt))
 	rec := x.rawKeys(t, func(kv *mvccpb.KeyValue) bool {
-		return strings.HasSuffix(string(kv.Key), "/"+ep.ID) && bytes.HasPrefix(kv.Value, []byte("{"))
+		return strings.HasSuffix(string(kv.Key), "/epochs/"+ep.ID) && !strings.Contains(string(kv.Key), "/notes/") &&
+			bytes.HasPrefix(kv.Value, []byte("{"))
 	})
 	if len(rec) != 1 {
 		t.Fatalf("%d epoch records of %s", len(rec), ep.ID)

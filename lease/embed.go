@@ -72,6 +72,12 @@ type EmbedConfig struct {
 // EmbedConfig.QuotaBytes is zero: 2 GiB.
 const DefaultQuotaBytes = 2 << 30
 
+// CompactionOff as EmbedConfig.CompactionRetention turns the member's
+// auto-compaction off: its owner compacts through Store.Compact (as authzd
+// does with Store.RunCompactor), which never removes history an audit
+// trail has not recorded.
+const CompactionOff = "off"
+
 // DefaultCompactionRetention is the embedded member's periodic
 // auto-compaction window when EmbedConfig.CompactionRetention is empty.
 const DefaultCompactionRetention = "1h"
@@ -82,6 +88,12 @@ type Embedded struct {
 	endpoints []string
 	quota     int64
 	lock      *dirLock
+	// failed receives why the member stopped serving by itself; closing
+	// ends the goroutine that watches for it (watched), before Close
+	// stops the member on purpose.
+	failed  chan error
+	closing chan struct{}
+	watched chan struct{}
 }
 
 // EndpointsFile is the file in an embedded member's directory that
@@ -114,8 +126,39 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 		return nil, err
 	}
 	e.lock = lock
+	e.watch()
 	return e, nil
 }
+
+// watch starts the goroutine that turns the member's failure into
+// Failed's value: an error on etcd's Err channel (a listener that failed
+// while serving), or its server stopping by itself (a fatal error of its
+// raft loop or its disk, a corruption check). Close ends it first.
+func (e *Embedded) watch() {
+	e.failed, e.closing, e.watched = make(chan error, 1), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(e.watched)
+		select {
+		case <-e.closing:
+		case err := <-e.etcd.Err():
+			e.failed <- fmt.Errorf("lease: embedded etcd failed: %w", err)
+		case <-e.etcd.Server.StopNotify():
+			err := errors.New("lease: embedded etcd stopped by itself")
+			select { // a listener's error may say why
+			case eerr := <-e.etcd.Err():
+				err = fmt.Errorf("%w: %w", err, eerr)
+			case <-time.After(100 * time.Millisecond):
+			}
+			e.failed <- err
+		}
+	}()
+}
+
+// Failed delivers, once, why the member stopped serving while it was
+// meant to run; nothing is delivered after Close. A server selects on it
+// beside its work and exits with the cause: every request would fail
+// from then on. etcd's own log (EmbedConfig.LogFile) may say more.
+func (e *Embedded) Failed() <-chan error { return e.failed }
 
 // startEmbedded is StartEmbedded once the directory is locked.
 func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
@@ -144,6 +187,9 @@ func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	ec.InitialCluster = orDefault(cfg.InitialCluster, ec.InitialClusterFromName(ec.Name))
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = orDefault(cfg.CompactionRetention, DefaultCompactionRetention)
+	if cfg.CompactionRetention == CompactionOff {
+		ec.AutoCompactionRetention = "0" // etcd's "no auto-compaction"
+	}
 	ec.QuotaBackendBytes = cfg.QuotaBytes
 	if ec.QuotaBackendBytes <= 0 {
 		ec.QuotaBackendBytes = DefaultQuotaBytes
@@ -209,8 +255,28 @@ func (e *Embedded) Endpoints() []string { return e.endpoints }
 
 // Close stops the member and releases its directory; its data stays.
 func (e *Embedded) Close() {
+	if e.closing != nil {
+		close(e.closing)
+		<-e.watched
+	}
 	e.etcd.Close()
 	e.lock.unlock()
+}
+
+// RecordedClientURL returns the client URL the embedded member of dir
+// recorded (EndpointsFile): where a running member serves, for a process
+// other than the one that runs it.
+func RecordedClientURL(dir string) (string, error) {
+	path := filepath.Join(dir, EndpointsFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("lease: the embedded etcd's endpoint: %w", err)
+	}
+	var rec recordedURLs
+	if err := json.Unmarshal(b, &rec); err != nil || rec.ClientURL == "" {
+		return "", fmt.Errorf("lease: %s records no client URL (%v)", path, err)
+	}
+	return rec.ClientURL, nil
 }
 
 // embeddedURLs are the URLs the member listens on: those configured, else

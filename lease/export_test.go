@@ -89,3 +89,7 @@ func RevokeRetentionForTest(t testing.TB, s *Store) {
 		}
 	}
 }
+
+// StopServerForTest stops the member's etcd server as a fatal error of
+// its own would, without Close: what Failed reports.
+func StopServerForTest(e *Embedded) { e.etcd.Server.HardStop() }

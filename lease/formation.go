@@ -68,7 +68,36 @@ type formationOutcome struct {
 	Outcome   record.Outcome  `json:"outcome,omitempty"`
 	Failure   *record.Failure `json:"failure,omitempty"`
 	UpdatedAt time.Time       `json:"updatedAt"`
+	// Closure says how the lease closed; absent in values written before
+	// the audit trail followed the store.
+	Closure *closure `json:"closure,omitempty"`
 }
+
+// closure is what the audit trail records of a lease's close besides its
+// outcome: which lease, under which claim, by whom. It is written into the
+// outcome's value in the close's own transaction, so the trail, which
+// follows etcd's history (follow.go), records it whether or not the
+// request that closed the lease got its answer.
+type closure struct {
+	Lease string `json:"lease"`
+	Claim string `json:"claim,omitempty"`
+	// By is byBackend, byRelease, bySweep, byGeneration or byOperator.
+	By string `json:"by"`
+	// Operator and Reason: a resolution's.
+	Operator string `json:"operator,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// Generation is the pool generation that released the lease.
+	Generation int64 `json:"generation,omitempty"`
+}
+
+// How a lease closed (closure.By).
+const (
+	byBackend    = "backend"    // a report under the claim
+	byRelease    = "release"    // a report without a claim: nothing ran
+	bySweep      = "sweep"      // never reported: marked uncertain
+	byGeneration = "generation" // released by a newer pool generation
+	byOperator   = "operator"   // an operator's resolution
+)
 
 // splitFormation encodes f's immutable part and its state.
 func splitFormation(f *record.Formation) (call, state []byte, err error) {

@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Config configures a [Store]. The zero value of each field means its
@@ -245,8 +247,12 @@ func (s *Store) writeOp(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // wrap turns an etcd error into the store's vocabulary. ctx is the
-// caller's context: if it ended, the caller gave up and gets ctx.Err();
-// otherwise etcd failed to answer and the caller gets ErrUnavailable.
+// caller's context: if it ended, the caller gave up and gets ctx.Err().
+// Otherwise the error is classified by etcd's own type (rpctypes, see
+// classify): a full store, refused credentials, a corrupt cluster, a
+// request too large and a compacted revision each have their sentinel in
+// package record; anything else means etcd did not answer (in time, or
+// with a leader) and the caller gets ErrUnavailable.
 func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
@@ -254,14 +260,76 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("lease: %s: %w", op, cerr)
 	}
-	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+	switch kind := classify(err); kind {
+	case record.ErrTooLarge:
 		return fmt.Errorf("lease: %s: %w", op, record.ErrTooLarge)
+	case record.ErrStoreFull:
+		// Not a reachability problem: say so, and what to do, in the
+		// log (the API answers store-full without the store's text).
+		s.log.Error("etcd refused a write: its database reached the backend quota (NOSPACE alarm); free space with authzd store compact, defrag, then alarm disarm (docs/operations.md)",
+			"op", op, "quota", s.quota, "err", err)
+		return fmt.Errorf("lease: %s: %w: %v", op, record.ErrStoreFull, err)
+	case record.ErrStoreDenied:
+		s.log.Error("etcd refused fcd's credentials: check the client certificate (--etcd-cert) and the etcd role of fcd's user on its prefix; failing closed",
+			"op", op, "endpoints", s.reach.endpoints, "err", err)
+		return fmt.Errorf("lease: %s: %w: %v", op, record.ErrStoreDenied, err)
+	case record.ErrStoreCorrupt:
+		s.log.Error("etcd reports a corrupt cluster (CORRUPT alarm): nothing it answers can be trusted; restore the member from a snapshot (docs/operations.md)",
+			"op", op, "endpoints", s.reach.endpoints, "err", err)
+		return fmt.Errorf("lease: %s: %w: %v", op, record.ErrStoreCorrupt, err)
+	case record.ErrCompacted:
+		return fmt.Errorf("%w: %s: %w: %v", record.ErrUnavailable, op, record.ErrCompacted, err)
 	}
 	// The client's own error is most often "context deadline exceeded":
 	// say which endpoints and why.
 	reason := s.reach.explain(ctx)
 	s.log.Warn("etcd operation failed", "op", op, "endpoints", s.reach.endpoints, "reason", reason, "err", err)
 	return fmt.Errorf("%w: %s: %v: %s", record.ErrUnavailable, op, err, reason)
+}
+
+// classify names the kind of an etcd error by its type: the record
+// sentinel it stands for, or nil when it only says that etcd did not
+// answer (a timeout, no leader, a lost connection). The client hands over
+// an rpctypes.EtcdError for errors it knows and the gRPC status for
+// others; both are matched, and so are the codes of errors the client
+// does not name (a proxy's or a newer server's), which carry no text to
+// rely on.
+func classify(err error) error {
+	oneOf := func(targets ...error) bool {
+		return slices.ContainsFunc(targets, func(t error) bool { return errors.Is(err, t) })
+	}
+	switch {
+	case oneOf(rpctypes.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge):
+		return record.ErrTooLarge
+	case oneOf(rpctypes.ErrNoSpace, rpctypes.ErrGRPCNoSpace):
+		return record.ErrStoreFull
+	case oneOf(rpctypes.ErrCorrupt, rpctypes.ErrGRPCCorrupt):
+		return record.ErrStoreCorrupt
+	case oneOf(rpctypes.ErrCompacted, rpctypes.ErrGRPCCompacted):
+		return record.ErrCompacted
+	case oneOf(rpctypes.ErrPermissionDenied, rpctypes.ErrGRPCPermissionDenied,
+		rpctypes.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrGRPCInvalidAuthToken,
+		rpctypes.ErrUserEmpty, rpctypes.ErrGRPCUserEmpty,
+		rpctypes.ErrUserNotFound, rpctypes.ErrGRPCUserNotFound):
+		return record.ErrStoreDenied
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return record.ErrStoreDenied
+	case codes.DataLoss:
+		return record.ErrStoreCorrupt
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		switch ee.Code() {
+		case codes.PermissionDenied, codes.Unauthenticated:
+			return record.ErrStoreDenied
+		case codes.DataLoss:
+			return record.ErrStoreCorrupt
+		}
+	}
+	return nil
 }
 
 // keys is the one place that builds etcd keys.

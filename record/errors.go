@@ -25,6 +25,31 @@ var (
 	ErrCorrupt = errors.New("lease: stored record is corrupt")
 )
 
+// Errors etcd answers by their type (rpctypes), apart from ErrUnavailable:
+// each tells the operator something different to do, and none of them is
+// cured by retrying at once.
+var (
+	// ErrStoreFull: etcd refused a write because its database reached the
+	// backend quota (the NOSPACE alarm is raised). The write was not
+	// applied. Every write fails until an operator frees space and
+	// disarms the alarm (docs/operations.md); reads still work.
+	ErrStoreFull = errors.New("lease: the store is full (etcd NOSPACE alarm)")
+	// ErrStoreDenied: etcd refused fcd's credentials (authentication
+	// failed, or the user or role lacks permission on fcd's prefix).
+	// Nothing was read or written; it is a configuration error, and fcd
+	// fails closed until the operator fixes the credentials or the role.
+	ErrStoreDenied = errors.New("lease: the store refused fcd's credentials")
+	// ErrStoreCorrupt: etcd raised the CORRUPT alarm (a member's data
+	// differs from the others') and refuses requests. Nothing may be
+	// trusted or dispatched until an operator restores the member.
+	ErrStoreCorrupt = errors.New("lease: the store reports corruption (etcd CORRUPT alarm)")
+	// ErrCompacted: a read or watch asked for a revision etcd has already
+	// compacted away. It comes wrapped together with ErrUnavailable, so a
+	// caller that only knows to retry does (a retry reads at the current
+	// revision); one that follows history must resume differently.
+	ErrCompacted = errors.New("lease: the revision asked for was compacted")
+)
+
 // Errors of admission and the lease lifecycle.
 var (
 	// ErrLeaseNotFound: no lease has this id.

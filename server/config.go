@@ -1,10 +1,12 @@
 package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
 // Defaults of the zero Config, and of `authzd serve`'s flags: this is the
@@ -58,6 +61,9 @@ const (
 	// DefaultAuditArguments keeps none of a call's arguments in the trail,
 	// only their digest.
 	DefaultAuditArguments = string(authz.TrailArgumentsNone)
+	// DefaultAuditMaxLag is how long a committed change may wait
+	// unrecorded by the trail before admissions and claims are refused.
+	DefaultAuditMaxLag = authz.DefaultMaxTrailLag
 	// DefaultDecisionLogResource is the path decision logs are posted to.
 	DefaultDecisionLogResource = decisionlog.DefaultResource
 	// DefaultDecisionLogMask is the one JSON pointer the default mask
@@ -199,6 +205,10 @@ type Config struct {
 	// AuditArguments is what the trail keeps of a call's arguments beside
 	// their digest: none, redacted, digested or all (authz.TrailArguments).
 	AuditArguments string
+	// AuditMaxLag bounds how long a committed change may wait unrecorded
+	// by this replica's trail (which follows the store's history) before
+	// admissions and claims are refused.
+	AuditMaxLag time.Duration
 
 	// DecisionLogURL is the service decision logs are exported to in
 	// OPA's format (docs/decision-logs.md); empty exports none.
@@ -262,6 +272,7 @@ func (c Config) withDefaults() Config {
 	dur(&c.FormationRetention, DefaultFormationRetention)
 	dur(&c.ReportGrace, DefaultReportGrace)
 	dur(&c.TokenLifetime, DefaultTokenLifetime)
+	dur(&c.AuditMaxLag, DefaultAuditMaxLag)
 	dur(&c.DecisionLogMinDelay, DefaultDecisionLogMinDelay)
 	dur(&c.DecisionLogMaxDelay, DefaultDecisionLogMaxDelay)
 	if c.DecisionLogMask == nil {
@@ -286,8 +297,8 @@ func (c Config) Validate() error {
 	if c.EtcdQuota < 0 || c.FormationBurst < 0 || c.BodyLimit < 0 {
 		errs = append(errs, errors.New("server: EtcdQuota, FormationBurst and BodyLimit may not be negative"))
 	}
-	if c.PolicyPoll < 0 || c.FormationTTL < 0 || c.ReportGrace < 0 || c.FormationRetention < 0 || c.TokenLifetime < 0 {
-		errs = append(errs, errors.New("server: PolicyPoll, FormationTTL, FormationRetention, ReportGrace and TokenLifetime may not be negative"))
+	if c.PolicyPoll < 0 || c.FormationTTL < 0 || c.ReportGrace < 0 || c.FormationRetention < 0 || c.TokenLifetime < 0 || c.AuditMaxLag < 0 {
+		errs = append(errs, errors.New("server: PolicyPoll, FormationTTL, FormationRetention, ReportGrace, TokenLifetime and AuditMaxLag may not be negative"))
 	}
 	if _, err := authz.ParseTrailArguments(c.AuditArguments); err != nil {
 		errs = append(errs, fmt.Errorf("server: AuditArguments %q: want none, redacted, digested or all", c.AuditArguments))
@@ -318,6 +329,55 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// EtcdDir is the embedded member's data directory.
+func (c Config) EtcdDir() string { return filepath.Join(c.withDefaults().DataDir, "etcd") }
+
+// EmbedConfig is the embedded member of DataDir: what New starts, and
+// what `authzd store` starts when no authzd runs on the directory.
+func (c Config) EmbedConfig() lease.EmbedConfig {
+	c = c.withDefaults()
+	return lease.EmbedConfig{
+		Dir:        c.EtcdDir(),
+		ClientURL:  c.EmbeddedEtcdClientURL,
+		PeerURL:    c.EmbeddedEtcdPeerURL,
+		LogFile:    filepath.Join(c.DataDir, "etcd.log"),
+		QuotaBytes: c.EtcdQuota,
+		// The server compacts itself (lease.Store.RunCompactor), never
+		// past what an audit trail has not recorded.
+		CompactionRetention: lease.CompactionOff,
+	}
+}
+
+// StoreConfig is how the server reaches its etcd — endpoints, client TLS,
+// prefix and quota — for New and for `authzd store` alike, so that how
+// the store is reached (and with which credentials) is decided in one
+// place: an external cluster's EtcdEndpoints and EtcdCA/Cert/Key; or the
+// embedded member's, member's own endpoints when this process runs it,
+// else those it recorded in its directory (lease.EndpointsFile) for the
+// server that runs it.
+func (c Config) StoreConfig(member *lease.Embedded) (lease.Config, error) {
+	c = c.withDefaults()
+	sc := lease.Config{Endpoints: c.EtcdEndpoints, Prefix: c.EtcdPrefix, Logger: c.Logger, Quota: c.EtcdQuota}
+	switch {
+	case member != nil:
+		sc.Endpoints, sc.Quota = member.Endpoints(), member.Quota()
+	case len(c.EtcdEndpoints) == 0:
+		u, err := lease.RecordedClientURL(c.EtcdDir())
+		if err != nil {
+			return lease.Config{}, fmt.Errorf("%w (is --data-dir %s an authzd data directory?)", err, c.DataDir)
+		}
+		sc.Endpoints, sc.Quota = []string{u}, cmp.Or(c.EtcdQuota, lease.DefaultQuotaBytes)
+	}
+	if c.EtcdCA != "" || c.EtcdCert != "" {
+		info := transport.TLSInfo{TrustedCAFile: c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey}
+		var err error
+		if sc.TLS, err = info.ClientConfig(); err != nil {
+			return lease.Config{}, fmt.Errorf("etcd TLS: %w", err)
+		}
+	}
+	return sc, nil
 }
 
 // decisionLogLabels are the key=value DecisionLogLabels as a map.

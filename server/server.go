@@ -24,7 +24,6 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwk"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -50,6 +49,7 @@ type Server struct {
 	policies *policy.Manager
 	issuer   *authz.TokenIssuer // nil without a signing key: no admission
 	trail    *audit.Trail       // nil without a signing key or with AuditDir off
+	follower *authz.Follower    // keeps trail; nil without it
 	useCases *authz.UseCases
 	// decisions exports decision logs; nil without DecisionLogURL.
 	decisions *decisionlog.Exporter
@@ -162,23 +162,25 @@ func (s *Server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	} else {
 		s.log.Warn("no --signing-key: admission is disabled, and no audit trail is kept")
 	}
-	var rec authz.Recorder
+	var rec policy.Recorder
 	if s.trail != nil {
-		rec = s.trail
+		s.follower = authz.NewFollower(authz.FollowerConfig{Store: s.store, Trail: trailWriter{s.trail}, Replica: s.trail.Replica(),
+			Arguments: authz.TrailArguments(cfg.AuditArguments), MaxLag: cfg.AuditMaxLag, Logger: s.log})
+		rec = authz.StorePolicyRecorder(s.store, s.trail.Replica())
 	}
-	// The policies load once the trail is open: it records the set put in
-	// force, which the audit checks each decision against.
+	// The policies load once the trail is open: the set put in force is
+	// written to the store, where the trail records it, and the audit
+	// checks each decision against it.
 	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
 	if s.policies, err = policy.NewManager(ctx, src, policy.ManagerConfig{Logger: s.log, Trail: rec}); err != nil {
 		return err
 	}
 	s.log.Info("policies loaded", "source", src.String(), "digest", s.policies.Status().Digest)
-	trailArgs, _ := authz.ParseTrailArguments(cfg.AuditArguments) // Validate checked it
 	ucCfg := authz.Config{
 		Store: s.store, Decider: s.policies, TTL: cfg.FormationTTL, Retention: cfg.FormationRetention, Logger: s.log,
-		TrailArguments: trailArgs, Issuer: s.issuer, Manifests: verifier,
+		Issuer: s.issuer, Manifests: verifier,
 		Certificates: certificates, ReportGrace: cfg.ReportGrace, GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
-		Trail: rec, Operators: operators,
+		Trail: s.follower, Operators: operators,
 	}
 	if cfg.DecisionLogURL != "" {
 		if s.decisions, err = s.decisionLog(); err != nil {
@@ -230,16 +232,9 @@ func (s *Server) openStore(ctx context.Context) error {
 		s.store = cfg.Store
 		return nil
 	}
-	endpoints, quota := cfg.EtcdEndpoints, cfg.EtcdQuota
-	if len(endpoints) == 0 {
-		dir, logFile := filepath.Join(cfg.DataDir, "etcd"), filepath.Join(cfg.DataDir, "etcd.log")
-		member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
-			Dir:        dir,
-			ClientURL:  cfg.EmbeddedEtcdClientURL,
-			PeerURL:    cfg.EmbeddedEtcdPeerURL,
-			LogFile:    logFile,
-			QuotaBytes: cfg.EtcdQuota,
-		})
+	if len(cfg.EtcdEndpoints) == 0 {
+		ec := cfg.EmbedConfig()
+		member, err := lease.StartEmbedded(ctx, ec)
 		if err != nil {
 			if strings.Contains(err.Error(), "address already in use") {
 				return fmt.Errorf("%w: another etcd or authzd listens there; give --embedded-etcd-client-url and --embedded-etcd-peer-url free loopback ports, or leave them unset to pick free ones", err)
@@ -247,30 +242,24 @@ func (s *Server) openStore(ctx context.Context) error {
 			return err
 		}
 		s.member = member
-		endpoints = member.Endpoints()
-		quota = member.Quota()
-		s.log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints, "log", logFile,
-			"quota", quota, "autoCompaction", "periodic "+lease.DefaultCompactionRetention)
+		s.log.Info("embedded etcd started", "dir", ec.Dir, "endpoints", member.Endpoints(), "log", ec.LogFile,
+			"quota", member.Quota(), "compaction", "authzd's, keeping "+lease.DefaultCompactionRetention+" and what a trail has not recorded")
 	}
-	var etcdTLS *tls.Config
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		info := transport.TLSInfo{TrustedCAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey}
-		var err error
-		if etcdTLS, err = info.ClientConfig(); err != nil {
-			return fmt.Errorf("etcd TLS: %w", err)
-		}
+	sc, err := cfg.StoreConfig(s.member)
+	if err != nil {
+		return err
 	}
 	// The store lives until Close, not until ctx ends (etcd's client
 	// cancels with it whatever has no context of its own): requests still
 	// in flight during the graceful shutdown use it.
-	store, err := lease.Open(context.WithoutCancel(ctx), lease.Config{Endpoints: endpoints, Prefix: cfg.EtcdPrefix, Logger: s.log, TLS: etcdTLS, Quota: quota})
+	store, err := lease.Open(context.WithoutCancel(ctx), sc)
 	if err != nil {
 		return err
 	}
 	if s.member == nil {
 		// Opening does not wait for etcd; say where it is looked for, so
 		// that the failures logged while it does not answer can be read.
-		s.log.Info("external etcd", "endpoints", endpoints, "tls", etcdTLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, DefaultEtcdPrefix))
+		s.log.Info("external etcd", "endpoints", sc.Endpoints, "tls", sc.TLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, DefaultEtcdPrefix))
 	}
 	s.store, s.ownStore = store, true
 	return nil
@@ -365,6 +354,31 @@ func (s *Server) run(ctx context.Context) error {
 	if s.trail != nil {
 		g.Go(func() error {
 			s.trail.Run(loops) // signs the head of what came since the last checkpoint
+			return nil
+		})
+		g.Go(func() error {
+			// The trail follows the store's history (docs/audit.md).
+			return s.follower.Run(loops)
+		})
+	}
+	if s.member != nil {
+		// A member that fails takes every request with it: say why, here
+		// and not only in etcd's own log, and exit non-zero.
+		g.Go(func() error {
+			select {
+			case <-gctx.Done():
+				return nil
+			case err := <-s.member.Failed():
+				s.log.Error("embedded etcd failed; authzd stops", "err", err, "dir", s.cfg.EtcdDir(), "etcdLog", s.cfg.EmbedConfig().LogFile)
+				return err
+			}
+		})
+	}
+	if s.member != nil {
+		// The embedded member's history older than an hour goes, never
+		// what an audit trail has not recorded yet (lease/compact.go).
+		g.Go(func() error {
+			s.store.RunCompactor(loops, lease.CompactorConfig{})
 			return nil
 		})
 	}
@@ -500,6 +514,17 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
+// trailWriter is the audit trail as the follower writes it.
+type trailWriter struct{ *audit.Trail }
+
+func (w trailWriter) Append(ctx context.Context, evs []authz.TrailEvent) error {
+	entries := make([]audit.Entry, len(evs))
+	for i, e := range evs {
+		entries[i] = audit.Entry{Kind: e.Kind, Revision: e.Revision, Time: e.Time, Data: e.Data}
+	}
+	return w.Trail.Append(ctx, entries)
+}
+
 // openTrail opens this replica's audit trail, signed with key, unless
 // AuditDir is off.
 func openTrail(cfg *Config, key jwk.Key, log *slog.Logger) (*audit.Trail, error) {
@@ -576,6 +601,10 @@ func (s *Server) Issuer() *authz.TokenIssuer { return s.issuer }
 // Trail is this replica's audit trail; nil without a signing key or with
 // AuditDir off.
 func (s *Server) Trail() *audit.Trail { return s.trail }
+
+// Follower keeps the trail, following the store's history; nil without
+// a trail.
+func (s *Server) Follower() *authz.Follower { return s.follower }
 
 // Handler is the HTTP handler the server serves.
 func (s *Server) Handler() http.Handler { return s.http.Handler }

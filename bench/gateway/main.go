@@ -385,20 +385,18 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 			failed = append(failed, fmt.Sprintf("design %s: %v", d, err))
 		}
 	}
-	// AT's authzd recorded each formation formed through it, and three
-	// events a call (admission, claim, outcome).
+	// The trail follows the store, which every design's authzd shares:
+	// it holds at least AT's formations and three events a call of AT's
+	// (admission, claim, outcome), and the other designs' besides.
 	var wantEvents uint64
 	for _, r := range results {
 		n := uint64(len(r.phases[designAT].lat) + opts.WarmupOps(r.c))
 		wantEvents += n + 3*n
 	}
-	// Counted from the head at start: the server records the policy set
-	// it put in force before the first call.
 	events, _ := b.s.trail.Head()
-	events -= b.s.trailStart
-	fmt.Fprintf(out, "# audit trail of AT's authzd: %d events (want %d)\n", events, wantEvents)
-	if events != wantEvents {
-		failed = append(failed, fmt.Sprintf("the audit trail holds %d events, want %d", events, wantEvents))
+	fmt.Fprintf(out, "# audit trail of AT's authzd: %d events (want at least %d)\n", events, wantEvents)
+	if events < wantEvents {
+		failed = append(failed, fmt.Sprintf("the audit trail holds %d events, want at least %d", events, wantEvents))
 	}
 	switch {
 	case rerr != nil:

@@ -60,7 +60,6 @@ type stack struct {
 	urlTrail, guardedTrail string
 	repTrail               *fencecheck.Reporter
 	trail                  *audit.Trail
-	trailStart             uint64 // the trail's head once the stack started
 	// guarded, offline and bare are the base URLs of the fixture behind
 	// fencecheck online (claims), behind fencecheck offline, and without
 	// it.
@@ -156,7 +155,6 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		return nil, err
 	}
 	s.urlTrail, s.trail = srvAT.URL(), srvAT.Trail()
-	s.trailStart, _ = s.trail.Head()
 	if err := json.Unmarshal([]byte(benchArgs), &s.args); err != nil {
 		return nil, err
 	}

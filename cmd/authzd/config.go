@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,6 +115,10 @@ type Config struct {
 	// AuditArguments is what the trail keeps of a call's arguments beside
 	// their digest: none, redacted, digested or all (authz.TrailArguments).
 	AuditArguments string `json:"auditArguments"`
+	// AuditMaxLag bounds how long a committed change may wait unrecorded
+	// by this replica's trail before admissions and claims are refused;
+	// zero means authz.DefaultMaxTrailLag (5s).
+	AuditMaxLag Duration `json:"auditMaxLag"`
 	// TokenLifetime is how long a dispatch token is valid.
 	TokenLifetime Duration `json:"tokenLifetime"`
 	// ReportGrace is how long after an admission its token may be issued
@@ -318,6 +323,7 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.StringVar(&cfg.SigningAlg, "signing-alg", "EdDSA", "algorithm of the key --dev generates: EdDSA or ES256")
 	fs.StringVar(&cfg.Issuer, "issuer", server.DefaultIssuer, "iss claim of dispatch tokens")
 	fs.StringVar(&cfg.AuditDir, "audit-dir", "", "audit trail directory (default: DATA-DIR/audit; off: none); checkpoints are signed with --signing-key")
+	fs.TextVar(&cfg.AuditMaxLag, "audit-max-lag", Duration(server.DefaultAuditMaxLag), "how long a change committed to the store may wait unrecorded by this replica's audit trail before admissions and claims are refused (audit-trail-behind)")
 	fs.StringVar(&cfg.AuditArguments, "audit-arguments", server.DefaultAuditArguments, "what the audit trail keeps of a call's arguments beside their digest: none, redacted or digested (sensitive members — writeOnly in the input schema, or named like a secret — replaced by [redacted] or their digest), or all")
 	fs.StringVar(&cfg.Replica, "replica", "", "this replica's name in the audit trail, stable across restarts and distinct between replicas (default: the host name)")
 	fs.TextVar(&cfg.TokenLifetime, "token-lifetime", Duration(server.DefaultTokenLifetime), "dispatch token lifetime")
@@ -345,12 +351,66 @@ func (fl *serveFlags) parse(args []string) error {
 	if err := cli.Parse(fl.fs, args); err != nil {
 		return err
 	}
+	fl.parsed()
+	return nil
+}
+
+// parsed sets the fields a flag fills only once the command line is read.
+func (fl *serveFlags) parsed() {
 	fl.fs.Visit(func(f *flag.Flag) {
 		if f.Name == "etcd-endpoints" {
 			fl.cfg.EtcdEndpoints = splitList(fl.endpoints)
 		}
 	})
-	return nil
+}
+
+// parseConnectionFlags parses the command line of a command that reaches
+// the store as serve does (`authzd store ...`): serve's flags and --config
+// file, with the same precedence, and at most one positional argument,
+// which it returns ("" when none). more registers the command's own
+// flags. Only the store's settings matter to such a command; the others
+// are accepted, so that the one configuration file serves both.
+func parseConnectionFlags(name string, args []string, more func(*flag.FlagSet)) (Config, string, error) {
+	var cfg Config
+	fl := bindServeFlags(&cfg)
+	fl.fs.Init(name, flag.ContinueOnError)
+	if more != nil {
+		more(fl.fs)
+	}
+	parse := func() (string, error) {
+		for _, l := range fl.lists {
+			l.given = false
+		}
+		pos, err := parseInterspersed(fl.fs, args)
+		if err != nil {
+			return "", err
+		}
+		fl.parsed()
+		return pos, nil
+	}
+	pos, err := parse()
+	if err != nil || fl.configFile == "" {
+		return cfg, pos, err
+	}
+	if err := cfg.decodeFile(fl.configFile, fl.paths); err != nil {
+		return Config{}, "", err
+	}
+	pos, err = parse()
+	return cfg, pos, err
+}
+
+// etcdDir is the embedded member's data directory (server.Config.EtcdDir).
+func (c *Config) etcdDir() string { return c.server(nil, nil).EtcdDir() }
+
+// embedConfig is the embedded member of DataDir: what serve starts, and
+// what a store command starts when no authzd runs on the directory
+// (server.Config.EmbedConfig).
+func (c *Config) embedConfig() lease.EmbedConfig { return c.server(nil, nil).EmbedConfig() }
+
+// storeConfig is how authzd reaches its etcd, for serve and for the store
+// commands alike (server.Config.StoreConfig, the one place it is decided).
+func (c *Config) storeConfig(member *lease.Embedded, log *slog.Logger) (lease.Config, error) {
+	return c.server(log, nil).StoreConfig(member)
 }
 
 // decodeFile decodes the configuration file over c: the keys it has

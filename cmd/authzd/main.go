@@ -14,6 +14,7 @@
 //	authzd lease sign-resolution --key FILE --outcome effect|no_effect --reason TEXT [--operator ID] LEASE
 //	authzd audit verify [--jwks FILE|URL] [--operator-keys FILE] [--json] [DIR]
 //	authzd audit formation ID [DIR]
+//	authzd store status | snapshot save FILE | snapshot restore FILE | compact [REV] | defrag | alarm list | alarm disarm
 //	authzd gateway config nginx|caddy|envoy|traefik [flags]
 //	authzd gateway user --users FILE NAME
 //
@@ -74,6 +75,12 @@ const usage = `usage:
                                             resolution; exit 1 naming each problem
   authzd audit formation ID [DIR]           print what the trail holds of one formation (also
                                             once etcd collected it), as JSON lines
+  authzd store status | snapshot save FILE | snapshot restore [--force] FILE | compact [REV] | defrag |
+               alarm list | alarm disarm [--force]
+                                            maintain the store without etcdctl, connecting as
+                                            serve does (--data-dir, --etcd-endpoints, TLS flags
+                                            or --config); restore needs authzd stopped
+                                            (docs/operations.md)
   authzd init [--pool POOL ...] [--listen ADDR] DIR
                                             write a production-shaped setup: keys, credentials
                                             (two approvers, per-pool backends), secrets/ID and
@@ -154,6 +161,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return fmt.Errorf("%w: lease needs resolve or sign-resolution", cli.ErrUsage)
 		}
 		return leaseCommand(ctx, args[1], args[2:], stdout)
+	case "store":
+		return storeCommand(ctx, args[1:], stdout, stderr)
 	case "gateway":
 		return gatewayCommand(args[1:], os.Getenv, stdin, stdout, stderr)
 	case "credential":

@@ -129,7 +129,7 @@ func (c *Config) server(log *slog.Logger, reload <-chan os.Signal) server.Config
 		FormationTTL: time.Duration(c.FormationTTL), FormationRetention: time.Duration(c.FormationRetention),
 		ReportGrace: time.Duration(c.ReportGrace), GatewayCaller: c.GatewayCaller,
 		SigningKey: c.SigningKey, Issuer: c.Issuer, TokenLifetime: time.Duration(c.TokenLifetime),
-		AuditDir: c.AuditDir, Replica: c.Replica, AuditArguments: c.AuditArguments,
+		AuditDir: c.AuditDir, Replica: c.Replica, AuditArguments: c.AuditArguments, AuditMaxLag: time.Duration(c.AuditMaxLag),
 		DecisionLogURL: c.DecisionLogURL, DecisionLogResource: c.DecisionLogResource,
 		DecisionLogCredentialFile: c.DecisionLogCredentialFile, DecisionLogMask: mask,
 		DecisionLogLabels: c.DecisionLogLabels, DecisionLogBuffer: c.DecisionLogBuffer, DecisionLogUploadLimit: c.DecisionLogUploadLimit,

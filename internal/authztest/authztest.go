@@ -3,6 +3,9 @@
 package authztest
 
 import (
+	"context"
+
+	"github.com/fcd-authz/fcd/audit"
 	"testing"
 
 	"github.com/fcd-authz/fcd/authz"
@@ -26,4 +29,16 @@ func Registry(t testing.TB, cfg authz.RegistryConfig) *authz.Registry {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TrailWriter is an *audit.Trail as an authz.Follower writes it.
+type TrailWriter struct{ *audit.Trail }
+
+// Append appends evs to the trail.
+func (w TrailWriter) Append(ctx context.Context, evs []authz.TrailEvent) error {
+	entries := make([]audit.Entry, len(evs))
+	for i, e := range evs {
+		entries[i] = audit.Entry{Kind: e.Kind, Revision: e.Revision, Time: e.Time, Data: e.Data}
+	}
+	return w.Trail.Append(ctx, entries)
 }

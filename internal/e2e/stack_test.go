@@ -241,6 +241,19 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		AuditDir: trailRoot, Replica: "e2e", Logger: log,
 	})
 	s.URL = srv.URL()
+	// Before the server closes it, the trail (which follows the store's
+	// history, docs/audit.md) catches up with every commit of the run.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rev, err := srv.Store().Revision(ctx)
+		if err == nil {
+			err = srv.Follower().WaitRecorded(ctx, rev)
+		}
+		if err != nil {
+			t.Errorf("the audit trail did not catch up with the store: %v", err)
+		}
+	})
 
 	// v1.3 first, then v1.4: both ACTIVE, snapshots take v1.4.
 	for _, name := range []string{"v1.3", "v1.4"} {

@@ -1,0 +1,279 @@
+package authz_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fcd-authz/fcd/audit"
+	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/lease"
+	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/record"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+)
+
+// verifyRoot verifies the trails under root against key's public half and
+// fails t with the report unless every check holds.
+func verifyRoot(t *testing.T, root string, ae *admitEnv) *audit.Report {
+	t.Helper()
+	keys, err := manifest.PublicSet(ae.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := audit.Verify(root, keys)
+	if err != nil || !r.OK {
+		t.Fatalf("verify: %v\n%s", err, r.Summary())
+	}
+	return r
+}
+
+// eventsOf returns the kinds of the events about lease (or formation).
+func eventsOf(events []audit.Event, id string) []string {
+	var kinds []string
+	for _, ev := range events {
+		if strings.Contains(string(ev.Data), `"`+id+`"`) {
+			kinds = append(kinds, ev.Kind)
+		}
+	}
+	return kinds
+}
+
+// TestFollowerRecordsCommitsNoRequestAnswered: a replica that commits an
+// admission, a claim and an outcome and dies before it answers (or whose
+// answers are lost) records nothing on the request path — here the
+// store's own calls, with no use case after them. The trail follows the
+// store, so every one of those commits is in it, once, in revision order,
+// and the trail verifies clean.
+func TestFollowerRecordsCommitsNoRequestAnswered(t *testing.T) {
+	ae, tr, root := newTrailEnv(t)
+	ctx := testCtx(t)
+	f := ae.ready(t, "lost", "github/get_repository", `{"owner":"o","repo":"lost"}`, nil)
+	rec, rev, err := ae.store.GetFormationRevision(ctx, f.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lid, err := lease.NewLeaseID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &record.Lease{ID: lid, Formation: rec.ID, Session: rec.Session, Tool: rec.Tool, ArgumentDigest: rec.ArgumentDigest,
+		Target: rec.Source, AdmittedAt: time.Now().UTC()}
+	if err := ae.store.Admit(ctx, lease.AdmitRequest{Formation: rec, FormationRev: rev, Lease: l}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ae.store.ClaimLease(ctx, lease.ClaimRequest{Lease: lid, Epoch: l.Target.Epoch, Revision: l.Revision, Claim: "cl_lost"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ae.store.CloseLease(ctx, lease.CloseRequest{Lease: lid, Outcome: record.OutcomeEffect, Claim: "cl_lost", Keep: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "test"))
+	got := eventsOf(events, lid)
+	want := []string{authz.EventAdmission, authz.EventClaim, authz.EventOutcome}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events of lease %s: %v, want %v", lid, got, want)
+	}
+	var last int64
+	for _, ev := range events {
+		if ev.Revision < last {
+			t.Errorf("event %d (%s) at revision %d after revision %d", ev.Seq, ev.Kind, ev.Revision, last)
+		}
+		last = ev.Revision
+	}
+	for _, ev := range events {
+		if ev.Kind == authz.EventAdmission && strings.Contains(string(ev.Data), lid) && ev.Revision != l.Revision {
+			t.Errorf("admission recorded at revision %d, committed at %d", ev.Revision, l.Revision)
+		}
+	}
+	verifyRoot(t, root, ae)
+}
+
+// failingDisk fails every write while full is set: with ENOSPC, after
+// writing half of what it was given when short is set too.
+type failingDisk struct {
+	full, short atomic.Bool
+	failed      atomic.Int64
+}
+
+func (d *failingDisk) wrap(f *os.File) io.Writer { return diskWriter{d, f} }
+
+type diskWriter struct {
+	d *failingDisk
+	f *os.File
+}
+
+func (w diskWriter) Write(b []byte) (int, error) {
+	if !w.d.full.Load() {
+		return w.f.Write(b)
+	}
+	w.d.failed.Add(1)
+	if w.d.short.Load() && len(b) > 1 {
+		n, _ := w.f.Write(b[:len(b)/2])
+		return n, syscall.ENOSPC
+	}
+	return 0, syscall.ENOSPC
+}
+
+// TestFollowerFailsClosedOnAFullDisk: while the trail cannot be written
+// (ENOSPC, with and without a short write), the replica is not ready for
+// the trail, and admissions and claims are refused with ErrTrailBehind —
+// no effect runs unrecorded. Formations still commit meanwhile; once the
+// disk has space, the trail catches up from the store's history with
+// nothing missing, no half-written line, and verifies clean.
+func TestFollowerFailsClosedOnAFullDisk(t *testing.T) {
+	for _, short := range []bool{false, true} {
+		t.Run(fmt.Sprintf("short=%v", short), func(t *testing.T) {
+			e := newEnv(t, nil, nil)
+			key, iss := newIssuer(t, e.store, jwa.EdDSA)
+			root := t.TempDir()
+			disk := &failingDisk{}
+			disk.short.Store(short)
+			tr, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: key, Writer: disk.wrap, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ft := followTrail(t, e.store, tr, authz.TrailArgumentsNone)
+			e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: ft.f})
+			ae := &admitEnv{env: e, key: key, iss: iss}
+			ctx := testCtx(t)
+
+			// A call admitted while the disk has space, claimed after it filled.
+			_, before := ae.admitRead(t, "before")
+			claim := ae.claimRequest(t, before, "cl_before")
+			disk.full.Store(true)
+			during := ae.ready(t, "during", "github/get_repository", `{"owner":"o","repo":"during"}`, nil)
+			waitFor(t, func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
+			if _, err := e.forms.Admissions.Admit(ctx, during.ID); !errors.Is(err, authz.ErrTrailBehind) {
+				t.Fatalf("admission while the trail cannot write: %v, want ErrTrailBehind", err)
+			}
+			if _, err := e.forms.Leases.Claim(ctx, claim); !errors.Is(err, authz.ErrTrailBehind) {
+				t.Fatalf("claim while the trail cannot write: %v, want ErrTrailBehind", err)
+			}
+			if st, _, err := ae.leaseState(t, before.Lease); err != nil || st != record.LeaseAdmitted {
+				t.Fatalf("the refused claim changed the lease: %s %v", st, err)
+			}
+			if disk.failed.Load() == 0 {
+				t.Fatal("the trail never tried to write")
+			}
+
+			disk.full.Store(false)
+			waitFor(t, func() bool { return e.forms.TrailReady() == nil })
+			a, err := e.forms.Admissions.Admit(ctx, during.ID)
+			if err != nil {
+				t.Fatalf("admission once the trail writes again: %v", err)
+			}
+			if _, err := e.forms.Leases.Claim(ctx, claim); err != nil {
+				t.Fatalf("claim once the trail writes again: %v", err)
+			}
+			if err := ft.Close(); err != nil {
+				t.Fatal(err)
+			}
+			events := readEvents(t, filepath.Join(root, "test"))
+			if got := eventsOf(events, during.ID); len(got) == 0 || got[0] != authz.EventFormation {
+				t.Errorf("the formation made while the disk was full: events %v", got)
+			}
+			if got := eventsOf(events, a.Lease); fmt.Sprint(got) != fmt.Sprint([]string{authz.EventAdmission}) {
+				t.Errorf("the admission after: events %v", got)
+			}
+			if got := eventsOf(events, "cl_before"); fmt.Sprint(got) != fmt.Sprint([]string{authz.EventClaim}) {
+				t.Errorf("the claim after: events %v", got)
+			}
+			verifyRoot(t, root, ae)
+		})
+	}
+}
+
+// TestFollowerResumesWhereItsTrailEnds: a trail reopened after its
+// follower stopped continues from its last revision, recording what the
+// store committed meanwhile once, and none of what it holds again.
+func TestFollowerResumesWhereItsTrailEnds(t *testing.T) {
+	ae, tr, root := newTrailEnv(t)
+	ae.admitRead(t, "first")
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f2, a2 := ae.admitRead(t, "second") // no follower runs
+	tr2, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: ae.key, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := followTrail(t, ae.store, tr2, authz.TrailArgumentsNone).Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "test"))
+	seen := map[string]int{}
+	for _, ev := range events {
+		seen[fmt.Sprint(ev.Revision, ev.Kind, string(ev.Data))]++
+	}
+	for k, n := range seen {
+		if n > 1 {
+			t.Errorf("recorded %d times: %s", n, k)
+		}
+	}
+	if got := eventsOf(events, f2.ID); len(got) < 2 || got[0] != authz.EventFormation {
+		t.Errorf("the call formed while no follower ran: %v", got)
+	}
+	if got := eventsOf(events, a2.Lease); fmt.Sprint(got) != fmt.Sprint([]string{authz.EventAdmission}) {
+		t.Errorf("its admission: %v", got)
+	}
+	verifyRoot(t, root, ae)
+	var d map[string]any
+	for _, ev := range events {
+		if ev.Kind == authz.EventAdmission && json.Unmarshal(ev.Data, &d) == nil && d["lease"] == a2.Lease && d["admittedAt"] == nil {
+			t.Errorf("admission event without its time: %s", ev.Data)
+		}
+	}
+}
+
+// TestFollowerRecordsReadmissions: a retried admission of an admitted
+// formation issues the same lease's token again only after the store
+// recorded it, so the trail holds it; the lease closed, no token is issued
+// again.
+func TestFollowerRecordsReadmissions(t *testing.T) {
+	ae, tr, root := newTrailEnv(t)
+	ctx := testCtx(t)
+	f, a := ae.admitRead(t, "again")
+	b, err := ae.forms.Admissions.Admit(ctx, f.ID)
+	if err != nil || b.Lease != a.Lease {
+		t.Fatalf("re-admission: %+v, %v; want lease %s", b, err, a.Lease)
+	}
+	if _, err := ae.forms.Leases.Complete(ctx, authz.CompleteRequest{Lease: a.Lease, Outcome: record.OutcomeRejected}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ae.forms.Admissions.Admit(ctx, f.ID); err == nil {
+		t.Fatal("a closed lease's token issued again")
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "test"))
+	want := []string{authz.EventAdmission, authz.EventReadmission, authz.EventOutcome}
+	if got := eventsOf(events, a.Lease); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events of lease %s: %v, want %v", a.Lease, got, want)
+	}
+	verifyRoot(t, root, ae)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

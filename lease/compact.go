@@ -1,0 +1,141 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The audit trail is made from etcd's revision history (follow.go), so a
+// compaction must not remove revisions a replica's trail has not recorded
+// yet. Each replica's follower keeps a cursor in the store — the last
+// revision its trail holds every event of — and Compact never compacts
+// past the oldest cursor that is still kept fresh. The embedded member's
+// own periodic auto-compaction is off: fcd compacts (RunCompactor), through
+// Compact, so there is no path around the guard.
+
+// DefaultCursorTTL is how long a trail's cursor holds compaction back
+// after its replica last wrote it: a replica stopped for longer no longer
+// does (its trail records a gap when it comes back; audit verify names
+// it), so that a replica removed for good does not pin the history.
+const DefaultCursorTTL = 24 * time.Hour
+
+// trailCursor is the value of a replica's trail-cursors/ key.
+type trailCursor struct {
+	Revision int64     `json:"revision"`
+	At       time.Time `json:"at"`
+}
+
+// SetTrailCursor records that replica's trail holds every event up to rev:
+// compaction is held back to it (Compact). It returns the revision of the
+// write itself.
+func (s *Store) SetTrailCursor(ctx context.Context, replica string, rev int64) (int64, error) {
+	b, _ := json.Marshal(trailCursor{Revision: rev, At: s.now().UTC()})
+	octx, cancel := s.writeOp(ctx)
+	defer cancel()
+	resp, err := s.cli.Put(octx, s.k.trailCursor(replica), string(b))
+	if err != nil {
+		return 0, s.wrap(ctx, "set trail cursor", err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// TrailFloor returns the oldest revision a trail still needs: the lowest
+// cursor written within ttl (zero: DefaultCursorTTL) plus one, and false
+// when no fresh cursor exists (no trail holds compaction back).
+func (s *Store) TrailFloor(ctx context.Context, ttl time.Duration) (int64, bool, error) {
+	if ttl <= 0 {
+		ttl = DefaultCursorTTL
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.trailCursors(), clientv3.WithPrefix())
+	if err != nil {
+		return 0, false, s.wrap(ctx, "trail cursors", err)
+	}
+	var floor int64
+	found := false
+	cutoff := s.now().Add(-ttl)
+	for _, kv := range resp.Kvs {
+		var c trailCursor
+		if json.Unmarshal(kv.Value, &c) != nil || c.At.Before(cutoff) {
+			continue
+		}
+		if !found || c.Revision+1 < floor {
+			floor, found = c.Revision+1, true
+		}
+	}
+	return floor, found, nil
+}
+
+// CompactorConfig configures RunCompactor.
+type CompactorConfig struct {
+	// Retention is how much history is kept at least; zero means one hour.
+	Retention time.Duration
+	// Interval is how often the compactor runs; zero means five minutes.
+	Interval time.Duration
+	// CursorTTL is TrailFloor's ttl; zero means DefaultCursorTTL.
+	CursorTTL time.Duration
+}
+
+// RunCompactor compacts the store's history older than cfg.Retention every
+// cfg.Interval, as etcd's periodic auto-compaction does, but through
+// Compact, so never past a trail's cursor. It runs until ctx ends; every
+// replica may run one (compacting twice to one revision is a no-op).
+func (s *Store) RunCompactor(ctx context.Context, cfg CompactorConfig) {
+	retention, interval := cfg.Retention, cfg.Interval
+	if retention <= 0 {
+		retention = time.Hour
+	}
+	if interval <= 0 {
+		interval = 5 * time.Minute
+	}
+	type sample struct {
+		at  time.Time
+		rev int64
+	}
+	var samples []sample
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if rev, err := s.Revision(ctx); err == nil {
+			samples = append(samples, sample{s.now(), rev})
+		}
+		// The newest sample older than the retention is where to compact.
+		var target int64
+		cutoff := s.now().Add(-retention)
+		for len(samples) > 0 && !samples[0].at.After(cutoff) {
+			target = samples[0].rev
+			samples = samples[1:]
+		}
+		if target > 0 {
+			if _, err := s.compactGuarded(ctx, target, cfg.CursorTTL); err != nil && ctx.Err() == nil {
+				s.log.Warn("periodic compaction failed", "revision", target, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// holdBack returns rev held back to the trails' floor (TrailFloor), and
+// whether it was.
+func (s *Store) holdBack(ctx context.Context, rev int64, ttl time.Duration) (int64, bool, error) {
+	floor, ok, err := s.TrailFloor(ctx, ttl)
+	if err != nil {
+		return 0, false, fmt.Errorf("lease: compact: %w", err)
+	}
+	if ok && rev > floor {
+		return floor, true, nil
+	}
+	return rev, false, nil
+}
+
+func (k keys) trailCursors() string              { return k.p + "trail-cursors/" }
+func (k keys) trailCursor(replica string) string { return k.trailCursors() + replica }
