@@ -235,14 +235,18 @@ func (f *Follower) written(rev int64, err error) {
 	}
 }
 
-func (f *Follower) progress(rev int64) {
+func (f *Follower) progress(rev int64, synced bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.head = max(f.head, rev)
-	// A progress report follows the events before it: the follower has
-	// applied them all.
-	f.recorded = max(f.recorded, rev)
-	f.since = f.now()
+	if synced {
+		// A progress notification follows the events before it: the
+		// follower has applied them all.
+		f.recorded = max(f.recorded, rev)
+	}
+	if f.recorded >= f.head {
+		f.since = f.now()
+	}
 }
 
 // Ready reports whether the trail keeps up with the store: nil, or an
