@@ -26,7 +26,6 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwk"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -268,15 +267,16 @@ func (s *server) decisionLog() (*decisionlog.Exporter, error) {
 // names an external cluster, and opens the store on it.
 func (s *server) openStore(ctx context.Context) error {
 	cfg := &s.cfg
-	endpoints, quota := cfg.EtcdEndpoints, cfg.EtcdQuota
-	if len(endpoints) == 0 {
-		dir, logFile := filepath.Join(cfg.DataDir, "etcd"), filepath.Join(cfg.DataDir, "etcd.log")
+	quota := cfg.EtcdQuota
+	if len(cfg.EtcdEndpoints) == 0 {
+		dir, logFile := cfg.embeddedEtcdDir(), filepath.Join(cfg.DataDir, "etcd.log")
 		member, err := lease.StartEmbedded(ctx, lease.EmbedConfig{
 			Dir:        dir,
 			ClientURL:  cfg.EmbeddedEtcdClientURL,
 			PeerURL:    cfg.EmbeddedEtcdPeerURL,
 			LogFile:    logFile,
 			QuotaBytes: cfg.EtcdQuota,
+			Logger:     s.log,
 		})
 		if err != nil {
 			if strings.Contains(err.Error(), "address already in use") {
@@ -285,19 +285,17 @@ func (s *server) openStore(ctx context.Context) error {
 			return err
 		}
 		s.member = member
-		endpoints = member.Endpoints()
 		quota = member.Quota()
-		s.log.Info("embedded etcd started", "dir", dir, "endpoints", endpoints, "log", logFile,
-			"quota", quota, "autoCompaction", "periodic "+lease.DefaultCompactionRetention)
+		s.log.Info("embedded etcd started", "dir", dir, "endpoints", member.Endpoints(), "log", logFile,
+			"quota", quota, "autoCompaction", "periodic "+lease.DefaultCompactionRetention, "credential", member.Access().CertFile)
 	}
-	var etcdTLS *tls.Config
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		info := transport.TLSInfo{TrustedCAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey}
-		var err error
-		if etcdTLS, err = info.ClientConfig(); err != nil {
-			return fmt.Errorf("etcd TLS: %w", err)
-		}
+	// The embedded member's credential is read back from its directory,
+	// as every other client of the member reads it.
+	acc, err := cfg.storeAccess()
+	if err != nil {
+		return err
 	}
+	endpoints, etcdTLS := acc.Endpoints, acc.TLS
 	// The store lives until Close, not until ctx ends (etcd's client
 	// cancels with it whatever has no context of its own): requests still
 	// in flight during the graceful shutdown use it.
