@@ -64,8 +64,11 @@ type server struct {
 	log    *slog.Logger
 	stderr io.Writer
 
-	member   *lease.Embedded // nil with an external cluster
-	store    *lease.Store
+	member *lease.Embedded // nil with an external cluster
+	store  *lease.Store
+	// access watches an external cluster's access control for /readyz;
+	// nil with the embedded member, which accepts its own credential only.
+	access   *accessWatch
 	policies *policy.Manager
 	issuer   *authz.TokenIssuer // nil without a signing key: no admission
 	trail    *audit.Trail       // nil without a signing key or with --audit-dir off
@@ -146,6 +149,9 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 	}
 	if s.trail != nil { // a nil *audit.Trail is not a nil AuditTrail
 		apiCfg.Trail = s.trail
+	}
+	if s.access != nil {
+		apiCfg.StoreWarnings = s.access.Warnings
 	}
 	if err := s.listen(apiCfg); err != nil {
 		return nil, err
@@ -307,6 +313,7 @@ func (s *server) openStore(ctx context.Context) error {
 		// Opening does not wait for etcd; say where it is looked for, so
 		// that the failures logged while it does not answer can be read.
 		s.log.Info("external etcd", "endpoints", endpoints, "tls", etcdTLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, "/fcd/"))
+		s.access = &accessWatch{store: store, endpoints: endpoints, log: s.log}
 	}
 	s.store = store
 	return nil
@@ -392,6 +399,12 @@ func (s *server) run(ctx context.Context) error {
 	if s.trail != nil {
 		g.Go(func() error {
 			s.trail.Run(loops) // signs the head of what came since the last checkpoint
+			return nil
+		})
+	}
+	if s.access != nil {
+		g.Go(func() error {
+			s.access.run(loops, accessCheckInterval)
 			return nil
 		})
 	}

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/fcd-authz/fcd/lease"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -31,4 +36,75 @@ func (c *Config) storeAccess() (lease.ClientAccess, error) {
 		}
 	}
 	return acc, nil
+}
+
+// accessCheckInterval is how often an external cluster is asked whether it
+// lets in clients without fcd's credential.
+const accessCheckInterval = time.Minute
+
+// accessWatch keeps what /readyz warns about an external cluster's access
+// control: that it accepts clients without any credential, or that its
+// authentication is off (every certificate of its CA may write fcd's
+// keys). A warning does not make the replica unready: the cluster answers
+// and fcd works as it did; what is at risk is that something else can
+// change what fcd trusts, which an operator must fix in etcd
+// (docs/trust.md). Each change of the finding is logged once.
+type accessWatch struct {
+	store     *lease.Store
+	endpoints []string
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	warnings []string
+	checked  bool
+}
+
+// Warnings returns the warnings of the last check, and whether there was
+// one.
+func (w *accessWatch) Warnings() ([]string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.warnings), w.checked
+}
+
+// run checks now and every interval until ctx ends.
+func (w *accessWatch) run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		w.check(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// check asks the cluster once. A cluster that does not answer keeps the
+// last finding: /readyz already says the store is unavailable.
+func (w *accessWatch) check(ctx context.Context) {
+	e, err := w.store.Exposure(ctx)
+	if err != nil {
+		return
+	}
+	var warnings []string
+	if e.Anonymous {
+		warnings = append(warnings, fmt.Sprintf("etcd %v accepts clients without credentials: any process that reaches it can change formations, approvals and the published signing keys (docs/trust.md)", w.endpoints))
+	}
+	if e.AuthDisabled {
+		warnings = append(warnings, "etcd authentication is off: every client the cluster lets in may write fcd's keys; give fcd a user limited to its prefix and enable authentication (docs/trust.md)")
+	}
+	w.mu.Lock()
+	changed := !w.checked || !slices.Equal(warnings, w.warnings)
+	w.warnings, w.checked = warnings, true
+	w.mu.Unlock()
+	switch {
+	case !changed:
+	case len(warnings) > 0:
+		w.log.Warn("etcd is open to clients without fcd's credential", "endpoints", w.endpoints, "anonymous", e.Anonymous,
+			"authDisabled", e.AuthDisabled, "warnings", warnings)
+	default:
+		w.log.Info("etcd access: client certificates and authentication on", "endpoints", w.endpoints)
+	}
 }
