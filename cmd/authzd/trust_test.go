@@ -169,3 +169,88 @@ func TestServeEmbeddedAcceptsOnlyItself(t *testing.T) {
 		t.Fatalf("the forged key: %v %v", r, err)
 	}
 }
+
+// TestInitExternalCluster: `authzd init --etcd-endpoints ...` with the
+// cluster's CA and its key and the root user's certificate writes fcd's
+// client credential into DIR/etcd (0700, the key 0600; CN fcd), creates
+// the etcd user fcd whose role may read and write /fcd/ alone, turns
+// authentication on, and writes a configuration that `serve --config`
+// accepts unchanged: ready, and no storeAccess warning. Afterwards a
+// client certificate of the same CA that is not fcd's can neither read nor
+// write fcd's keys, and fcd's own cannot write outside its prefix. Without
+// the CA key, init writes a request to have signed instead.
+func TestInitExternalCluster(t *testing.T) {
+	m, files := etcdtest.StartTLS(t)
+	dir := filepath.Join(t.TempDir(), "fcd")
+	var out, errb strings.Builder
+	if code := run(context.Background(), []string{"init", "--listen", "127.0.0.1:0", "--etcd-endpoints", m.Endpoints()[0],
+		"--etcd-ca", files.CA, "--etcd-ca-key", files.CAKey, "--etcd-admin-cert", files.RootCert, "--etcd-admin-key", files.RootKey,
+		"--etcd-enable-auth", dir}, nil, &out, &errb); code != 0 {
+		t.Fatalf("init: exit %d %s", code, errb.String())
+	}
+	var report struct {
+		EtcdGrant lease.AccessGrant
+		Warning   string
+	}
+	if err := json.Unmarshal([]byte(out.String()), &report); err != nil || !report.EtcdGrant.AuthEnabled ||
+		report.EtcdGrant.User != "fcd" || report.EtcdGrant.Prefix != "/fcd/" || report.Warning != "" {
+		t.Fatalf("init reported %s (%v)", out.String(), err)
+	}
+	assertPerm(t, filepath.Join(dir, "etcd"), 0o700)
+	assertPerm(t, filepath.Join(dir, "etcd", "fcd.key"), 0o600)
+
+	args := []string{"serve", "--config", filepath.Join(dir, "authzd.yaml")}
+	c, url, err := cmdtest.Start(t, "authzd", listeningLine, func(ctx context.Context, stderr io.Writer) int {
+		return run(ctx, args, nil, io.Discard, stderr)
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, c.Stderr.String())
+	}
+	defer c.Stop(t)
+	if access := readyStoreAccess(t, url); access != "ok" {
+		t.Fatalf("storeAccess %v\n%s", access, c.Stderr.String())
+	}
+
+	dial := func(cert, key string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: m.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			TLS: etcdtest.TLSFiles{CA: files.CA, ClientCert: cert, ClientKey: key}.ClientConfig(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	other := dial(files.ClientCert, files.ClientKey) // CN authzd: signed by the CA, no etcd user
+	if _, err := other.Put(ctx, "/fcd/signing-keys/forged", "{}"); err == nil {
+		t.Error("another certificate of the CA wrote fcd's keys")
+	}
+	if _, err := other.Get(ctx, "/fcd/", clientv3.WithPrefix()); err == nil {
+		t.Error("another certificate of the CA read fcd's keys")
+	}
+	fcd := dial(filepath.Join(dir, "etcd", "fcd.crt"), filepath.Join(dir, "etcd", "fcd.key"))
+	if r, err := fcd.Get(ctx, "/fcd/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count == 0 {
+		t.Fatalf("fcd's certificate reads its prefix: %v %v", r, err)
+	}
+	if _, err := fcd.Put(ctx, "/elsewhere", "v"); err == nil {
+		t.Error("fcd's certificate wrote outside its prefix")
+	}
+
+	csrDir := filepath.Join(t.TempDir(), "fcd")
+	out.Reset()
+	if code := run(context.Background(), []string{"init", "--etcd-endpoints", m.Endpoints()[0], "--etcd-ca", files.CA, csrDir}, nil, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "fcd.csr") {
+		t.Fatalf("init without the CA key: exit %d %s %s", code, out.String(), errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(csrDir, "etcd", "fcd.csr")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func assertPerm(t *testing.T, path string, want os.FileMode) {
+	t.Helper()
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+		t.Errorf("%s: %v %v, want mode %o", path, fi, err, want)
+	}
+}

@@ -29,6 +29,8 @@ import (
 type TLSFiles struct {
 	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 	FCDCert, FCDKey, RootCert, RootKey               string
+	// CAKey is the CA's private key, for tests of a tool that signs.
+	CAKey string
 }
 
 // FCDConfig is ClientConfig with the fcd user's certificate.
@@ -152,6 +154,7 @@ func WriteCerts(t testing.TB, dir string) TLSFiles {
 	}
 	return TLSFiles{
 		CA:         write("ca.crt", "CERTIFICATE", caDER),
+		CAKey:      write("ca.key", "EC PRIVATE KEY", keyDER(caKey)),
 		ServerCert: write("server.crt", "CERTIFICATE", serverDER),
 		ServerKey:  write("server.key", "EC PRIVATE KEY", keyDER(serverKey)),
 		ClientCert: write("client.crt", "CERTIFICATE", clientDER),
