@@ -297,7 +297,7 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	path(&cfg.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
 	path(&cfg.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
 	path(&cfg.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
-	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "", "client URL of the embedded etcd (loopback; default: the one DATA-DIR/etcd/"+lease.EndpointsFile+" recorded, else a free port)")
+	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "", "client URL of the embedded etcd (loopback, served https with the credential in DATA-DIR/etcd/"+lease.TLSDir+"; default: the one DATA-DIR/etcd/"+lease.EndpointsFile+" recorded, else a free port)")
 	fs.StringVar(&cfg.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", "", "peer URL of the embedded etcd (loopback; default: as for the client URL)")
 	fs.Int64Var(&cfg.EtcdQuota, "etcd-quota", 0, "etcd backend quota in bytes: the embedded member's (0: 2 GiB), or what an external cluster runs with (0: unknown); shown in /readyz and metrics")
 	fs.Float64Var(&cfg.FormationRate, "formation-rate", 2, "formations a second each host credential may record on this replica (0: no limit)")
