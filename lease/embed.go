@@ -373,10 +373,11 @@ func freeLoopbackURL(scheme string) (string, error) {
 	return scheme + "://" + ln.Addr().String(), nil
 }
 
-// recordURLs writes EndpointsFile.
+// recordURLs writes EndpointsFile, replacing it at once: a client reading
+// it meanwhile (EmbeddedAccess) sees the old contents or the new.
 func recordURLs(dir string, u recordedURLs) error {
 	b, _ := json.Marshal(u)
-	if err := os.WriteFile(filepath.Join(dir, EndpointsFile), append(b, '\n'), 0o600); err != nil {
+	if err := writePrivate(filepath.Join(dir, EndpointsFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("lease: record the embedded etcd's URLs: %w", err)
 	}
 	return nil

@@ -57,6 +57,7 @@ type accessWatch struct {
 	mu       sync.Mutex
 	warnings []string
 	checked  bool
+	failing  bool // the last check failed
 }
 
 // Warnings returns the warnings of the last check, and whether there was
@@ -81,10 +82,18 @@ func (w *accessWatch) run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// check asks the cluster once. A cluster that does not answer keeps the
-// last finding: /readyz already says the store is unavailable.
+// check asks the cluster once. A check that fails keeps the last finding
+// (a cluster that does not answer: /readyz already says the store is
+// unavailable); the first failure of a run of them is logged.
 func (w *accessWatch) check(ctx context.Context) {
 	e, err := w.store.Exposure(ctx)
+	w.mu.Lock()
+	first := err != nil && !w.failing
+	w.failing = err != nil
+	w.mu.Unlock()
+	if first && ctx.Err() == nil {
+		w.log.Warn("etcd access check failed", "endpoints", w.endpoints, "err", err)
+	}
 	if err != nil {
 		return
 	}
