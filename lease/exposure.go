@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -39,7 +40,12 @@ func (s *Store) Exposure(ctx context.Context) (Exposure, error) {
 	defer cancel()
 	status, err := s.cli.AuthStatus(octx)
 	if err != nil {
-		return e, s.wrap(ctx, "auth status", err)
+		// Not s.wrap: that logs every failure, and the caller, a
+		// background check, says once that it fails.
+		if cerr := ctx.Err(); cerr != nil {
+			return e, fmt.Errorf("lease: exposure: %w", cerr)
+		}
+		return e, fmt.Errorf("%w: auth status: %v", record.ErrUnavailable, err)
 	}
 	e.AuthDisabled = !status.Enabled
 
