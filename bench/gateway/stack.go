@@ -116,7 +116,7 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	s.closers = append(s.closers, member.Close)
-	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), Prefix: "/bench/", Logger: quiet})
+	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), TLS: member.Access().TLS, Prefix: "/bench/", Logger: quiet})
 	if err != nil {
 		return nil, err
 	}

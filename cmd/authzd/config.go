@@ -15,7 +15,6 @@ import (
 	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/lease"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
 // Config is authzd's server configuration. Every field can be set in the
@@ -301,10 +300,10 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	path(&cfg.DataDir, "data-dir", "fcd-data", "data directory (embedded etcd, dev keys and credentials)")
 	fs.StringVar(&fl.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs of an external cluster; empty starts the embedded etcd")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/fcd/", "key prefix in etcd")
-	fs.StringVar(&cfg.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
-	fs.StringVar(&cfg.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
-	fs.StringVar(&cfg.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
-	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "", "client URL of the embedded etcd (loopback; default: the one DATA-DIR/etcd/"+lease.EndpointsFile+" recorded, else a free port)")
+	path(&cfg.EtcdCA, "etcd-ca", "", "PEM CA of an external etcd cluster served over TLS")
+	path(&cfg.EtcdCert, "etcd-cert", "", "PEM client certificate for an external etcd cluster that authenticates clients (with --etcd-key)")
+	path(&cfg.EtcdKey, "etcd-key", "", "PEM private key of --etcd-cert")
+	fs.StringVar(&cfg.EmbeddedEtcdClientURL, "embedded-etcd-client-url", "", "client URL of the embedded etcd (loopback, served https with the credential in DATA-DIR/etcd/"+lease.TLSDir+"; default: the one DATA-DIR/etcd/"+lease.EndpointsFile+" recorded, else a free port)")
 	fs.StringVar(&cfg.EmbeddedEtcdPeerURL, "embedded-etcd-peer-url", "", "peer URL of the embedded etcd (loopback; default: as for the client URL)")
 	fs.Int64Var(&cfg.EtcdQuota, "etcd-quota", 0, "etcd backend quota in bytes: the embedded member's (0: 2 GiB), or what an external cluster runs with (0: unknown); shown in /readyz and metrics")
 	fs.Float64Var(&cfg.FormationRate, "formation-rate", 2, "formations a second each host credential may record on this replica (0: no limit)")
@@ -427,23 +426,19 @@ func (c *Config) embedConfig() lease.EmbedConfig {
 // it, else those it recorded in its directory (lease.EndpointsFile) for
 // the authzd that runs it.
 func (c *Config) storeConfig(member *lease.Embedded, log *slog.Logger) (lease.Config, error) {
-	sc := lease.Config{Endpoints: c.EtcdEndpoints, Prefix: c.EtcdPrefix, Logger: log, Quota: c.EtcdQuota}
-	switch {
-	case member != nil:
-		sc.Endpoints, sc.Quota = member.Endpoints(), member.Quota()
-	case len(c.EtcdEndpoints) == 0:
-		u, err := lease.RecordedClientURL(c.etcdDir())
-		if err != nil {
+	acc, err := c.storeAccess()
+	if err != nil {
+		if len(c.EtcdEndpoints) == 0 {
 			return lease.Config{}, fmt.Errorf("%w (is --data-dir %s an authzd data directory?)", err, c.DataDir)
 		}
-		sc.Endpoints, sc.Quota = []string{u}, cmp.Or(c.EtcdQuota, lease.DefaultQuotaBytes)
+		return lease.Config{}, err
 	}
-	if c.EtcdCA != "" || c.EtcdCert != "" {
-		info := transport.TLSInfo{TrustedCAFile: c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey}
-		var err error
-		if sc.TLS, err = info.ClientConfig(); err != nil {
-			return lease.Config{}, fmt.Errorf("etcd TLS: %w", err)
-		}
+	sc := lease.Config{Endpoints: acc.Endpoints, TLS: acc.TLS, Prefix: c.EtcdPrefix, Logger: log, Quota: c.EtcdQuota}
+	switch {
+	case member != nil:
+		sc.Quota = member.Quota()
+	case len(c.EtcdEndpoints) == 0:
+		sc.Quota = cmp.Or(c.EtcdQuota, lease.DefaultQuotaBytes)
 	}
 	return sc, nil
 }

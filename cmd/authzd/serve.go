@@ -64,8 +64,11 @@ type server struct {
 	log    *slog.Logger
 	stderr io.Writer
 
-	member   *lease.Embedded // nil with an external cluster
-	store    *lease.Store
+	member *lease.Embedded // nil with an external cluster
+	store  *lease.Store
+	// access watches an external cluster's access control for /readyz;
+	// nil with the embedded member, which accepts its own credential only.
+	access   *accessWatch
 	policies *policy.Manager
 	issuer   *authz.TokenIssuer // nil without a signing key: no admission
 	trail    *audit.Trail       // nil without a signing key or with --audit-dir off
@@ -147,6 +150,9 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *server, err
 	}
 	if s.trail != nil { // a nil *audit.Trail is not a nil AuditTrail
 		apiCfg.Trail = s.trail
+	}
+	if s.access != nil {
+		apiCfg.StoreWarnings = s.access.Warnings
 	}
 	if err := s.listen(apiCfg); err != nil {
 		return nil, err
@@ -273,6 +279,7 @@ func (s *server) openStore(ctx context.Context) error {
 	cfg := &s.cfg
 	if len(cfg.EtcdEndpoints) == 0 {
 		ec := cfg.embedConfig()
+		ec.Logger = s.log
 		member, err := lease.StartEmbedded(ctx, ec)
 		if err != nil {
 			if strings.Contains(err.Error(), "address already in use") {
@@ -282,8 +289,11 @@ func (s *server) openStore(ctx context.Context) error {
 		}
 		s.member = member
 		s.log.Info("embedded etcd started", "dir", ec.Dir, "endpoints", member.Endpoints(), "log", ec.LogFile,
-			"quota", member.Quota(), "compaction", "authzd's, keeping "+lease.DefaultCompactionRetention+" and what a trail has not recorded")
+			"quota", member.Quota(), "compaction", "authzd's, keeping "+lease.DefaultCompactionRetention+" and what a trail has not recorded",
+			"credential", member.Access().CertFile)
 	}
+	// The embedded member's credential is read back from its directory,
+	// as every other client of the member reads it (storeConfig).
 	sc, err := cfg.storeConfig(s.member, s.log)
 	if err != nil {
 		return err
@@ -299,6 +309,7 @@ func (s *server) openStore(ctx context.Context) error {
 		// Opening does not wait for etcd; say where it is looked for, so
 		// that the failures logged while it does not answer can be read.
 		s.log.Info("external etcd", "endpoints", sc.Endpoints, "tls", sc.TLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, "/fcd/"))
+		s.access = &accessWatch{store: store, endpoints: sc.Endpoints, log: s.log}
 	}
 	s.store = store
 	return nil
@@ -409,6 +420,12 @@ func (s *server) run(ctx context.Context) error {
 		// what an audit trail has not recorded yet (lease/compact.go).
 		g.Go(func() error {
 			s.store.RunCompactor(loops, lease.CompactorConfig{})
+			return nil
+		})
+	}
+	if s.access != nil {
+		g.Go(func() error {
+			s.access.run(loops, accessCheckInterval)
 			return nil
 		})
 	}
