@@ -390,7 +390,6 @@ func (e *Embedded) Close() {
 	e.lock.unlock()
 }
 
-
 // embeddedURLs are the URLs the member listens on: those configured, else
 // those an earlier start recorded, else free loopback ports; and what the
 // earlier start recorded (empty on a first start). Free ports get the
