@@ -42,6 +42,12 @@ type Config struct {
 	// BodyLimit bounds every request body in bytes; zero means 1 MiB.
 	// Larger bodies are refused with 413.
 	BodyLimit int64
+	// StoreWarnings returns what /readyz warns about the store's access
+	// control under checks.storeAccess (an external etcd that lets in
+	// clients without fcd's credential: docs/trust.md), and whether it was
+	// checked yet; a warning does not make the replica unready. Nil shows
+	// nothing.
+	StoreWarnings func() (warnings []string, checked bool)
 	// ReadyTimeout bounds the store check of /readyz; zero means 1s.
 	ReadyTimeout time.Duration
 	// FormationLimit limits POST /v1/formations per credential, on this
@@ -71,6 +77,7 @@ type server struct {
 	reg          *authz.Registry
 	uc           *authz.UseCases
 	policyStatus func() policy.Status
+	storeWarn    func() ([]string, bool)
 	auth         *Authenticator
 	limit        int64
 	readyTimeout time.Duration
@@ -92,7 +99,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Registry == nil || cfg.UseCases == nil || cfg.Auth == nil {
 		return nil, errors.New("api: Registry, UseCases and Auth are required")
 	}
-	s := &server{reg: cfg.Registry, uc: cfg.UseCases, policyStatus: cfg.PolicyStatus, auth: cfg.Auth, limit: cfg.BodyLimit,
+	s := &server{reg: cfg.Registry, uc: cfg.UseCases, policyStatus: cfg.PolicyStatus, storeWarn: cfg.StoreWarnings, auth: cfg.Auth, limit: cfg.BodyLimit,
 		readyTimeout: cfg.ReadyTimeout, log: cfg.Logger, trail: cfg.Trail}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
@@ -181,7 +188,12 @@ const healthTimeout = time.Second
 // write while NOSPACE is raised). It shows the store's size, quota and
 // alarms under checks.etcd, read with a deadline of its own: a status
 // read that fails or times out is shown, but does not make the replica
-// unready by itself.
+// unready by itself. With StoreWarnings, checks.storeAccess is "ok" (or
+// "unchecked" until the first check) or the
+// warnings about an external cluster open to clients without fcd's
+// credential: shown, and logged by whoever found them, but not unready (the
+// cluster works; what fails is that others can write it, which taking
+// replicas out of rotation would not fix).
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.readyTimeout)
 	defer cancel()
@@ -199,6 +211,16 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	checks := map[string]any{"store": "ok"}
+	if s.storeWarn != nil {
+		switch w, checked := s.storeWarn(); {
+		case !checked:
+			checks["storeAccess"] = "unchecked"
+		case len(w) > 0:
+			checks["storeAccess"] = map[string]any{"status": "open", "warnings": w}
+		default:
+			checks["storeAccess"] = "ok"
+		}
+	}
 	// A member that does not answer is routed around (the store keeps a
 	// quorum): ready, and degraded, so that an operator sees it.
 	if answering, all := s.reg.StoreEndpoints(); len(answering) < len(all) {

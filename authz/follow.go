@@ -117,9 +117,30 @@ func (f *Follower) Run(ctx context.Context) error {
 	from, skip := rev, n // the last revision again, without what is written of it
 	if rev == 0 {
 		from, skip = 1, 0
+	} else if f.cfg.Replica != "" {
+		// The revisions after the last event that changed nothing the
+		// trail records, and were recorded as far as the cursor says,
+		// may be compacted (the cursor is what holds compaction back):
+		// resume after the cursor. (A trail with no event at all starts
+		// from the beginning whatever a cursor says: it is a new trail.)
+		for {
+			cur, ok, err := f.cfg.Store.TrailCursor(ctx, f.cfg.Replica)
+			if err == nil {
+				if ok && cur >= rev {
+					from, skip = cur+1, 0
+				}
+				break
+			}
+			f.log.Warn("audit trail: cursor not read; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
 	}
 	f.mu.Lock()
-	f.recorded, f.started = max(rev-1, 0), true
+	f.recorded, f.started = max(from-1, 0), true
 	f.mu.Unlock()
 	if f.cfg.Replica != "" {
 		go f.keepCursor(ctx)
@@ -170,11 +191,14 @@ func (f *Follower) keepCursor(ctx context.Context) {
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	var written int64 = -1
+	// value is the cursor written last, at revision self: a trail that
+	// recorded nothing since but that write itself (value is the revision
+	// just before it) has no reason to write again.
+	var value, self int64 = -1, -1
 	for {
-		if rec := f.Recorded(); rec > written {
+		if rec := f.Recorded(); rec > value && !(rec == self && value == self-1) {
 			if rev, err := f.cfg.Store.SetTrailCursor(ctx, f.cfg.Replica, rec); err == nil {
-				written = max(rec, rev)
+				value, self = rec, rev
 			} else if ctx.Err() == nil {
 				f.log.Warn("audit trail: cursor not written; compaction may not wait for this trail", "err", err)
 			}
@@ -211,14 +235,18 @@ func (f *Follower) written(rev int64, err error) {
 	}
 }
 
-func (f *Follower) progress(rev int64) {
+func (f *Follower) progress(rev int64, synced bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.head = max(f.head, rev)
-	// A progress report follows the events before it: the follower has
-	// applied them all.
-	f.recorded = max(f.recorded, rev)
-	f.since = f.now()
+	if synced {
+		// A progress notification follows the events before it: the
+		// follower has applied them all.
+		f.recorded = max(f.recorded, rev)
+	}
+	if f.recorded >= f.head {
+		f.since = f.now()
+	}
 }
 
 // Ready reports whether the trail keeps up with the store: nil, or an

@@ -1,6 +1,7 @@
 package authz_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // verifyRoot verifies the trails under root against key's public half and
@@ -276,4 +279,95 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestFollowerHoldsCompactionBack: a follower keeps its trail's cursor in
+// the store, so a compaction while its replica is down stops at what the
+// trail recorded, and the trail resumes without a gap; once the cursor is
+// forgotten (here: a compaction past it, as an external cluster's own
+// auto-compaction would do), the trail records the gap and verify names it.
+func TestFollowerHoldsCompactionBack(t *testing.T) {
+	ae := newAdmitEnv(t, nil)
+	ctx := testCtx(t)
+	root := t.TempDir()
+	run := func() error {
+		tr, err := audit.Open(audit.Config{Root: root, Replica: "r1", Key: ae.key, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := authz.NewFollower(authz.FollowerConfig{Store: ae.store, Trail: authztest.TrailWriter{Trail: tr}, Replica: "r1",
+			CursorInterval: 10 * time.Millisecond, Logger: quiet})
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- f.Run(fctx) }()
+		rev, err := ae.store.Revision(ctx)
+		if err == nil {
+			err = f.WaitRecorded(ctx, rev)
+		}
+		// The cursor is written once the trail holds rev.
+		waitFor(t, func() bool {
+			floor, ok, err := ae.store.TrailFloor(ctx, 0)
+			return err == nil && ok && floor > rev
+		})
+		cancel()
+		return errors.Join(err, <-done, tr.Close())
+	}
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	f, a := ae.admitRead(t, "while-down")
+	if _, err := ae.store.Compact(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "r1"))
+	if got := eventsOf(events, a.Lease); fmt.Sprint(got) != fmt.Sprint([]string{authz.EventAdmission}) {
+		t.Fatalf("the admission made while the replica was down: %v", got)
+	}
+	if got := eventsOf(events, f.ID); len(got) == 0 || got[0] != authz.EventFormation {
+		t.Fatalf("the formation made while the replica was down: %v", got)
+	}
+	verifyRoot(t, root, ae)
+
+	// Compacted past the trail by someone else: the gap is recorded.
+	ae.admitRead(t, "lost")
+	head, err := ae.store.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdCompact(ctx, ae, head); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := manifest.PublicSet(ae.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := audit.Verify(root, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := false
+	for _, p := range r.Problems {
+		named = named || p.ID == audit.PropHistory
+	}
+	if r.OK || !named {
+		t.Fatalf("a trail with a gap verifies without naming it:\n%s", r.Summary())
+	}
+}
+
+// etcdCompact compacts the member's history at rev with etcd's own client,
+// around fcd's guard: what an external cluster's auto-compaction does.
+func etcdCompact(ctx context.Context, ae *admitEnv, rev int64) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: ae.member.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	_, err = cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+	return err
 }

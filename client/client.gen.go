@@ -1648,7 +1648,8 @@ type Readiness struct {
 	// size, quota and alarms (docs/capacity.md). `policies` is the
 	// policy set in force; a failed reload does not make the replica
 	// unready (it keeps deciding with the working set) but shows in
-	// `lastError`.
+	// `lastError`. `storeAccess` (an external cluster only) is `ok`, `unchecked` or
+	// `{"status": "open", "warnings": [...]}` (docs/trust.md).
 	//
 	//
 	// Examples: {"etcd":{"alarms":[],"dbSize":20480000,"dbSizeInUse":12288000,"quota":2147483648},"policies":{"digest":"sha256:225d72db27fb19c329d3526ba3cff19243e6b70b137dcb4ee001add921250bb8","loadedAt":"2026-11-30T10:00:00Z","source":"embedded"},"store":"ok"}
@@ -1663,7 +1664,8 @@ type ReadinessChecksStore string
 // size, quota and alarms (docs/capacity.md). `policies` is the
 // policy set in force; a failed reload does not make the replica
 // unready (it keeps deciding with the working set) but shows in
-// `lastError`.
+// `lastError`. `storeAccess` (an external cluster only) is `ok`, `unchecked` or
+// `{"status": "open", "warnings": [...]}` (docs/trust.md).
 //
 // Examples: {"etcd":{"alarms":[],"dbSize":20480000,"dbSizeInUse":12288000,"quota":2147483648},"policies":{"digest":"sha256:225d72db27fb19c329d3526ba3cff19243e6b70b137dcb4ee001add921250bb8","loadedAt":"2026-11-30T10:00:00Z","source":"embedded"},"store":"ok"}
 type Readiness_Checks struct {
@@ -2866,6 +2868,12 @@ type ClientInterface interface {
 	// endpoints). `checks.etcd` shows etcd's database size, size in use,
 	// quota and alarms, read within 1 s; when that read fails it shows
 	// `{"error": "status unavailable"}` and the replica stays ready.
+	// With an external cluster, `checks.storeAccess` is `ok` (`unchecked`
+	// until the first check), or
+	// `{"status": "open", "warnings": [...]}` when the cluster accepts
+	// clients without credentials or has its authentication off (checked
+	// at start and every minute, and logged when it changes); the replica
+	// stays ready (docs/trust.md).
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3934,6 +3942,12 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 // endpoints). `checks.etcd` shows etcd's database size, size in use,
 // quota and alarms, read within 1 s; when that read fails it shows
 // `{"error": "status unavailable"}` and the replica stays ready.
+// With an external cluster, `checks.storeAccess` is `ok` (`unchecked`
+// until the first check), or
+// `{"status": "open", "warnings": [...]}` when the cluster accepts
+// clients without credentials or has its authentication off (checked
+// at start and every minute, and logged when it changes); the replica
+// stays ready (docs/trust.md).
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8148,6 +8162,12 @@ type ClientWithResponsesInterface interface {
 	// endpoints). `checks.etcd` shows etcd's database size, size in use,
 	// quota and alarms, read within 1 s; when that read fails it shows
 	// `{"error": "status unavailable"}` and the replica stays ready.
+	// With an external cluster, `checks.storeAccess` is `ok` (`unchecked`
+	// until the first check), or
+	// `{"status": "open", "warnings": [...]}` when the cluster accepts
+	// clients without credentials or has its authentication off (checked
+	// at start and every minute, and logged when it changes); the replica
+	// stays ready (docs/trust.md).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13947,6 +13967,12 @@ func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEdi
 // endpoints). `checks.etcd` shows etcd's database size, size in use,
 // quota and alarms, read within 1 s; when that read fails it shows
 // `{"error": "status unavailable"}` and the replica stays ready.
+// With an external cluster, `checks.storeAccess` is `ok` (`unchecked`
+// until the first check), or
+// `{"status": "open", "warnings": [...]}` when the cluster accepts
+// clients without credentials or has its authentication off (checked
+// at start and every minute, and logged when it changes); the replica
+// stays ready (docs/trust.md).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -43,6 +43,25 @@ func (s *Store) SetTrailCursor(ctx context.Context, replica string, rev int64) (
 	return resp.Header.Revision, nil
 }
 
+// TrailCursor returns the cursor replica's trail wrote last, and false
+// when it wrote none.
+func (s *Store) TrailCursor(ctx context.Context, replica string) (int64, bool, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.trailCursor(replica))
+	if err != nil {
+		return 0, false, s.wrap(ctx, "trail cursor", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, false, nil
+	}
+	var c trailCursor
+	if err := json.Unmarshal(resp.Kvs[0].Value, &c); err != nil {
+		return 0, false, fmt.Errorf("lease: trail cursor of %s: %w", replica, err)
+	}
+	return c.Revision, true, nil
+}
+
 // TrailFloor returns the oldest revision a trail still needs: the lowest
 // cursor written within ttl (zero: DefaultCursorTTL) plus one, and false
 // when no fresh cursor exists (no trail holds compaction back).

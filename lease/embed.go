@@ -7,14 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // EmbedConfig configures the embedded single-node etcd that authzd starts
@@ -26,11 +30,25 @@ type EmbedConfig struct {
 	// recorded in the directory by an earlier start (EndpointsFile), else
 	// a free loopback port, recorded for the next start and for tools that
 	// need it. Only loopback addresses are accepted: the embedded member is
-	// a private detail of one authzd.
+	// a private detail of one authzd. Unless OpenLoopback or ClientTLS is
+	// set, the member serves https whatever the URL's scheme says (an
+	// http URL, as earlier versions recorded, keeps its port): see
+	// EmbeddedAccess.
 	ClientURL string
 	// PeerURL is the member's peer address; empty means as for ClientURL
-	// (loopback only, as above).
+	// (loopback only, as above; https unless OpenLoopback or ClientTLS).
 	PeerURL string
+	// OpenLoopback serves clients and peers plain http on loopback, open
+	// to every local process, as a test's stand-in for an external
+	// cluster (and for its faults, through proxies) or a cluster of
+	// embedded members needs. authzd never sets it: by default the member
+	// accepts only the client certificate it generates in Dir/TLSDir
+	// (mutual TLS on its client and its peer listener), which only the
+	// owner of Dir can read.
+	OpenLoopback bool
+	// Logger receives what a start changed in the directory (new
+	// credentials, a move from plain http); nil means slog.Default().
+	Logger *slog.Logger
 	// LockTimeout bounds the wait for the data directory's lock, held by
 	// another process that runs a member on it; zero means 5 seconds.
 	// Past it StartEmbedded fails with ErrDataDirLocked naming the owner.
@@ -63,10 +81,32 @@ type EmbedConfig struct {
 	Name           string
 	InitialCluster string
 	// ClientTLS, when set, makes the member serve its clients over TLS
-	// (an https ClientURL), e.g. with client certificate authentication:
-	// for tests of an external cluster that requires TLS.
+	// of the caller's own (an https ClientURL), e.g. with client
+	// certificate authentication, and its peers plain http: for tests of
+	// an external cluster that requires TLS.
 	ClientTLS *transport.TLSInfo
 }
+
+// Validate reports a configuration StartEmbedded refuses.
+func (c *EmbedConfig) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("lease: embedded etcd needs a data directory"))
+	}
+	if c.OpenLoopback && c.ClientTLS != nil {
+		errs = append(errs, errors.New("lease: embedded etcd: OpenLoopback and ClientTLS exclude each other"))
+	}
+	if c.InitialCluster != "" && !c.OpenLoopback && c.ClientTLS == nil {
+		// Each member would generate a CA of its own, trusted by no
+		// other member.
+		errs = append(errs, errors.New("lease: a cluster of embedded members (InitialCluster) needs OpenLoopback or ClientTLS"))
+	}
+	return errors.Join(errs...)
+}
+
+// generated reports whether the member serves with the credentials it
+// generates in its directory.
+func (c *EmbedConfig) generated() bool { return !c.OpenLoopback && c.ClientTLS == nil }
 
 // DefaultQuotaBytes is the embedded member's backend quota when
 // EmbedConfig.QuotaBytes is zero: 2 GiB.
@@ -84,10 +124,10 @@ const DefaultCompactionRetention = "1h"
 
 // Embedded is a running embedded etcd member.
 type Embedded struct {
-	etcd      *embed.Etcd
-	endpoints []string
-	quota     int64
-	lock      *dirLock
+	etcd   *embed.Etcd
+	access ClientAccess
+	quota  int64
+	lock   *dirLock
 	// failed receives why the member stopped serving by itself; closing
 	// ends the goroutine that watches for it (watched), before Close
 	// stops the member on purpose.
@@ -98,20 +138,25 @@ type Embedded struct {
 
 // EndpointsFile is the file in an embedded member's directory that
 // records the URLs it listens on ({"clientURL", "peerURL"}), chosen on its
-// first start when not given, and kept for the next ones.
+// first start when not given, and kept for the next ones, and the client
+// credential's files ({"ca", "cert", "key"}, relative to the directory)
+// when the member generated them. [EmbeddedAccess] reads it.
 const EndpointsFile = "fcd-embedded.json"
 
 // recordedURLs are the contents of EndpointsFile.
 type recordedURLs struct {
 	ClientURL string `json:"clientURL"`
 	PeerURL   string `json:"peerURL"`
+	CA        string `json:"ca,omitempty"`
+	Cert      string `json:"cert,omitempty"`
+	Key       string `json:"key,omitempty"`
 }
 
 // StartEmbedded starts a single-node etcd in cfg.Dir and waits until it
 // serves clients. A second start on the same directory resumes its data.
 func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
-	if cfg.Dir == "" {
-		return nil, errors.New("lease: embedded etcd needs a data directory")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("lease: embedded etcd dir: %w", err)
@@ -162,15 +207,31 @@ func (e *Embedded) Failed() <-chan error { return e.failed }
 
 // startEmbedded is StartEmbedded once the directory is locked.
 func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
-	urls, err := embeddedURLs(cfg)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	// The directory holds the member's data and its credentials: its
+	// owner alone may enter it (an earlier version left it as created).
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("lease: embedded etcd dir: %w", err)
+	}
+	clientScheme, peerScheme := "http", "http"
+	switch {
+	case cfg.generated():
+		clientScheme, peerScheme = "https", "https"
+	case cfg.ClientTLS != nil:
+		clientScheme = "https"
+	}
+	urls, recorded, err := embeddedURLs(cfg, clientScheme, peerScheme)
 	if err != nil {
 		return nil, err
 	}
-	client, err := loopbackURL(urls.ClientURL, cfg.ClientTLS != nil)
+	client, err := loopbackURL(urls.ClientURL, clientScheme, cfg.generated())
 	if err != nil {
 		return nil, fmt.Errorf("lease: embedded etcd client URL: %w", err)
 	}
-	peer, err := loopbackURL(urls.PeerURL, false)
+	peer, err := loopbackURL(urls.PeerURL, peerScheme, cfg.generated())
 	if err != nil {
 		return nil, fmt.Errorf("lease: embedded etcd peer URL: %w", err)
 	}
@@ -180,10 +241,29 @@ func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	ec.ListenClientUrls = []url.URL{*client}
 	ec.AdvertiseClientUrls = []url.URL{*client}
 	ec.ListenPeerUrls = []url.URL{*peer}
-	if cfg.ClientTLS != nil {
-		ec.ClientTLSInfo = *cfg.ClientTLS
-	}
 	ec.AdvertisePeerUrls = []url.URL{*peer}
+	rec := recordedURLs{ClientURL: client.String(), PeerURL: peer.String()}
+	switch {
+	case cfg.ClientTLS != nil:
+		ec.ClientTLSInfo = *cfg.ClientTLS
+	case cfg.generated():
+		creds, created, err := ensureCredentials(cfg.Dir, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			log.Info("embedded etcd: new credentials", "dir", creds.dir, "validFor", credentialLifetime.String())
+		}
+		ec.ClientTLSInfo, ec.PeerTLSInfo = creds.clientInfo(), creds.peerInfo()
+		rec.CA, rec.Cert, rec.Key = filepath.Join(TLSDir, tlsCAFile), filepath.Join(TLSDir, tlsClientCert), filepath.Join(TLSDir, tlsClientKey)
+		if recorded.ClientURL != "" && recorded.CA == "" {
+			// A directory of an earlier version: the member listened
+			// on plain http, open to every local process. Same ports,
+			// now mutual TLS.
+			log.Warn("embedded etcd: moved from plain http to mutual TLS", "dir", cfg.Dir,
+				"was", recorded.ClientURL, "now", rec.ClientURL, "credentials", creds.dir)
+		}
+	}
 	ec.InitialCluster = orDefault(cfg.InitialCluster, ec.InitialClusterFromName(ec.Name))
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = orDefault(cfg.CompactionRetention, DefaultCompactionRetention)
@@ -227,7 +307,7 @@ func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	if err := recordURLs(cfg.Dir, recordedURLs{ClientURL: client.String(), PeerURL: peer.String()}); err != nil {
+	if err := recordURLs(cfg.Dir, rec); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -243,7 +323,49 @@ func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	return &Embedded{etcd: e, endpoints: []string{client.String()}, quota: ec.QuotaBackendBytes}, nil
+	m := &Embedded{etcd: e, access: ClientAccess{Endpoints: []string{client.String()}}, quota: ec.QuotaBackendBytes}
+	if cfg.generated() {
+		if m.access, err = EmbeddedAccess(cfg.Dir); err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := m.advertisePeer(ctx, peer.String(), log); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// advertisePeer makes the peer URL the cluster's membership records for
+// the member the one it listens on: a directory of an earlier version
+// recorded a plain http one. It goes through the member's client listener
+// with the credential every client uses, so that a start also proves the
+// credential works.
+func (e *Embedded) advertisePeer(ctx context.Context, peer string, log *slog.Logger) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.access.Endpoints, TLS: e.access.TLS, DialTimeout: 5 * time.Second,
+		Context: ctx, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("lease: embedded etcd client: %w", err)
+	}
+	defer cli.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	id := uint64(e.etcd.Server.MemberID())
+	list, err := cli.MemberList(cctx)
+	if err != nil {
+		return fmt.Errorf("lease: the embedded etcd does not answer its own credential: %w", err)
+	}
+	for _, mem := range list.Members {
+		if mem.ID != id || slices.Equal(mem.PeerURLs, []string{peer}) {
+			continue
+		}
+		if _, err := cli.MemberUpdate(cctx, id, []string{peer}); err != nil {
+			return fmt.Errorf("lease: embedded etcd: advertise peer URL %s: %w", peer, err)
+		}
+		log.Info("embedded etcd: peer URL updated", "was", mem.PeerURLs, "now", peer)
+	}
+	return nil
 }
 
 // Quota returns the backend quota the member runs with, in bytes: what to
@@ -251,7 +373,12 @@ func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 func (e *Embedded) Quota() int64 { return e.quota }
 
 // Endpoints returns the client URLs to pass to [Open].
-func (e *Embedded) Endpoints() []string { return e.endpoints }
+func (e *Embedded) Endpoints() []string { return slices.Clone(e.access.Endpoints) }
+
+// Access returns how clients reach the member: its endpoints and, unless
+// it was started with OpenLoopback or ClientTLS, the client credential it
+// generated; the same as [EmbeddedAccess] of its directory.
+func (e *Embedded) Access() ClientAccess { return e.access }
 
 // Close stops the member and releases its directory; its data stays.
 func (e *Embedded) Close() {
@@ -263,54 +390,27 @@ func (e *Embedded) Close() {
 	e.lock.unlock()
 }
 
-// RecordedClientURL returns the client URL the embedded member of dir
-// recorded (EndpointsFile): where a running member serves, for a process
-// other than the one that runs it.
-func RecordedClientURL(dir string) (string, error) {
-	path := filepath.Join(dir, EndpointsFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("lease: the embedded etcd's endpoint: %w", err)
-	}
-	var rec recordedURLs
-	if err := json.Unmarshal(b, &rec); err != nil || rec.ClientURL == "" {
-		return "", fmt.Errorf("lease: %s records no client URL (%v)", path, err)
-	}
-	return rec.ClientURL, nil
-}
-
 // embeddedURLs are the URLs the member listens on: those configured, else
-// those an earlier start recorded, else free loopback ports.
-func embeddedURLs(cfg EmbedConfig) (recordedURLs, error) {
-	u := recordedURLs{ClientURL: cfg.ClientURL, PeerURL: cfg.PeerURL}
-	if u.ClientURL != "" && u.PeerURL != "" {
-		return u, nil
-	}
-	var rec recordedURLs
+// those an earlier start recorded, else free loopback ports; and what the
+// earlier start recorded (empty on a first start). Free ports get the
+// schemes given.
+func embeddedURLs(cfg EmbedConfig, clientScheme, peerScheme string) (urls, recorded recordedURLs, err error) {
 	switch b, err := os.ReadFile(filepath.Join(cfg.Dir, EndpointsFile)); {
 	case err == nil:
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return u, fmt.Errorf("lease: %s: %w", filepath.Join(cfg.Dir, EndpointsFile), err)
+		if err := json.Unmarshal(b, &recorded); err != nil {
+			return urls, recorded, fmt.Errorf("lease: %s: %w", filepath.Join(cfg.Dir, EndpointsFile), err)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		return u, fmt.Errorf("lease: %w", err)
+		return urls, recorded, fmt.Errorf("lease: %w", err)
 	}
-	scheme := "http"
-	if cfg.ClientTLS != nil {
-		scheme = "https"
+	urls = recordedURLs{ClientURL: cmp.Or(cfg.ClientURL, recorded.ClientURL), PeerURL: cmp.Or(cfg.PeerURL, recorded.PeerURL)}
+	if urls.ClientURL == "" {
+		urls.ClientURL, err = freeLoopbackURL(clientScheme)
 	}
-	var err error
-	if u.ClientURL == "" {
-		if u.ClientURL = rec.ClientURL; u.ClientURL == "" {
-			u.ClientURL, err = freeLoopbackURL(scheme)
-		}
+	if urls.PeerURL == "" && err == nil {
+		urls.PeerURL, err = freeLoopbackURL(peerScheme)
 	}
-	if u.PeerURL == "" && err == nil {
-		if u.PeerURL = rec.PeerURL; u.PeerURL == "" {
-			u.PeerURL, err = freeLoopbackURL("http")
-		}
-	}
-	return u, err
+	return urls, recorded, err
 }
 
 // freeLoopbackURL is a URL of a loopback port free at the time of asking.
@@ -323,16 +423,21 @@ func freeLoopbackURL(scheme string) (string, error) {
 	return scheme + "://" + ln.Addr().String(), nil
 }
 
-// recordURLs writes EndpointsFile.
+// recordURLs writes EndpointsFile, replacing it at once: a client reading
+// it meanwhile (EmbeddedAccess) sees the old contents or the new.
 func recordURLs(dir string, u recordedURLs) error {
 	b, _ := json.Marshal(u)
-	if err := os.WriteFile(filepath.Join(dir, EndpointsFile), append(b, '\n'), 0o600); err != nil {
+	if err := writePrivate(filepath.Join(dir, EndpointsFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("lease: record the embedded etcd's URLs: %w", err)
 	}
 	return nil
 }
 
-func loopbackURL(s string, secure bool) (*url.URL, error) {
+// loopbackURL parses s, a loopback URL, for a listener serving scheme.
+// With upgrade an http URL is taken for its address (earlier versions
+// recorded http URLs for a member that now serves https); otherwise its
+// scheme must be scheme.
+func loopbackURL(s, scheme string, upgrade bool) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return nil, err
@@ -343,9 +448,12 @@ func loopbackURL(s string, secure bool) (*url.URL, error) {
 		return nil, fmt.Errorf("%s is not a loopback address", u.Host)
 	}
 	switch {
-	case secure && u.Scheme != "https":
+	case u.Scheme == scheme:
+	case upgrade && u.Scheme == "http":
+		u.Scheme = scheme
+	case scheme == "https":
 		return nil, fmt.Errorf("scheme %q: a member serving TLS needs an https URL", u.Scheme)
-	case !secure && u.Scheme != "http":
+	default:
 		return nil, fmt.Errorf("scheme %q: the embedded member speaks plain http on loopback", u.Scheme)
 	}
 	return u, nil

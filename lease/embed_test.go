@@ -13,11 +13,13 @@ import (
 
 	"github.com/fcd-authz/fcd/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // TestEmbeddedMemberPicksAndKeepsItsPorts: with no URLs given, the
-// embedded member listens on free loopback ports, records them in its
-// directory, and a restart listens on the same ones, its data resumed.
+// embedded member listens on free loopback ports (https, its generated
+// credential), records them in its directory, and a restart listens on the
+// same ones, its data resumed.
 func TestEmbeddedMemberPicksAndKeepsItsPorts(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "etcd")
 	ctx := context.Background()
@@ -32,11 +34,12 @@ func TestEmbeddedMemberPicksAndKeepsItsPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec struct{ ClientURL, PeerURL string }
-	if err := json.Unmarshal(raw, &rec); err != nil || rec.ClientURL != first[0] || !strings.HasPrefix(rec.PeerURL, "http://127.0.0.1:") ||
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.ClientURL != first[0] || !strings.HasPrefix(rec.ClientURL, "https://127.0.0.1:") ||
+		!strings.HasPrefix(rec.PeerURL, "https://127.0.0.1:") ||
 		strings.HasSuffix(rec.ClientURL, ":2379") {
 		t.Fatalf("recorded %s (%v), endpoints %v", raw, err, first)
 	}
-	put(t, first, "k", "v")
+	put(t, m.Access(), "k", "v")
 	m.Close()
 
 	m, err = lease.StartEmbedded(ctx, cfg)
@@ -47,7 +50,7 @@ func TestEmbeddedMemberPicksAndKeepsItsPorts(t *testing.T) {
 	if got := m.Endpoints(); len(got) != 1 || got[0] != first[0] {
 		t.Fatalf("restarted on %v, first on %v", got, first)
 	}
-	if v := get(t, m.Endpoints(), "k"); v != "v" {
+	if v := get(t, m.Access(), "k"); v != "v" {
 		t.Fatalf("after the restart k = %q", v)
 	}
 }
@@ -88,9 +91,9 @@ func TestEmbeddedMemberRefusesALockedDirectory(t *testing.T) {
 	again.Close()
 }
 
-func put(t *testing.T, endpoints []string, k, v string) {
+func put(t *testing.T, acc lease.ClientAccess, k, v string) {
 	t.Helper()
-	cli := client(t, endpoints)
+	cli := client(t, acc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cli.Put(ctx, k, v); err != nil {
@@ -98,9 +101,9 @@ func put(t *testing.T, endpoints []string, k, v string) {
 	}
 }
 
-func get(t *testing.T, endpoints []string, k string) string {
+func get(t *testing.T, acc lease.ClientAccess, k string) string {
 	t.Helper()
-	cli := client(t, endpoints)
+	cli := client(t, acc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r, err := cli.Get(ctx, k)
@@ -110,9 +113,9 @@ func get(t *testing.T, endpoints []string, k string) string {
 	return string(r.Kvs[0].Value)
 }
 
-func client(t *testing.T, endpoints []string) *clientv3.Client {
+func client(t *testing.T, acc lease.ClientAccess) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: acc.Endpoints, TLS: acc.TLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,14 +41,17 @@ type endpointGuard struct {
 	interval time.Duration
 	timeout  time.Duration
 	log      *slog.Logger
+	// key is the key probed: inside fcd's prefix, the only range a
+	// cluster's RBAC lets fcd read (docs/trust.md).
+	key string
 
 	mu      sync.Mutex
 	healthy []string // the client's endpoints now
 }
 
 // newEndpointGuard dials one probe connection per endpoint.
-func newEndpointGuard(cli *clientv3.Client, cfg clientv3.Config, interval, timeout time.Duration, log *slog.Logger) (*endpointGuard, error) {
-	g := &endpointGuard{cli: cli, all: slices.Clone(cfg.Endpoints), interval: interval, timeout: timeout, log: log,
+func newEndpointGuard(cli *clientv3.Client, cfg clientv3.Config, key string, interval, timeout time.Duration, log *slog.Logger) (*endpointGuard, error) {
+	g := &endpointGuard{cli: cli, all: slices.Clone(cfg.Endpoints), interval: interval, timeout: timeout, log: log, key: key,
 		healthy: slices.Clone(cfg.Endpoints)}
 	for _, ep := range cfg.Endpoints {
 		pc := cfg
@@ -89,7 +92,7 @@ func (g *endpointGuard) probeOnce(ctx context.Context) {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), g.timeout)
 			defer cancel()
-			_, err := p.Get(pctx, "\x00fcd-probe", clientv3.WithSerializable(), clientv3.WithCountOnly())
+			_, err := p.Get(pctx, g.key, clientv3.WithSerializable(), clientv3.WithCountOnly())
 			ok[i] = err == nil
 		}()
 	}

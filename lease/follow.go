@@ -139,9 +139,12 @@ func (e *HistoryCompactedError) Error() string {
 // revision; history compacted before from is a *HistoryCompactedError.
 //
 // progress, if not nil, is called with the store's revision each time the
-// watch reports one (its responses' headers and progress notifications):
-// the caller is caught up to it once apply has seen every commit before.
-func (s *Store) Follow(ctx context.Context, from int64, apply func(Commit) error, progress func(rev int64)) error {
+// watch reports one: synced is true for a progress notification, which
+// says every commit up to rev reached apply (Follow asks for one every
+// second); false for the header of a response with events, which says
+// only that the store is at rev (etcd sends a long catch-up in batches,
+// each headed by the store's revision).
+func (s *Store) Follow(ctx context.Context, from int64, apply func(Commit) error, progress func(rev int64, synced bool)) error {
 	if from < 1 {
 		from = 1
 	}
@@ -149,6 +152,18 @@ func (s *Store) Follow(ctx context.Context, from int64, apply func(Commit) error
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := s.cli.Watch(wctx, s.k.p, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV(),
 			clientv3.WithProgressNotify())
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-tick.C:
+					_ = s.cli.RequestProgress(wctx)
+				}
+			}
+		}()
 		err := s.follow(wctx, wch, &from, apply, progress)
 		cancel()
 		var hc *HistoryCompactedError
@@ -171,7 +186,7 @@ func (s *Store) Follow(ctx context.Context, from int64, apply func(Commit) error
 // errApply marks an error of apply, which ends Follow.
 var errApply = errors.New("lease: follow")
 
-func (s *Store) follow(ctx context.Context, wch clientv3.WatchChan, from *int64, apply func(Commit) error, progress func(int64)) error {
+func (s *Store) follow(ctx context.Context, wch clientv3.WatchChan, from *int64, apply func(Commit) error, progress func(int64, bool)) error {
 	for resp := range wch {
 		if resp.CompactRevision != 0 {
 			return &HistoryCompactedError{From: *from, Compacted: resp.CompactRevision}
@@ -190,11 +205,15 @@ func (s *Store) follow(ctx context.Context, wch clientv3.WatchChan, from *int64,
 			}
 			*from = rev + 1
 		}
-		if progress != nil && resp.Header.Revision > 0 {
-			if resp.Header.Revision >= *from {
-				*from = max(*from, resp.Header.Revision+1)
-			}
-			progress(resp.Header.Revision)
+		if resp.Header.Revision <= 0 {
+			continue
+		}
+		synced := resp.IsProgressNotify()
+		if synced {
+			*from = max(*from, resp.Header.Revision+1)
+		}
+		if progress != nil {
+			progress(resp.Header.Revision, synced)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -127,7 +127,9 @@ func RestoreEmbedded(ctx context.Context, cfg RestoreConfig) (RestoreResult, err
 	if hasData && !cfg.Force {
 		return RestoreResult{}, fmt.Errorf("%w: %s; to replace it (it is kept aside, not deleted), restore with force", ErrRestoreTargetExists, dir)
 	}
-	urls, err := embeddedURLs(EmbedConfig{Dir: dir, ClientURL: cfg.ClientURL, PeerURL: cfg.PeerURL})
+	// The member serves mutual TLS (embedtls.go); its next start
+	// generates the credential the restored directory lacks.
+	urls, _, err := embeddedURLs(EmbedConfig{Dir: dir, ClientURL: cfg.ClientURL, PeerURL: cfg.PeerURL}, "https", "https")
 	if err != nil {
 		return RestoreResult{}, err
 	}

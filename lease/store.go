@@ -110,12 +110,15 @@ type Store struct {
 	// writeTimeout bounds the writes of a call's life (writeOp).
 	writeTimeout time.Duration
 	quota        int64
-	log          *slog.Logger
-	now          func() time.Time
-	retention    retention
-	cache        immutableCache
-	commits      *committer
-	guard        *endpointGuard // nil with one endpoint
+	// tls is the client TLS configuration (nil: plain), which the
+	// exposure probe dials without the certificate.
+	tls       *tls.Config
+	log       *slog.Logger
+	now       func() time.Time
+	retention retention
+	cache     immutableCache
+	commits   *committer
+	guard     *endpointGuard // nil with one endpoint
 	// reach explains, for the log, why etcd does not answer.
 	reach     *reachability
 	stopGuard context.CancelFunc
@@ -174,10 +177,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		maxBatch: orDefaultInt(cfg.MaxBatch, DefaultMaxBatch),
 		maxSlots: orDefaultInt(cfg.MaxInFlight, DefaultMaxInFlight),
 	}
-	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, writeTimeout: write, quota: cfg.Quota, log: log, now: now, commits: commits,
+	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, writeTimeout: write, quota: cfg.Quota, tls: cfg.TLS, log: log, now: now, commits: commits,
 		reach: &reachability{endpoints: slices.Clone(cfg.Endpoints)}}
 	if len(cfg.Endpoints) > 1 && cfg.ProbeInterval >= 0 {
-		g, err := newEndpointGuard(cli, ccfg, cmp.Or(cfg.ProbeInterval, DefaultProbeInterval), cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout), log)
+		g, err := newEndpointGuard(cli, ccfg, prefix+"ping", cmp.Or(cfg.ProbeInterval, DefaultProbeInterval), cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout), log)
 		if err != nil {
 			cli.Close()
 			return nil, fmt.Errorf("lease: etcd probe client: %w", err)

@@ -16,7 +16,6 @@ import (
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 )
 
 // Defaults of the zero Config, and of `authzd serve`'s flags: this is the
@@ -353,29 +352,25 @@ func (c Config) EmbedConfig() lease.EmbedConfig {
 // StoreConfig is how the server reaches its etcd — endpoints, client TLS,
 // prefix and quota — for New and for `authzd store` alike, so that how
 // the store is reached (and with which credentials) is decided in one
-// place: an external cluster's EtcdEndpoints and EtcdCA/Cert/Key; or the
-// embedded member's, member's own endpoints when this process runs it,
-// else those it recorded in its directory (lease.EndpointsFile) for the
-// server that runs it.
+// place (StoreAccess): an external cluster's EtcdEndpoints and
+// EtcdCA/Cert/Key; or the embedded member's endpoints and the credential
+// it generated, read back from its directory as every other client of
+// the member reads them.
 func (c Config) StoreConfig(member *lease.Embedded) (lease.Config, error) {
 	c = c.withDefaults()
-	sc := lease.Config{Endpoints: c.EtcdEndpoints, Prefix: c.EtcdPrefix, Logger: c.Logger, Quota: c.EtcdQuota}
-	switch {
-	case member != nil:
-		sc.Endpoints, sc.Quota = member.Endpoints(), member.Quota()
-	case len(c.EtcdEndpoints) == 0:
-		u, err := lease.RecordedClientURL(c.EtcdDir())
-		if err != nil {
+	acc, err := c.StoreAccess()
+	if err != nil {
+		if len(c.EtcdEndpoints) == 0 {
 			return lease.Config{}, fmt.Errorf("%w (is --data-dir %s an authzd data directory?)", err, c.DataDir)
 		}
-		sc.Endpoints, sc.Quota = []string{u}, cmp.Or(c.EtcdQuota, lease.DefaultQuotaBytes)
+		return lease.Config{}, err
 	}
-	if c.EtcdCA != "" || c.EtcdCert != "" {
-		info := transport.TLSInfo{TrustedCAFile: c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey}
-		var err error
-		if sc.TLS, err = info.ClientConfig(); err != nil {
-			return lease.Config{}, fmt.Errorf("etcd TLS: %w", err)
-		}
+	sc := lease.Config{Endpoints: acc.Endpoints, TLS: acc.TLS, Prefix: c.EtcdPrefix, Logger: c.Logger, Quota: c.EtcdQuota}
+	switch {
+	case member != nil:
+		sc.Quota = member.Quota()
+	case len(c.EtcdEndpoints) == 0:
+		sc.Quota = cmp.Or(c.EtcdQuota, lease.DefaultQuotaBytes)
 	}
 	return sc, nil
 }

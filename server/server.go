@@ -46,6 +46,10 @@ type Server struct {
 	member   *lease.Embedded // nil with an external cluster
 	store    *lease.Store
 	ownStore bool // the server opened the store, and closes it
+	// access watches an external cluster's access control for /readyz;
+	// nil with the embedded member, which accepts its own credential only,
+	// and with a store Config gave.
+	access   *accessWatch
 	policies *policy.Manager
 	issuer   *authz.TokenIssuer // nil without a signing key: no admission
 	trail    *audit.Trail       // nil without a signing key or with AuditDir off
@@ -115,6 +119,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if s.trail != nil { // a nil *audit.Trail is not a nil AuditTrail
 		apiCfg.Trail = s.trail
+	}
+	if s.access != nil {
+		apiCfg.StoreWarnings = s.access.Warnings
 	}
 	if err := s.listen(apiCfg); err != nil {
 		return nil, err
@@ -234,6 +241,7 @@ func (s *Server) openStore(ctx context.Context) error {
 	}
 	if len(cfg.EtcdEndpoints) == 0 {
 		ec := cfg.EmbedConfig()
+		ec.Logger = s.log
 		member, err := lease.StartEmbedded(ctx, ec)
 		if err != nil {
 			if strings.Contains(err.Error(), "address already in use") {
@@ -243,8 +251,11 @@ func (s *Server) openStore(ctx context.Context) error {
 		}
 		s.member = member
 		s.log.Info("embedded etcd started", "dir", ec.Dir, "endpoints", member.Endpoints(), "log", ec.LogFile,
-			"quota", member.Quota(), "compaction", "authzd's, keeping "+lease.DefaultCompactionRetention+" and what a trail has not recorded")
+			"quota", member.Quota(), "compaction", "authzd's, keeping "+lease.DefaultCompactionRetention+" and what a trail has not recorded",
+			"credential", member.Access().CertFile)
 	}
+	// The embedded member's credential is read back from its directory,
+	// as every other client of the member reads it (StoreConfig).
 	sc, err := cfg.StoreConfig(s.member)
 	if err != nil {
 		return err
@@ -260,6 +271,7 @@ func (s *Server) openStore(ctx context.Context) error {
 		// Opening does not wait for etcd; say where it is looked for, so
 		// that the failures logged while it does not answer can be read.
 		s.log.Info("external etcd", "endpoints", sc.Endpoints, "tls", sc.TLS != nil, "prefix", cmp.Or(cfg.EtcdPrefix, DefaultEtcdPrefix))
+		s.access = &accessWatch{store: store, endpoints: sc.Endpoints, log: s.log}
 	}
 	s.store, s.ownStore = store, true
 	return nil
@@ -379,6 +391,12 @@ func (s *Server) run(ctx context.Context) error {
 		// what an audit trail has not recorded yet (lease/compact.go).
 		g.Go(func() error {
 			s.store.RunCompactor(loops, lease.CompactorConfig{})
+			return nil
+		})
+	}
+	if s.access != nil {
+		g.Go(func() error {
+			s.access.run(loops, accessCheckInterval)
 			return nil
 		})
 	}

@@ -227,14 +227,14 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 	defer member.Close()
-	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), Logger: quiet,
+	store, err := lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), TLS: member.Access().TLS, Logger: quiet,
 		MaxInFlight: opts.MaxInFlight, MaxBatch: opts.MaxBatch})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	// Designs a and c get their own connection, as the store has its own.
-	b.cli, err = clientv3.New(clientv3.Config{Endpoints: member.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	b.cli, err = clientv3.New(clientv3.Config{Endpoints: member.Endpoints(), TLS: member.Access().TLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}

@@ -143,11 +143,11 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 	defer member.Close()
-	if b.store, err = lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), Logger: quiet, Quota: member.Quota()}); err != nil {
+	if b.store, err = lease.Open(ctx, lease.Config{Endpoints: member.Endpoints(), TLS: member.Access().TLS, Logger: quiet, Quota: member.Quota()}); err != nil {
 		return err
 	}
 	defer b.store.Close()
-	raw, err := clientv3.New(clientv3.Config{Endpoints: member.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	raw, err := clientv3.New(clientv3.Config{Endpoints: member.Endpoints(), TLS: member.Access().TLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}

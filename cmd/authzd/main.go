@@ -81,10 +81,15 @@ const usage = `usage:
                                             serve does (--data-dir, --etcd-endpoints, TLS flags
                                             or --config); restore needs authzd stopped
                                             (docs/operations.md)
-  authzd init [--pool POOL ...] [--listen ADDR] DIR
+  authzd init [--pool POOL ...] [--listen ADDR] [--etcd-endpoints URLS --etcd-ca FILE
+                [--etcd-ca-key FILE] [--etcd-admin-cert FILE --etcd-admin-key FILE]
+                [--etcd-enable-auth] [--etcd-prefix P]] DIR
                                             write a production-shaped setup: keys, credentials
                                             (two approvers, per-pool backends), secrets/ID and
-                                            DIR/authzd.yaml for serve --config
+                                            DIR/authzd.yaml for serve --config; with
+                                            --etcd-endpoints, fcd's etcd client certificate
+                                            (CN fcd) and its user and role limited to its prefix
+                                            (docs/trust.md)
   authzd keys new --kind KIND [--alg EdDSA|ES256] [--out DIR]
                                             generate a key pair: KIND.jwk (private, 0600) and
                                             KIND-jwks.json; KIND is registrar, issuer, signing

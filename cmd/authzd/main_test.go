@@ -486,7 +486,7 @@ func TestSecondServerOnOneDataDir(t *testing.T) {
 	url, stopFresh := startServerDefaultPorts(t, fresh)
 	defer stopFresh()
 	raw, err := os.ReadFile(filepath.Join(fresh, "etcd", lease.EndpointsFile))
-	if err != nil || !strings.Contains(string(raw), "http://127.0.0.1:") || strings.Contains(string(raw), ":2379\"") {
+	if err != nil || !strings.Contains(string(raw), "https://127.0.0.1:") || strings.Contains(string(raw), ":2379\"") {
 		t.Fatalf("recorded endpoints %s (%v)", raw, err)
 	}
 	if code, body := readyz(t, url, http.StatusOK); code != http.StatusOK {

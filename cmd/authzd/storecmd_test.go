@@ -231,11 +231,11 @@ func TestStoreFullAndRecovery(t *testing.T) {
 
 	// Fill etcd as history does: one key rewritten, each old value kept
 	// until a compaction.
-	endpoint, err := lease.RecordedClientURL(filepath.Join(dir, "etcd"))
+	acc, err := lease.EmbeddedAccess(filepath.Join(dir, "etcd"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: acc.Endpoints, TLS: acc.TLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

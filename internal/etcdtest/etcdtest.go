@@ -34,7 +34,10 @@ type Member struct {
 }
 
 // Start starts a single-node member in a temporary directory on free
-// loopback ports; it is stopped when the test ends.
+// loopback ports, serving plain http to any local process
+// (lease.EmbedConfig.OpenLoopback): a stand-in for an external cluster
+// without authentication, which a test can reach through proxies and
+// clients of its own. It is stopped when the test ends.
 func Start(t testing.TB) *Member {
 	t.Helper()
 	return StartWith(t, nil)
@@ -48,10 +51,11 @@ func StartWith(t testing.TB, configure func(*lease.EmbedConfig)) *Member {
 	return startFresh(t, func(attempt int) *Member {
 		addrs := FreeAddrs(t, 2)
 		m := &Member{t: t, cfg: lease.EmbedConfig{
-			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
-			LogFile:   filepath.Join(dir, "etcd.log"),
-			ClientURL: "http://" + addrs[0],
-			PeerURL:   "http://" + addrs[1],
+			Dir:          filepath.Join(dir, fmt.Sprintf("etcd-%d", attempt)),
+			LogFile:      filepath.Join(dir, "etcd.log"),
+			ClientURL:    "http://" + addrs[0],
+			PeerURL:      "http://" + addrs[1],
+			OpenLoopback: true,
 		}}
 		if configure != nil {
 			configure(&m.cfg)
@@ -152,11 +156,12 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		addrs := FreeAddrs(t, 2*n)
 		for i := range n {
 			m := &Member{t: t, cfg: lease.EmbedConfig{
-				Name:      fmt.Sprintf("m%d", i),
-				Dir:       filepath.Join(dir, fmt.Sprintf("try%d-m%d", attempt, i)),
-				LogFile:   filepath.Join(dir, fmt.Sprintf("etcd-m%d.log", i)),
-				ClientURL: "http://" + addrs[2*i],
-				PeerURL:   "http://" + addrs[2*i+1],
+				Name:         fmt.Sprintf("m%d", i),
+				Dir:          filepath.Join(dir, fmt.Sprintf("try%d-m%d", attempt, i)),
+				LogFile:      filepath.Join(dir, fmt.Sprintf("etcd-m%d.log", i)),
+				ClientURL:    "http://" + addrs[2*i],
+				PeerURL:      "http://" + addrs[2*i+1],
+				OpenLoopback: true,
 			}}
 			initial = append(initial, m.cfg.Name+"="+m.cfg.PeerURL)
 			c.Members = append(c.Members, m)
