@@ -236,6 +236,9 @@ type Config struct {
 
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Serving, when set, is called once by Run when every loop and server
+	// has started (authzd serve prints there the lines scripts wait for).
+	Serving func()
 }
 
 // withDefaults returns c with every zero field set to its default.

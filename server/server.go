@@ -429,6 +429,10 @@ func (s *Server) run(ctx context.Context) error {
 		return nil
 	})
 
+	if s.cfg.Serving != nil {
+		s.cfg.Serving()
+	}
+
 	g.Go(func() error {
 		<-gctx.Done() // ctx ended, or a server failed
 		s.log.Info("shutting down")

@@ -76,7 +76,9 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *daemon, err
 			signal.Stop(d.hup)
 		}
 	}()
-	if d.Server, err = server.New(ctx, d.cfg.server(d.log, d.hup)); err != nil {
+	sc := d.cfg.server(d.log, d.hup)
+	sc.Serving = d.serving
+	if d.Server, err = server.New(ctx, sc); err != nil {
 		return nil, err
 	}
 	if d.dev != nil {
@@ -87,9 +89,12 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *daemon, err
 	return d, nil
 }
 
-// run prints the addresses (the listeners are open: a client that reads
-// them connects at once) and serves until ctx ends.
-func (d *daemon) run(ctx context.Context) error {
+// run serves until ctx ends.
+func (d *daemon) run(ctx context.Context) error { return d.Run(ctx) }
+
+// serving prints the addresses once the server serves: every loop runs,
+// and a client that reads them connects at once.
+func (d *daemon) serving() {
 	if addr := d.GRPCAddr(); addr != nil {
 		// Printed before the HTTP line, so that whoever waits for that one
 		// knows both addresses.
@@ -97,7 +102,6 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	// This line is the contract of scripts and tests that start authzd.
 	fmt.Fprintf(d.stderr, "authzd: listening on %s\n", d.URL())
-	return d.Run(ctx)
 }
 
 // Close closes the server and ends the SIGHUP registration.
