@@ -57,7 +57,9 @@ type FollowerConfig struct {
 	// compaction back to what the trail has recorded; empty writes none.
 	Replica string
 	// CursorInterval is how often the cursor is written while the trail
-	// advances; zero means 10s.
+	// advances; zero means 100ms. Promptly, because a full store refuses
+	// the cursor's write: compaction, which frees it, stops at the last
+	// cursor written.
 	CursorInterval time.Duration
 	// Arguments says what formation events keep of a call's arguments.
 	Arguments TrailArguments
@@ -170,13 +172,19 @@ func (f *Follower) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.As(err, &hc):
-			f.log.Error("audit trail: store history compacted before it was recorded; recording the gap",
-				"from", hc.From, "compacted", hc.Compacted)
-			// etcd keeps the compaction's revision itself and what follows.
-			gap := TrailEvent{Kind: EventGap, Revision: hc.Compacted - 1, Data: map[string]any{"from": hc.From, "to": hc.Compacted - 1}}
-			for f.cfg.Trail.Append(ctx, []TrailEvent{gap}) != nil && ctx.Err() == nil {
+			evs, err := f.compacted(ctx, hc)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				f.log.Warn("audit trail: restores not read; retrying", "err", err)
+				time.Sleep(time.Second)
+				continue
+			}
+			for f.cfg.Trail.Append(ctx, evs) != nil && ctx.Err() == nil {
 				time.Sleep(250 * time.Millisecond)
 			}
+			// etcd keeps the compaction's revision itself and what follows.
 			from, skip = hc.Compacted, 0
 		default:
 			return fmt.Errorf("authz: follow the store: %w", err)
@@ -189,7 +197,7 @@ func (f *Follower) Run(ctx context.Context) error {
 func (f *Follower) keepCursor(ctx context.Context) {
 	every := f.cfg.CursorInterval
 	if every <= 0 {
-		every = 10 * time.Second
+		every = 100 * time.Millisecond
 	}
 	// value is the cursor written last, at revision self: a trail that
 	// recorded nothing since but that write itself (value is the revision
@@ -214,6 +222,45 @@ func (f *Follower) keepCursor(ctx context.Context) {
 // EventGap records history the trail could not follow: etcd compacted
 // revisions from..to (inclusive) before the follower read them.
 const EventGap = "gap"
+
+// EventRestore records that the store was restored from a snapshot of
+// revision snapshotRevision, its revisions raised past the trail's: the
+// revisions from..to never existed in the restored store. Events the
+// trail recorded after snapshotRevision (before the restore) were undone
+// by it.
+const EventRestore = "restore"
+
+// compacted are the events that record a compaction the follower found
+// before its next revision: a gap, unless a restore the store recorded
+// explains it (the revisions its bump skipped never existed), and then a
+// restore event, and a gap only for what was compacted before the
+// snapshot's revision.
+func (f *Follower) compacted(ctx context.Context, hc *lease.HistoryCompactedError) ([]TrailEvent, error) {
+	restores, err := f.cfg.Store.Restores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var evs []TrailEvent
+	for _, r := range restores {
+		if r.Revision >= hc.Compacted || hc.Compacted > r.Revision+int64(r.Bump)+1 {
+			continue
+		}
+		// The trail's last revision is recorded (but for a batch a crash
+		// cut at that very revision): only what precedes the snapshot's
+		// revision and was never read is lost.
+		if hc.From < r.Revision {
+			f.log.Error("audit trail: store history compacted before it was recorded; recording the gap",
+				"from", hc.From, "to", r.Revision)
+			evs = append(evs, TrailEvent{Kind: EventGap, Revision: r.Revision, Data: map[string]any{"from": hc.From, "to": r.Revision}})
+		}
+		f.log.Warn("audit trail: the store was restored from a snapshot", "snapshotRevision", r.Revision, "resumes", hc.Compacted)
+		return append(evs, TrailEvent{Kind: EventRestore, Revision: hc.Compacted - 1, Data: map[string]any{
+			"snapshotRevision": r.Revision, "revisionBump": r.Bump, "from": r.Revision + 1, "to": hc.Compacted - 1}}), nil
+	}
+	f.log.Error("audit trail: store history compacted before it was recorded; recording the gap",
+		"from", hc.From, "compacted", hc.Compacted)
+	return []TrailEvent{{Kind: EventGap, Revision: hc.Compacted - 1, Data: map[string]any{"from": hc.From, "to": hc.Compacted - 1}}}, nil
+}
 
 func (f *Follower) written(rev int64, err error) {
 	f.mu.Lock()

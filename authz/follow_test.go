@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -370,4 +371,63 @@ func etcdCompact(ctx context.Context, ae *admitEnv, rev int64) error {
 	defer cli.Close()
 	_, err = cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
 	return err
+}
+
+// TestFollowerOnAFullFileSystem is TestFollowerFailsClosedOnAFullDisk on
+// a real full file system: the trail on a small tmpfs (mounting one needs
+// root; the test is skipped where it cannot). Formations go on committing
+// while the trail cannot write; the replica refuses admissions meanwhile;
+// once space is freed, the trail holds every formation the store
+// committed, and verifies clean.
+func TestFollowerOnAFullFileSystem(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs here (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 200<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, nil, nil)
+	key, iss := newIssuer(t, e.store, jwa.EdDSA)
+	root := filepath.Join(dir, "audit")
+	tr, err := audit.Open(audit.Config{Root: root, Replica: "test", Key: key, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := followTrail(t, e.store, tr, authz.TrailArgumentsNone)
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: ft.f})
+	ae := &admitEnv{env: e, key: key, iss: iss}
+	ctx := testCtx(t)
+
+	var formed []string
+	for i := 0; i < 400 && e.forms.TrailReady() == nil; i++ {
+		f := ae.ready(t, fmt.Sprint("full-", i), "github/get_repository", fmt.Sprintf(`{"owner":"o","repo":"r%d"}`, i), nil)
+		formed = append(formed, f.ID)
+	}
+	waitFor(t, func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
+	more := ae.ready(t, "full-more", "github/get_repository", `{"owner":"o","repo":"more"}`, nil)
+	formed = append(formed, more.ID)
+	if _, err := e.forms.Admissions.Admit(ctx, more.ID); !errors.Is(err, authz.ErrTrailBehind) {
+		t.Fatalf("admission with the trail's file system full: %v, want ErrTrailBehind", err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return e.forms.TrailReady() == nil })
+	if _, err := e.forms.Admissions.Admit(ctx, more.ID); err != nil {
+		t.Fatalf("admission once space is back: %v", err)
+	}
+	if err := ft.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(t, filepath.Join(root, "test"))
+	for _, id := range formed {
+		if got := eventsOf(events, id); len(got) == 0 || got[0] != authz.EventFormation {
+			t.Fatalf("formation %s: events %v", id, got)
+		}
+	}
+	t.Logf("%d formations committed while the trail filled its file system; all of them in the trail", len(formed))
+	verifyRoot(t, root, ae)
 }

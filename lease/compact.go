@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -143,18 +144,90 @@ func (s *Store) RunCompactor(ctx context.Context, cfg CompactorConfig) {
 	}
 }
 
-// holdBack returns rev held back to the trails' floor (TrailFloor), and
-// whether it was.
+// holdBack returns rev held back to the first revision a trail still
+// needs, and whether it was: the trails' floor (TrailFloor). On a full
+// store (NOSPACE), whose cursors cannot be written since it filled, it is
+// the first revision from the floor on that changed something a trail
+// records: the revisions before it changed nothing a trail records
+// (writes outside fcd's prefix, cursors, published keys), so compacting
+// them loses no event, and whatever filled the store since the last
+// cursor can be freed. (A replica that restarts after such a compaction,
+// its trail at that cursor, records those revisions as a gap.)
 func (s *Store) holdBack(ctx context.Context, rev int64, ttl time.Duration) (int64, bool, error) {
 	floor, ok, err := s.TrailFloor(ctx, ttl)
 	if err != nil {
 		return 0, false, fmt.Errorf("lease: compact: %w", err)
 	}
-	if ok && rev > floor {
-		return floor, true, nil
+	if !ok || rev <= floor {
+		return rev, false, nil
+	}
+	if full, err := s.full(ctx); err != nil || !full {
+		return floor, true, err
+	}
+	// A full store: its cursors could not be written since it filled.
+	first, err := s.firstChange(ctx, floor, rev)
+	if err != nil {
+		return 0, false, fmt.Errorf("lease: compact: %w", err)
+	}
+	if first < rev {
+		return first, true, nil
 	}
 	return rev, false, nil
 }
 
+// firstChange returns the first revision from from on, below until, that
+// changed something the audit trail records (Follow's changes), or until
+// if none did.
+func (s *Store) firstChange(ctx context.Context, from, until int64) (int64, error) {
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 30*time.Second)
+	defer cancel()
+	wch := s.cli.Watch(wctx, s.k.p, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-wctx.Done():
+			return 0, wctx.Err()
+		case <-tick.C:
+			_ = s.cli.RequestProgress(wctx)
+		case resp, ok := <-wch:
+			switch {
+			case !ok:
+				return 0, errors.New("watch closed")
+			case resp.CompactRevision != 0:
+				return resp.CompactRevision, nil // already gone
+			case resp.Err() != nil:
+				return 0, resp.Err()
+			}
+			for evs := range byRevision(resp.Events) {
+				rev := evs[0].Kv.ModRevision
+				if rev >= until {
+					return until, nil
+				}
+				if len(s.changes(rev, evs)) > 0 {
+					return rev, nil
+				}
+			}
+			if resp.IsProgressNotify() && resp.Header.Revision+1 >= until {
+				return until, nil
+			}
+		}
+	}
+}
+
 func (k keys) trailCursors() string              { return k.p + "trail-cursors/" }
 func (k keys) trailCursor(replica string) string { return k.trailCursors() + replica }
+
+// full reports whether the store has the NOSPACE alarm raised.
+func (s *Store) full(ctx context.Context) (bool, error) {
+	alarms, err := s.Alarms(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range alarms {
+		if a.Alarm == AlarmNoSpace {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -66,7 +66,7 @@ func TestCompactionWaitsForTrails(t *testing.T) {
 		return nil
 	}, nil)
 	if !errors.Is(err, context.Canceled) || followed == 0 {
-		t.Fatalf("follow from the slow trail's cursor: %v after %d commits", err, followed)
+		t.Fatalf("follow from the first change after the slow trail's cursor: %v after %d commits", err, followed)
 	}
 	var hc *lease.HistoryCompactedError
 	if err := s.Follow(ctx, held-2, func(lease.Commit) error { return nil }, nil); !errors.As(err, &hc) || hc.Compacted != got {

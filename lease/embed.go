@@ -125,6 +125,7 @@ const DefaultCompactionRetention = "1h"
 // Embedded is a running embedded etcd member.
 type Embedded struct {
 	etcd   *embed.Etcd
+	dir    string
 	access ClientAccess
 	quota  int64
 	lock   *dirLock
@@ -323,7 +324,7 @@ func startEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	m := &Embedded{etcd: e, access: ClientAccess{Endpoints: []string{client.String()}}, quota: ec.QuotaBackendBytes}
+	m := &Embedded{etcd: e, dir: cfg.Dir, access: ClientAccess{Endpoints: []string{client.String()}}, quota: ec.QuotaBackendBytes}
 	if cfg.generated() {
 		if m.access, err = EmbeddedAccess(cfg.Dir); err != nil {
 			e.Close()

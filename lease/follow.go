@@ -274,7 +274,9 @@ func (s *Store) changes(rev int64, evs []*clientv3.Event) []Change {
 				add(s.epochRegistered(kv))
 			}
 		case "notes":
-			add(s.noted(id, kv, puts))
+			if !strings.HasPrefix(id, "restores/") {
+				add(s.noted(id, kv, puts))
+			}
 		case "snapshots":
 			if kv.Version == 1 {
 				var snap record.Snapshot

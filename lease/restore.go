@@ -3,6 +3,7 @@ package lease
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -165,6 +167,13 @@ func RestoreEmbedded(ctx context.Context, cfg RestoreConfig) (RestoreResult, err
 	if err := recordURLs(tmp, urls); err != nil {
 		return RestoreResult{}, err
 	}
+	// The next start tells the store (Embedded.Restored, Store.RecordRestore)
+	// so that the audit trails know the revisions the bump skipped never
+	// existed: no history was lost there.
+	b, _ := json.Marshal(res)
+	if err := os.WriteFile(filepath.Join(tmp, RestoredFile), b, 0o600); err != nil {
+		return RestoreResult{}, fmt.Errorf("lease: restore: %w", err)
+	}
 	if exists {
 		res.Aside = dir + ".before-restore-" + time.Now().UTC().Format("20060102T150405Z")
 		if err := os.Rename(dir, res.Aside); err != nil {
@@ -175,4 +184,64 @@ func RestoreEmbedded(ctx context.Context, cfg RestoreConfig) (RestoreResult, err
 		return res, fmt.Errorf("lease: restore: move the restored directory %s into place: %w", tmp, err)
 	}
 	return res, nil
+}
+
+// RestoredFile is the file RestoreEmbedded leaves in the directory it
+// restored, until the member's owner recorded the restore in the store.
+const RestoredFile = "fcd-restored.json"
+
+// Restored returns what RestoreEmbedded did to the member's directory, if
+// the directory was restored and the restore not recorded yet: its owner
+// records it (Store.RecordRestore), then calls ClearRestored.
+func (e *Embedded) Restored() (RestoreResult, bool) {
+	if e == nil {
+		return RestoreResult{}, false
+	}
+	b, err := os.ReadFile(filepath.Join(e.dir, RestoredFile))
+	if err != nil {
+		return RestoreResult{}, false
+	}
+	var r RestoreResult
+	if json.Unmarshal(b, &r) != nil || r.Revision <= 0 {
+		return RestoreResult{}, false
+	}
+	return r, true
+}
+
+// ClearRestored forgets a restore that is recorded.
+func (e *Embedded) ClearRestored() error {
+	if err := os.Remove(filepath.Join(e.dir, RestoredFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("lease: %w", err)
+	}
+	return nil
+}
+
+// RecordRestore records in the store that its history was restored from
+// a snapshot of revision r.Revision, the revisions raised by r.Bump: the
+// revisions in between never existed, and a trail that finds them
+// compacted has lost nothing there (Restores).
+func (s *Store) RecordRestore(ctx context.Context, r RestoreResult) error {
+	b, _ := json.Marshal(RestoreResult{Revision: r.Revision, Bump: r.Bump})
+	octx, cancel := s.writeOp(ctx)
+	defer cancel()
+	_, err := s.cli.Put(octx, s.k.note("restores", fmt.Sprintf("%020d", r.Revision)), string(b))
+	return s.wrap(ctx, "record restore", err)
+}
+
+// Restores returns the restores RecordRestore recorded, oldest first.
+func (s *Store) Restores(ctx context.Context) ([]RestoreResult, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.k.note("restores", ""), clientv3.WithPrefix())
+	if err != nil {
+		return nil, s.wrap(ctx, "restores", err)
+	}
+	var out []RestoreResult
+	for _, kv := range resp.Kvs {
+		var r RestoreResult
+		if json.Unmarshal(kv.Value, &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }

@@ -267,6 +267,18 @@ func (s *Server) openStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r, ok := s.member.Restored(); ok {
+		// Before the trail follows the store: it must know the revisions
+		// the restore's bump skipped never existed.
+		if err := store.RecordRestore(ctx, r); err != nil {
+			store.Close()
+			return fmt.Errorf("record the restore of the embedded member: %w", err)
+		}
+		if err := s.member.ClearRestored(); err != nil {
+			s.log.Warn("restore recorded; its file stays", "err", err)
+		}
+		s.log.Info("the embedded member was restored from a snapshot; recorded for the audit trails", "snapshotRevision", r.Revision, "revisionBump", r.Bump)
+	}
 	if s.member == nil {
 		// Opening does not wait for etcd; say where it is looked for, so
 		// that the failures logged while it does not answer can be read.
