@@ -117,8 +117,10 @@ type Config struct {
 	// clients (cert and key go together).
 	EtcdCA, EtcdCert, EtcdKey string
 	// EmbeddedEtcdClientURL and EmbeddedEtcdPeerURL place the embedded
-	// member; loopback only. Empty means the ones the data directory
-	// recorded, else free ports.
+	// member; loopback only, served over TLS with the credential the member
+	// generates in its directory (lease.TLSDir), which only fcd's clients
+	// present. Empty means the ones the data directory recorded, else free
+	// ports.
 	EmbeddedEtcdClientURL, EmbeddedEtcdPeerURL string
 	// EtcdQuota is etcd's backend quota in bytes: the embedded member is
 	// started with it (0: 2 GiB), and for an external cluster it is what

@@ -639,6 +639,3 @@ func (s *Server) Trail() *audit.Trail { return s.trail }
 // Follower keeps the trail, following the store's history; nil without
 // a trail.
 func (s *Server) Follower() *authz.Follower { return s.follower }
-
-// Handler is the HTTP handler the server serves.
-func (s *Server) Handler() http.Handler { return s.http.Handler }
