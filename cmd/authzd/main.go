@@ -175,6 +175,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return fmt.Errorf("%w: credential new --role ROLE", cli.ErrUsage)
 		}
 		return credentialNew(args[2:], stdout)
+	case "serve-doc": // hidden: go generate's, for docs/configuration.md
+		return serveDoc(args[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
