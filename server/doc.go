@@ -19,8 +19,8 @@
 // the trail) says so in its Config and why.
 //
 // The settings are documented on [Config] and, for operators, by
-// `authzd serve -h` and the README's "Running it for real"; the parts and
-// the direction of imports in the README's "What is here" (checked by
+// `authzd serve -h` and docs/configuration.md; the parts and the
+// direction of imports in docs/packages.md (checked by
 // internal/layout), the capacity defaults in docs/capacity.md, the store's
 // operation and who may change what fcd trusts in docs/operations.md and
 // docs/trust.md, decision logs in docs/decision-logs.md and the trail in
