@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -54,4 +55,27 @@ func TestConfigurationDocNamesEveryFlag(t *testing.T) {
 			t.Errorf("docs/configuration.md's prose below the table does not name `--%s`", f.Name)
 		}
 	})
+}
+
+// TestCLIDocNamesEveryCommand: docs/cli.md has a row for every command of
+// authzd's usage text.
+func TestCLIDocNamesEveryCommand(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A command's line starts "  authzd NAME", a subcommand's name after
+	// it (manifest sign, store status); continuation lines are indented
+	// further.
+	command := regexp.MustCompile(`^  authzd (\S+)(?: ([a-z][a-z-]*)\b)?`)
+	for _, line := range strings.Split(usage, "\n") {
+		m := command.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		cmd := strings.TrimSpace("authzd " + m[1] + " " + m[2])
+		if !strings.Contains(string(doc), "| `"+cmd) {
+			t.Errorf("docs/cli.md has no row for `%s`", cmd)
+		}
+	}
 }
