@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -146,10 +147,23 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 		return nil, err
 	}
 	s.url = srvA.URL()
-	// The same authzd again, a second replica on the same store, keeping
-	// an audit trail (design AT).
+	// The same authzd again, keeping an audit trail (design AT), on the
+	// same etcd member under a prefix of its own: a trail follows its
+	// store's whole history, so on A's prefix it would record A's calls
+	// too and carry their cost into A's figures. Apart, A runs no trail at
+	// all and AT's trail records AT's calls alone.
+	scAT, err := cfgA.StoreConfig(nil)
+	if err != nil {
+		return nil, err
+	}
+	scAT.Prefix, scAT.Logger = "/bench-trail/", quiet
+	storeAT, err := lease.Open(context.WithoutCancel(ctx), scAT)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { storeAT.Close() })
 	cfgAT := base
-	cfgAT.Store, cfgAT.AuditDir, cfgAT.Replica = srvA.Store(), filepath.Join(dir, "audit"), "bench"
+	cfgAT.Store, cfgAT.AuditDir, cfgAT.Replica = storeAT, filepath.Join(dir, "audit"), "bench"
 	srvAT, err := runServer(ctx, s, cfgAT)
 	if err != nil {
 		return nil, err
@@ -183,21 +197,28 @@ func startStack(ctx context.Context, dir string, reportWorkers int) (_ *stack, e
 	if err != nil {
 		return nil, err
 	}
-	reg, err := s.clients[s.url][api.RoleRegistrar].RegisterManifestWithBodyWithResponse(ctx, "application/jose", bytes.NewReader(jws))
-	if err != nil {
-		return nil, fmt.Errorf("register the manifest: %w", err)
+	// Registered and snapshotted in both stores: the epoch and the snapshot
+	// are content-addressed, so their ids are the same in each.
+	for _, u := range []string{s.url, s.urlTrail} {
+		reg, err := s.clients[u][api.RoleRegistrar].RegisterManifestWithBodyWithResponse(ctx, "application/jose", bytes.NewReader(jws))
+		if err != nil {
+			return nil, fmt.Errorf("register the manifest: %w", err)
+		}
+		if reg.JSON201 == nil {
+			return nil, fmt.Errorf("register the manifest: authzd answered %d, want 201", reg.StatusCode())
+		}
+		snap, err := s.clients[u][api.RoleHost].CreateSnapshotWithResponse(ctx, client.SnapshotRequest{Servers: &[]string{"github"}})
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if snap.JSON201 == nil {
+			return nil, fmt.Errorf("snapshot: authzd answered %d, want 201", snap.StatusCode())
+		}
+		if s.snapshot != "" && snap.JSON201.Id != s.snapshot {
+			return nil, fmt.Errorf("snapshot %s on AT's store, %s on A's", snap.JSON201.Id, s.snapshot)
+		}
+		s.snapshot = snap.JSON201.Id
 	}
-	if reg.JSON201 == nil {
-		return nil, fmt.Errorf("register the manifest: authzd answered %d, want 201", reg.StatusCode())
-	}
-	snap, err := s.clients[s.url][api.RoleHost].CreateSnapshotWithResponse(ctx, client.SnapshotRequest{Servers: &[]string{"github"}})
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
-	if snap.JSON201 == nil {
-		return nil, fmt.Errorf("snapshot: authzd answered %d, want 201", snap.StatusCode())
-	}
-	s.snapshot = snap.JSON201.Id
 
 	s.rep, err = fencecheck.NewReporter(fencecheck.ReporterConfig{AuthzdURL: s.url, Credential: string(s.creds[api.RoleBackend]), Logger: quiet, Workers: reportWorkers})
 	if err != nil {
