@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,7 +150,8 @@ func (s *Store) Follow(ctx context.Context, from int64, apply func(Commit) error
 	}
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := s.cli.Watch(wctx, s.k.p, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+		wch := s.cli.Watch(wctx, s.k.p, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV(),
+			clientv3.WithProgressNotify())
 		go func() {
 			tick := time.NewTicker(time.Second)
 			defer tick.Stop()
@@ -286,8 +288,8 @@ func (s *Store) changes(rev int64, evs []*clientv3.Event) []Change {
 				add(s.formationCreated(id, kv, puts))
 			}
 		case "formation-states":
-			if kv.Version > 1 {
-				for _, c := range approvals(id, kv) {
+			if kv.Version > 1 && ev.PrevKv != nil {
+				for _, c := range approvals(id, ev.PrevKv, kv) {
 					add(c, nil)
 				}
 			}
@@ -385,20 +387,18 @@ func (s *Store) formationCreated(id string, kv *mvccpb.KeyValue, puts map[string
 	return FormationCreated{Formation: f}, nil
 }
 
-// approvals are the approvals a state write added: an approval's write
-// sets the state's time to the approval's (authz's Approve), which no
-// other write of the state does (an admission sets its own time, a close
-// rewrites the state as read), so no previous value is needed — the watch
-// does without them, which halves what etcd reads and sends it.
-func approvals(id string, cur *mvccpb.KeyValue) []Change {
-	var st formationState
-	if json.Unmarshal(cur.Value, &st) != nil {
+// approvals are the approvals a state write added.
+func approvals(id string, prev, cur *mvccpb.KeyValue) []Change {
+	var before, after formationState
+	if json.Unmarshal(prev.Value, &before) != nil || json.Unmarshal(cur.Value, &after) != nil {
 		return nil
 	}
 	var out []Change
-	for _, a := range st.Approvals {
-		if a.At.Equal(st.UpdatedAt) {
-			out = append(out, FormationApproved{Formation: id, Approval: a, Status: st.Status})
+	for _, a := range after.Approvals {
+		if !slices.ContainsFunc(before.Approvals, func(b record.Approval) bool {
+			return b.Approver == a.Approver && b.Decision == a.Decision && b.Digest == a.Digest
+		}) {
+			out = append(out, FormationApproved{Formation: id, Approval: a, Status: after.Status})
 		}
 	}
 	return out
