@@ -431,3 +431,31 @@ func TestFollowerOnAFullFileSystem(t *testing.T) {
 	t.Logf("%d formations committed while the trail filled its file system; all of them in the trail", len(formed))
 	verifyRoot(t, root, ae)
 }
+
+// TestFollowerRecordsEachApprovalOnce: a delete that needs two approvals
+// is recorded with each approval once, the one its write added, and the
+// admission's rewrite of the state adds none.
+func TestFollowerRecordsEachApprovalOnce(t *testing.T) {
+	ae, tr, root := newTrailEnv(t)
+	ctx := testCtx(t)
+	_, a := ae.admitRead(t, "two")
+	ae.report(t, a, record.OutcomeEffect)
+	del := ae.ready(t, "two", "github/delete_repository", `{"owner":"o","repo":"two"}`, admins, "bob", "carol")
+	if _, err := ae.forms.Admissions.Admit(ctx, del.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var approvers []string
+	for _, ev := range readEvents(t, filepath.Join(root, "test")) {
+		var d struct{ Formation, Approver string }
+		if ev.Kind == authz.EventApproval && json.Unmarshal(ev.Data, &d) == nil && d.Formation == del.ID {
+			approvers = append(approvers, d.Approver)
+		}
+	}
+	if fmt.Sprint(approvers) != "[bob carol]" {
+		t.Fatalf("approvals of %s in the trail: %v, want bob's and carol's once each", del.ID, approvers)
+	}
+	verifyRoot(t, root, ae)
+}
