@@ -56,10 +56,9 @@ type FollowerConfig struct {
 	// Replica names the trail's cursor in the store, which holds
 	// compaction back to what the trail has recorded; empty writes none.
 	Replica string
-	// CursorInterval is how often the cursor is written while the trail
-	// advances; zero means 100ms. Promptly, because a full store refuses
-	// the cursor's write: compaction, which frees it, stops at the last
-	// cursor written.
+	// CursorInterval is how often the follower looks at its cursor; zero
+	// means 100ms. It writes it once the trail pauses, and at most every
+	// ten intervals while it advances (keepCursor).
 	CursorInterval time.Duration
 	// Arguments says what formation events keep of a call's arguments.
 	Arguments TrailArguments
@@ -199,14 +198,22 @@ func (f *Follower) keepCursor(ctx context.Context) {
 	if every <= 0 {
 		every = 100 * time.Millisecond
 	}
-	// value is the cursor written last, at revision self: a trail that
-	// recorded nothing since but that write itself (value is the revision
-	// just before it) has no reason to write again.
-	var value, self int64 = -1, -1
+	// value is the cursor written last, at revision self (when): a trail
+	// that recorded nothing since but that write itself (value is the
+	// revision just before it) has no reason to write again. While the
+	// trail advances, the cursor is written at most every 10 intervals
+	// (a second): each write is a raft write; once it pauses (nothing new
+	// since the last look), at once, so that a store that fills up (and
+	// then refuses the write) keeps a cursor close to where the trail is.
+	var value, self, seen int64 = -1, -1, -1
+	var when time.Time
 	for {
-		if rec := f.Recorded(); rec > value && !(rec == self && value == self-1) {
+		rec := f.Recorded()
+		quiet := rec == seen
+		seen = rec
+		if rec > value && !(rec == self && value == self-1) && (quiet || time.Since(when) >= 10*every) {
 			if rev, err := f.cfg.Store.SetTrailCursor(ctx, f.cfg.Replica, rec); err == nil {
-				value, self = rec, rev
+				value, self, when = rec, rev, time.Now()
 			} else if ctx.Err() == nil {
 				f.log.Warn("audit trail: cursor not written; compaction may not wait for this trail", "err", err)
 			}

@@ -240,6 +240,28 @@ func TestStoreFullAndRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
+	// The trail has recorded full-0 and said so in its cursor (within a
+	// second of a call): a store fills over minutes, not in the instant
+	// after a call, and a full store refuses the cursor's write, so
+	// compaction can pass only the revisions after the last cursor that
+	// changed nothing a trail records (lease/compact.go).
+	head, err := cli.Get(t.Context(), "/fcd/ping", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		cur, err := cli.Get(t.Context(), "/fcd/trail-cursors/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct{ Revision int64 }
+		if len(cur.Kvs) == 1 && json.Unmarshal(cur.Kvs[0].Value, &c) == nil && c.Revision >= head.Header.Revision {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the trail's cursor did not reach revision %d", head.Header.Revision)
+		}
+	}
 	value := strings.Repeat("x", 256<<10)
 	puts := 0
 	start := time.Now()
