@@ -231,7 +231,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		kernel(), nginxVersion(), nginxWorkers)
 	fmt.Fprintf(out, "# timed op: MCP tools/call github/%s %s through nginx, official MCP Go SDK client, one session per worker\n", benchTool, benchArgs)
 	fmt.Fprintf(out, "# A: examples/gateways/nginx.conf (auth_basic) → authzd /v1/forward_auth (caller check, admission, etcd txn, token) → fencecheck online (claim: authzd round trip + etcd txn; outcome report) → fixture; one fresh ready formation per call\n")
-	fmt.Fprintf(out, "# AT: A through a second authzd on the same store that keeps the audit trail (admission, claim and outcome: three events a call)\n")
+	fmt.Fprintf(out, "# AT: A through a second authzd keeping the audit trail, on the same etcd member under a prefix of its own (formation, admission, claim and outcome: four events a call)\n")
 	fmt.Fprintf(out, "# AF: A, and the worker forms each call (POST /v1/formations, ready) inside the timed call: the host's whole cost\n")
 	fmt.Fprintf(out, "# A0: the same, fencecheck offline (no claim, no outcome report) → the same fixture; A/A0 is the claim's cost\n")
 	fmt.Fprintf(out, "# B: the same nginx.conf without auth_request (auth_basic kept; plainNginx in bench/gateway/nginx.go) → the same fixture without fencecheck\n")
