@@ -30,6 +30,7 @@ func TestUIServedWithSecurityHeaders(t *testing.T) {
 	h, _ := oasRouter(t)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
+	oasWatch(t, srv.URL, t)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	get := func(path string) (*http.Response, string) {
 		t.Helper()
