@@ -3,12 +3,15 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +34,10 @@ import (
 // description says so, and the validator adds components/responses/Internal
 // to every operation that does not list 500), its content type one the
 // status declares, its declared headers and its body against the schema,
-// problem+json included. A request outside the document (an unknown path,
+// problem+json included, with every object schema closed (oasClose: a
+// member the document does not list is reported), and a problem's slug
+// one its response lists in x-fcd-problem-types and carried in the
+// Fcd-Problem header. A request outside the document (an unknown path,
 // a method the path does not serve) is checked only for the problem body
 // every error carries: a problem+json answer must match
 // components/schemas/Problem. A failure is reported with t.Errorf on the
@@ -131,7 +137,43 @@ func (v *oasValidator) validate(req *http.Request, status int, header http.Heade
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		return fmt.Errorf("%s %s: %w", route.Method, route.Path, err)
 	}
+	if err := oasProblemType(route.Operation, status, header, body, whole); err != nil {
+		return fmt.Errorf("%s %s: %w", route.Method, route.Path, err)
+	}
 	return nil
+}
+
+// oasProblemType checks a problem answer's slug: it is one the response
+// lists in x-fcd-problem-types, and the Fcd-Problem header carries it, as
+// the document's description says of every problem answer.
+func oasProblemType(op *openapi3.Operation, status int, header http.Header, body []byte, whole bool) error {
+	if !whole || !strings.HasPrefix(header.Get("Content-Type"), "application/problem+json") {
+		return nil
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return fmt.Errorf("problem body: %w", err)
+	}
+	slug, ok := strings.CutPrefix(p.Type, api.ProblemBase)
+	if !ok {
+		return fmt.Errorf("problem type %q is not under %s", p.Type, api.ProblemBase)
+	}
+	if got := header.Get("Fcd-Problem"); got != slug {
+		return fmt.Errorf("problem %s: Fcd-Problem header %q", slug, got)
+	}
+	ref := op.Responses.Status(status)
+	if ref == nil || ref.Value == nil {
+		return nil // reported by ValidateResponse
+	}
+	listed, _ := ref.Value.Extensions["x-fcd-problem-types"].([]any)
+	for _, l := range listed {
+		if l == slug {
+			return nil
+		}
+	}
+	return fmt.Errorf("problem %s is not in the %d response's x-fcd-problem-types %v", slug, status, listed)
 }
 
 // oasOpen are the object schemas oasClose leaves open, by name, with why.
@@ -144,7 +186,13 @@ var oasOpen = map[string]string{}
 // and the document does not list is reported. An allOf branch stays open
 // (each branch is checked alone, and would refuse its siblings' members),
 // and so does an object built with allOf; they are listed in oasOpen.
+// First, a component built with allOf of plain object schemas is
+// flattened into one (the union of their properties and required
+// members), so that it and its branches can be closed too.
 func oasClose(doc *openapi3.T) {
+	for _, ref := range doc.Components.Schemas {
+		oasFlatten(ref.Value)
+	}
 	branches := map[*openapi3.Schema]bool{}
 	seen := map[*openapi3.Schema]bool{}
 	var all []*openapi3.Schema
@@ -215,6 +263,38 @@ func oasClose(doc *openapi3.T) {
 			oasOpen[names[sc]] = "built with allOf"
 		}
 	}
+}
+
+// oasFlatten replaces sc's allOf with the members of its branches when
+// every branch is a plain object schema (properties, required, nothing
+// composed or open-ended).
+func oasFlatten(sc *openapi3.Schema) {
+	if len(sc.AllOf) == 0 || len(sc.AnyOf)+len(sc.OneOf) != 0 || sc.Not != nil {
+		return
+	}
+	props := openapi3.Schemas{}
+	required := slices.Clone(sc.Required)
+	for name, p := range sc.Properties {
+		props[name] = p
+	}
+	for _, b := range sc.AllOf {
+		v := b.Value
+		if v == nil || len(v.AllOf)+len(v.AnyOf)+len(v.OneOf) != 0 || v.Not != nil || len(v.Properties) == 0 ||
+			v.AdditionalProperties.Has != nil || v.AdditionalProperties.Schema != nil || len(v.PatternProperties) != 0 {
+			return
+		}
+		for name, p := range v.Properties {
+			if _, dup := props[name]; dup {
+				return
+			}
+			props[name] = p
+		}
+		required = append(required, v.Required...)
+	}
+	sc.AllOf = nil
+	sc.Type = &openapi3.Types{openapi3.TypeObject}
+	sc.Properties = props
+	sc.Required = required
 }
 
 // oasReporter is where a watched server's mismatches go: the test that
@@ -356,6 +436,21 @@ func TestOpenAPIValidatorFails(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"status":"fine"}`)
 		},
+		"/healthz?extra": func(w http.ResponseWriter) { // an undeclared member
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"status":"ok","uptime":7}`)
+		},
+		"/readyz?slug": func(w http.ResponseWriter) { // a slug the response does not list
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Fcd-Problem", "internal")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"type":"`+api.ProblemBase+`internal","title":"Internal","status":503}`)
+		},
+		"/readyz?header": func(w http.ResponseWriter) { // no Fcd-Problem header
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"type":"`+api.ProblemBase+`not-ready","title":"Not ready","status":503}`)
+		},
 		"/healthz?status": func(w http.ResponseWriter) { // an undeclared status
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusTeapot)
@@ -367,6 +462,7 @@ func TestOpenAPIValidatorFails(t *testing.T) {
 		},
 		"/healthz?internal": func(w http.ResponseWriter) { // 500, any route's, as a problem: ok
 			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Fcd-Problem", "internal")
 			w.WriteHeader(http.StatusInternalServerError)
 			_, _ = io.WriteString(w, `{"type":"`+api.ProblemBase+`internal","title":"Internal","status":500}`)
 		},
@@ -390,6 +486,15 @@ func TestOpenAPIValidatorFails(t *testing.T) {
 			_, _ = io.WriteString(w, `not found`)
 		},
 	}
+	// The schemas the check cannot close are known, and printed.
+	if _, err := oasDoc(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	if !maps.Equal(oasOpen, want) {
+		t.Errorf("schemas left open for undeclared members: %v, want %v (a new allOf? its members are checked only by their branch)", oasOpen, want)
+	}
+	t.Logf("schemas left open for undeclared members: %v", oasOpen)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		answers[r.URL.RequestURI()](w)
 	}))
@@ -399,6 +504,9 @@ func TestOpenAPIValidatorFails(t *testing.T) {
 	for target, want := range map[string]string{
 		"/healthz":          "",
 		"/healthz?member":   "response body doesn't match schema",
+		"/healthz?extra":    "uptime",
+		"/readyz?slug":      "problem internal is not in the 503 response's x-fcd-problem-types [not-ready]",
+		"/readyz?header":    `Fcd-Problem header ""`,
 		"/healthz?status":   "status is not supported",
 		"/healthz?type":     "text/plain",
 		"/healthz?internal": "",
