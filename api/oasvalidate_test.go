@@ -297,6 +297,19 @@ func oasFlatten(sc *openapi3.Schema) {
 	sc.Required = required
 }
 
+// oasCheckRecorded validates an answer a test got by calling a handler
+// directly (httptest.NewRecorder), as oasTransport does over HTTP.
+func oasCheckRecorded(t testing.TB, req *http.Request, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	v, err := oasDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.validate(req, rec.Code, rec.Header(), rec.Body.Bytes(), true); err != nil {
+		t.Errorf("openapi: %s %s answered %d: %v", req.Method, req.URL.RequestURI(), rec.Code, err)
+	}
+}
+
 // oasReporter is where a watched server's mismatches go: the test that
 // started it (or, in TestOpenAPIValidatorFails, a collector).
 type oasReporter interface {

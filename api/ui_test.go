@@ -104,6 +104,7 @@ func TestApproverMe(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
+		oasCheckRecorded(t, req, rec)
 		return rec
 	}
 	rec := call(secrets[api.RoleApprover])
@@ -123,6 +124,7 @@ func TestApproverMe(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+string(secrets[api.RoleOperator]))
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
+	oasCheckRecorded(t, req, rec)
 	me = nil
 	_ = json.Unmarshal(rec.Body.Bytes(), &me)
 	if rec.Code != http.StatusOK || me["id"] != "test-operator" || me["role"] != "operator" {
@@ -131,6 +133,7 @@ func TestApproverMe(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+string(secrets[api.RoleApprover]))
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
+	oasCheckRecorded(t, req, rec)
 	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "forbidden-role") {
 		t.Fatalf("approver at /v1/operators/me: %d %s", rec.Code, rec.Body)
 	}
