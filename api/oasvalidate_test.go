@@ -137,7 +137,7 @@ func (v *oasValidator) validate(req *http.Request, status int, header http.Heade
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		return fmt.Errorf("%s %s: %w", route.Method, route.Path, err)
 	}
-	if err := oasProblemType(route.Operation, status, header, body, whole); err != nil {
+	if err := oasProblemType(route.Operation, status, header, body, whole && req.Method != http.MethodHead); err != nil {
 		return fmt.Errorf("%s %s: %w", route.Method, route.Path, err)
 	}
 	return nil
@@ -145,7 +145,8 @@ func (v *oasValidator) validate(req *http.Request, status int, header http.Heade
 
 // oasProblemType checks a problem answer's slug: it is one the response
 // lists in x-fcd-problem-types, and the Fcd-Problem header carries it, as
-// the document's description says of every problem answer.
+// the document's description says of every problem answer. A body not
+// read whole, or a HEAD answer's, is not looked at (whole false).
 func oasProblemType(op *openapi3.Operation, status int, header http.Header, body []byte, whole bool) error {
 	if !whole || !strings.HasPrefix(header.Get("Content-Type"), "application/problem+json") {
 		return nil
@@ -494,6 +495,11 @@ func TestOpenAPIValidatorFails(t *testing.T) {
 			w.WriteHeader(http.StatusNotFound)
 			_, _ = io.WriteString(w, `{"type":"`+api.ProblemBase+`not-found","status":"404"}`)
 		},
+		"/v1/ext_authz/a/b": func(w http.ResponseWriter) { // a problem's headers, for HEAD: ok
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Fcd-Problem", "forbidden-role")
+			w.WriteHeader(http.StatusForbidden)
+		},
 		"/nowhere?plain": func(w http.ResponseWriter) { // outside the document, no problem
 			w.WriteHeader(http.StatusNotFound)
 			_, _ = io.WriteString(w, `not found`)
@@ -536,5 +542,11 @@ func TestOpenAPIValidatorFails(t *testing.T) {
 		case want != "" && (len(msgs) != 1 || !strings.Contains(msgs[0], want) || !strings.Contains(msgs[0], "GET "+target+" answered")):
 			t.Errorf("GET %s (%d): reported %q, want one report naming it and containing %q", target, r.Status, msgs, want)
 		}
+	}
+	if r := apitest.Do(t, "HEAD", srv.URL+"/v1/ext_authz/a/b", "", nil, nil); r.Status != http.StatusForbidden {
+		t.Errorf("HEAD /v1/ext_authz/a/b: %d", r.Status)
+	}
+	if msgs := got.take(); len(msgs) != 0 {
+		t.Errorf("HEAD /v1/ext_authz/a/b is reported: %q", msgs)
 	}
 }
