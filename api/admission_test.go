@@ -363,6 +363,7 @@ func TestAuditPages(t *testing.T) {
 	}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
+	oasWatch(t, srv.URL, t)
 	get := func(role api.Role, query string) apitest.Reply {
 		return apitest.Do(t, "GET", srv.URL+"/v1/audit"+query, string(f.creds[role]), nil, nil)
 	}

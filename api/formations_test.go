@@ -290,6 +290,7 @@ func TestFormationRateLimitOverHTTP(t *testing.T) {
 		GatewayCaller: string(f.binding), FormationRate: 0.5, FormationBurst: burst, AuditDir: fcdserver.AuditOff, Logger: f.cfg.Logger,
 	})
 	base := limited.URL()
+	oasWatch(t, base, t)
 	form := func(host string) reply {
 		t.Helper()
 		return apitest.Do(t, "POST", base+"/v1/formations", string(secrets[host]), nil,

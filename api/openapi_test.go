@@ -326,7 +326,7 @@ func TestOpenAPIRolesMatchRouter(t *testing.T) {
 			continue // reported by TestOpenAPIMatchesRouter
 		}
 		target := param.ReplaceAllString(r.path, "x")
-		status, typ := oasProbe(h, r.method, target, "")
+		status, typ := oasProbe(t, h, r.method, target, "")
 		if len(op.Security) > 0 {
 			if status != http.StatusUnauthorized || typ != api.ProblemBase+"unauthenticated" {
 				t.Errorf("%s without a credential: %d %s, want 401 unauthenticated", r, status, typ)
@@ -339,7 +339,7 @@ func TestOpenAPIRolesMatchRouter(t *testing.T) {
 		}
 		var admitted []string
 		for _, role := range api.Roles() {
-			status, typ := oasProbe(h, r.method, target, secrets[role])
+			status, typ := oasProbe(t, h, r.method, target, secrets[role])
 			switch {
 			case status == http.StatusForbidden && typ == api.ProblemBase+"forbidden-role":
 			case status == http.StatusUnauthorized && typ == api.ProblemBase+"unauthenticated":
@@ -360,7 +360,8 @@ func TestOpenAPIRolesMatchRouter(t *testing.T) {
 // oasProbe sends one request and returns its status and problem type. A
 // panic (a handler reaching the absent store without the router's own
 // recovery) counts as passing the role check: status 0.
-func oasProbe(h http.Handler, method, target string, secret api.Secret) (status int, typ string) {
+func oasProbe(t *testing.T, h http.Handler, method, target string, secret api.Secret) (status int, typ string) {
+	t.Helper()
 	req := httptest.NewRequest(method, target, nil)
 	if secret != "" {
 		req.Header.Set("Authorization", "Bearer "+string(secret))
@@ -375,6 +376,9 @@ func oasProbe(h http.Handler, method, target string, secret api.Secret) (status 
 		h.ServeHTTP(rec, req)
 		status = rec.Code
 	}()
+	if status != 0 {
+		oasCheckRecorded(t, req, rec)
+	}
 	if strings.HasPrefix(rec.Header().Get("Content-Type"), "application/problem+json") {
 		var p struct {
 			Type string `json:"type"`

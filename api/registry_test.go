@@ -119,6 +119,7 @@ func newFixtureOn(t *testing.T, member *etcdtest.Member, bodyLimit int64, bindin
 		AuditDir: fcdserver.AuditOff, Logger: log,
 	})
 	f.url = f.server.URL()
+	oasWatch(t, f.url, t)
 	f.policies, f.issuer = f.server.Policies(), f.server.Issuer()
 	f.cfg = api.Config{Registry: f.server.UseCases().Registry, UseCases: f.server.UseCases(),
 		PolicyStatus: f.policies.Status, Auth: auth, BodyLimit: bodyLimit, Logger: log}

@@ -65,6 +65,7 @@ func (f *fixture) signedServer(operators *manifesttest.Signer) string {
 		Auth: f.cfg.Auth, Signer: key, Issuer: "fcd-test", GatewayCaller: string(f.binding),
 		FormationRate: fcdserver.NoFormationLimit, AuditDir: fcdserver.AuditOff, Logger: f.cfg.Logger,
 	})
+	oasWatch(f.t, srv.URL(), f.t)
 	return srv.URL()
 }
 

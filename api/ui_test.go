@@ -30,6 +30,7 @@ func TestUIServedWithSecurityHeaders(t *testing.T) {
 	h, _ := oasRouter(t)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
+	oasWatch(t, srv.URL, t)
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	get := func(path string) (*http.Response, string) {
 		t.Helper()
@@ -103,6 +104,7 @@ func TestApproverMe(t *testing.T) {
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
+		oasCheckRecorded(t, req, rec)
 		return rec
 	}
 	rec := call(secrets[api.RoleApprover])
@@ -122,6 +124,7 @@ func TestApproverMe(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+string(secrets[api.RoleOperator]))
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
+	oasCheckRecorded(t, req, rec)
 	me = nil
 	_ = json.Unmarshal(rec.Body.Bytes(), &me)
 	if rec.Code != http.StatusOK || me["id"] != "test-operator" || me["role"] != "operator" {
@@ -130,6 +133,7 @@ func TestApproverMe(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+string(secrets[api.RoleApprover]))
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
+	oasCheckRecorded(t, req, rec)
 	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "forbidden-role") {
 		t.Fatalf("approver at /v1/operators/me: %d %s", rec.Code, rec.Body)
 	}

@@ -411,15 +411,81 @@ func (e Outcome) Valid() bool {
 	}
 }
 
+// Defines values for ReadinessChecksAdmission.
+const (
+	ReadinessChecksAdmissionOk ReadinessChecksAdmission = "ok"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessChecksAdmission enum.
+func (e ReadinessChecksAdmission) Valid() bool {
+	switch e {
+	case ReadinessChecksAdmissionOk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReadinessChecksAuditTrail.
+const (
+	ReadinessChecksAuditTrailOk ReadinessChecksAuditTrail = "ok"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessChecksAuditTrail enum.
+func (e ReadinessChecksAuditTrail) Valid() bool {
+	switch e {
+	case ReadinessChecksAuditTrailOk:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessChecksStore.
 const (
-	ReadinessChecksStoreOk ReadinessChecksStore = "ok"
+	ReadinessChecksStoreDegraded ReadinessChecksStore = "degraded"
+	ReadinessChecksStoreOk       ReadinessChecksStore = "ok"
 )
 
 // Valid indicates whether the value is a known member of the ReadinessChecksStore enum.
 func (e ReadinessChecksStore) Valid() bool {
 	switch e {
+	case ReadinessChecksStoreDegraded:
+		return true
 	case ReadinessChecksStoreOk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReadinessChecksStoreAccess0.
+const (
+	ReadinessChecksStoreAccess0Ok        ReadinessChecksStoreAccess0 = "ok"
+	ReadinessChecksStoreAccess0Unchecked ReadinessChecksStoreAccess0 = "unchecked"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessChecksStoreAccess0 enum.
+func (e ReadinessChecksStoreAccess0) Valid() bool {
+	switch e {
+	case ReadinessChecksStoreAccess0Ok:
+		return true
+	case ReadinessChecksStoreAccess0Unchecked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReadinessChecksStoreAccess1Status.
+const (
+	ReadinessChecksStoreAccess1StatusOpen ReadinessChecksStoreAccess1Status = "open"
+)
+
+// Valid indicates whether the value is a known member of the ReadinessChecksStoreAccess1Status enum.
+func (e ReadinessChecksStoreAccess1Status) Valid() bool {
+	switch e {
+	case ReadinessChecksStoreAccess1StatusOpen:
 		return true
 	default:
 		return false
@@ -1587,8 +1653,8 @@ type ProblemDetails struct {
 	// ActiveLeases `leases-outstanding`: admitted lease markers still under the epoch.
 	ActiveLeases *int `json:"activeLeases,omitempty"`
 
-	// Checks `not-ready`: the state of each dependency checked.
-	Checks *map[string]string `json:"checks,omitempty"`
+	// Checks `not-ready`: the state of each dependency checked, as `checks` of `/readyz`'s 200 answer: a word (`store`, `admission`), or an object (`etcd`, `storeAccess`, `endpoints`, `policies`).
+	Checks *map[string]interface{} `json:"checks,omitempty"`
 
 	// Detail Human-readable explanation of this occurrence. Not for parsing.
 	Detail *string `json:"detail,omitempty"`
@@ -1657,8 +1723,40 @@ type Readiness struct {
 	Status ReadinessStatus  `json:"status"`
 }
 
-// ReadinessChecksStore defines model for Readiness.Checks.Store.
+// ReadinessChecksAdmission The replica can sign dispatch tokens (otherwise it answers 503).
+type ReadinessChecksAdmission string
+
+// ReadinessChecksAuditTrail A replica keeping an audit trail (docs/audit.md) can record what it admits (otherwise it answers 503).
+type ReadinessChecksAuditTrail string
+
+// Readiness_Checks_Endpoints While `store` is `degraded`, the etcd endpoints that answer and all of them.
+type Readiness_Checks_Endpoints struct {
+	All       []string `json:"all"`
+	Answering []string `json:"answering"`
+}
+
+// ReadinessChecksStore `degraded` while a member of an etcd cluster does not answer (`endpoints` says which).
 type ReadinessChecksStore string
+
+// ReadinessChecksStoreAccess0 defines model for Readiness.Checks.StoreAccess.0.
+type ReadinessChecksStoreAccess0 string
+
+// ReadinessChecksStoreAccess1 defines model for Readiness.Checks.StoreAccess.1.
+type ReadinessChecksStoreAccess1 Readiness_Checks_StoreAccess_1
+
+// ReadinessChecksStoreAccess1Status defines model for Readiness.Checks.StoreAccess.1.Status.
+type ReadinessChecksStoreAccess1Status string
+
+// Readiness_Checks_StoreAccess_1 defines model for Readiness.Checks.StoreAccess.1.
+type Readiness_Checks_StoreAccess_1 struct {
+	Status   ReadinessChecksStoreAccess1Status `json:"status"`
+	Warnings []string                          `json:"warnings"`
+}
+
+// Readiness_Checks_StoreAccess An external cluster only (docs/trust.md).
+type Readiness_Checks_StoreAccess struct {
+	union json.RawMessage
+}
 
 // Readiness_Checks `store` is `ok` when etcd answered a quorum read. `etcd` is etcd's
 // size, quota and alarms (docs/capacity.md). `policies` is the
@@ -1669,12 +1767,26 @@ type ReadinessChecksStore string
 //
 // Examples: {"etcd":{"alarms":[],"dbSize":20480000,"dbSizeInUse":12288000,"quota":2147483648},"policies":{"digest":"sha256:225d72db27fb19c329d3526ba3cff19243e6b70b137dcb4ee001add921250bb8","loadedAt":"2026-11-30T10:00:00Z","source":"embedded"},"store":"ok"}
 type Readiness_Checks struct {
+	// Admission The replica can sign dispatch tokens (otherwise it answers 503).
+	Admission *ReadinessChecksAdmission `json:"admission,omitempty"`
+
+	// AuditTrail A replica keeping an audit trail (docs/audit.md) can record what it admits (otherwise it answers 503).
+	AuditTrail *ReadinessChecksAuditTrail `json:"auditTrail,omitempty"`
+
+	// Endpoints While `store` is `degraded`, the etcd endpoints that answer and all of them.
+	Endpoints *Readiness_Checks_Endpoints `json:"endpoints,omitempty"`
+
 	// Etcd etcd's size and alarms. With an external cluster the sizes are the
 	// largest member's. `{"error": "status unavailable"}` instead when
 	// etcd's status could not be read in time.
-	Etcd     *StoreHealth         `json:"etcd,omitempty"`
-	Policies *PolicyStatus        `json:"policies,omitempty"`
-	Store    ReadinessChecksStore `json:"store"`
+	Etcd     *StoreHealth  `json:"etcd,omitempty"`
+	Policies *PolicyStatus `json:"policies,omitempty"`
+
+	// Store `degraded` while a member of an etcd cluster does not answer (`endpoints` says which).
+	Store ReadinessChecksStore `json:"store"`
+
+	// StoreAccess An external cluster only (docs/trust.md).
+	StoreAccess *Readiness_Checks_StoreAccess `json:"storeAccess,omitempty"`
 }
 
 // ReadinessStatus defines model for Readiness.Status.
@@ -2140,7 +2252,7 @@ type ListEpochsParams struct {
 	// Server Only epochs of this server.
 	Server *string `form:"server,omitempty" json:"server,omitempty"`
 
-	// State Only epochs in this state. Not validated; another value matches nothing.
+	// State Only epochs in this state (case matters); another value is refused 400 `invalid-parameter`.
 	State *EpochState `form:"state,omitempty" json:"state,omitempty"`
 }
 
@@ -2553,6 +2665,68 @@ type SetPoolGenerationJSONRequestBody = GenerationRequest
 
 // CreateSnapshotJSONRequestBody defines body for CreateSnapshot for application/json ContentType.
 type CreateSnapshotJSONRequestBody = SnapshotRequest
+
+// AsReadinessChecksStoreAccess0 returns the union data inside the Readiness_Checks_StoreAccess as a ReadinessChecksStoreAccess0
+func (t Readiness_Checks_StoreAccess) AsReadinessChecksStoreAccess0() (ReadinessChecksStoreAccess0, error) {
+	var body ReadinessChecksStoreAccess0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromReadinessChecksStoreAccess0 overwrites any union data inside the Readiness_Checks_StoreAccess as the provided ReadinessChecksStoreAccess0
+func (t *Readiness_Checks_StoreAccess) FromReadinessChecksStoreAccess0(v ReadinessChecksStoreAccess0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeReadinessChecksStoreAccess0 performs a merge with any union data inside the Readiness_Checks_StoreAccess, using the provided ReadinessChecksStoreAccess0
+func (t *Readiness_Checks_StoreAccess) MergeReadinessChecksStoreAccess0(v ReadinessChecksStoreAccess0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsReadinessChecksStoreAccess1 returns the union data inside the Readiness_Checks_StoreAccess as a ReadinessChecksStoreAccess1
+func (t Readiness_Checks_StoreAccess) AsReadinessChecksStoreAccess1() (ReadinessChecksStoreAccess1, error) {
+	var body ReadinessChecksStoreAccess1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromReadinessChecksStoreAccess1 overwrites any union data inside the Readiness_Checks_StoreAccess as the provided ReadinessChecksStoreAccess1
+func (t *Readiness_Checks_StoreAccess) FromReadinessChecksStoreAccess1(v ReadinessChecksStoreAccess1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeReadinessChecksStoreAccess1 performs a merge with any union data inside the Readiness_Checks_StoreAccess, using the provided ReadinessChecksStoreAccess1
+func (t *Readiness_Checks_StoreAccess) MergeReadinessChecksStoreAccess1(v ReadinessChecksStoreAccess1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Readiness_Checks_StoreAccess) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Readiness_Checks_StoreAccess) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // AsResolveRequest0 returns the union data inside the ResolveRequest as a ResolveRequest0
 func (t ResolveRequest) AsResolveRequest0() (ResolveRequest0, error) {
@@ -2970,8 +3144,9 @@ type ClientInterface interface {
 	//
 	// Every epoch matching the filters, oldest registration first, with its
 	// state and lease counts read at one store revision. The manifest and
-	// JWS are left out; `GET /v1/epochs/{epoch}` has them. A filter value
-	// that matches nothing (an unknown server or state) gives an empty list.
+	// JWS are left out; `GET /v1/epochs/{epoch}` has them. A server that
+	// matches nothing gives an empty list; a state that is not one of
+	// `ACTIVE`, `DRAINING`, `STALE` is refused (`invalid-parameter`).
 	//
 	// Corresponds with GET /v1/epochs (the `ListEpochs` operationId).
 	ListEpochs(ctx context.Context, params *ListEpochsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4134,8 +4309,9 @@ func (c *Client) GetCertificate(ctx context.Context, certificate string, reqEdit
 //
 // Every epoch matching the filters, oldest registration first, with its
 // state and lease counts read at one store revision. The manifest and
-// JWS are left out; `GET /v1/epochs/{epoch}` has them. A filter value
-// that matches nothing (an unknown server or state) gives an empty list.
+// JWS are left out; `GET /v1/epochs/{epoch}` has them. A server that
+// matches nothing gives an empty list; a state that is not one of
+// `ACTIVE`, `DRAINING`, `STALE` is refused (`invalid-parameter`).
 //
 // Corresponds with GET /v1/epochs (the `ListEpochs` operationId).
 func (c *Client) ListEpochs(ctx context.Context, params *ListEpochsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8280,8 +8456,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Every epoch matching the filters, oldest registration first, with its
 	// state and lease counts read at one store revision. The manifest and
-	// JWS are left out; `GET /v1/epochs/{epoch}` has them. A filter value
-	// that matches nothing (an unknown server or state) gives an empty list.
+	// JWS are left out; `GET /v1/epochs/{epoch}` has them. A server that
+	// matches nothing gives an empty list; a state that is not one of
+	// `ACTIVE`, `DRAINING`, `STALE` is refused (`invalid-parameter`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10083,6 +10260,8 @@ type ListEpochsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *EpochList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ProblemDetails
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -10100,6 +10279,11 @@ type ListEpochsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListEpochsResponse) GetJSON200() *EpochList {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEpochsResponse) GetApplicationproblemJSON400() *ProblemDetails {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -12552,6 +12736,8 @@ type RecoverFormationResponse struct {
 	ApplicationproblemJSON404 *ProblemDetails
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *ProblemDetails
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ProblemDetails
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ProblemDetails
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -12605,6 +12791,11 @@ func (r RecoverFormationResponse) GetApplicationproblemJSON404() *ProblemDetails
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r RecoverFormationResponse) GetApplicationproblemJSON409() *ProblemDetails {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RecoverFormationResponse) GetApplicationproblemJSON413() *ProblemDetails {
+	return r.ApplicationproblemJSON413
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -14139,8 +14330,9 @@ func (c *ClientWithResponses) GetCertificateWithResponse(ctx context.Context, ce
 //
 // Every epoch matching the filters, oldest registration first, with its
 // state and lease counts read at one store revision. The manifest and
-// JWS are left out; `GET /v1/epochs/{epoch}` has them. A filter value
-// that matches nothing (an unknown server or state) gives an empty list.
+// JWS are left out; `GET /v1/epochs/{epoch}` has them. A server that
+// matches nothing gives an empty list; a state that is not one of
+// `ACTIVE`, `DRAINING`, `STALE` is refused (`invalid-parameter`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16108,6 +16300,13 @@ func ParseListEpochsResponse(rsp *http.Response) (*ListEpochsResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ProblemDetails
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthenticated
@@ -19080,6 +19279,13 @@ func ParseRecoverFormationResponse(rsp *http.Response) (*RecoverFormationRespons
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ProblemDetails
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ProblemDetails
