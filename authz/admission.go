@@ -271,6 +271,7 @@ func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev in
 		return nil, err
 	}
 	ad.ready.drop(rec.ID)
+	ad.trail.Committed(l.Revision)
 	ad.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
 		"revision", l.Revision, "certificate", l.Certificate)
 	return ad.token(l, now)
@@ -497,6 +498,7 @@ func (ls *Leases) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, e
 	if err != nil {
 		return nil, fmt.Errorf("authz: claim %s: %w", req.Lease, err)
 	}
+	ls.trail.Committed(c.Revision)
 	return c, nil
 }
 

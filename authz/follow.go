@@ -87,8 +87,8 @@ type Follower struct {
 	// recorded is the last revision whose events are all written; head
 	// the store's revision last reported by the watch.
 	recorded, head int64
-	// since is when the follower last was caught up (recorded ≥ head):
-	// how long a commit can have waited unrecorded.
+	// since is when the store last got ahead of the trail (recorded <
+	// head since then): how long a commit can have waited unrecorded.
 	since time.Time
 	// err is why the last append failed (nil once one succeeded).
 	err     error
@@ -148,6 +148,9 @@ func (f *Follower) Run(ctx context.Context) error {
 	}
 	for {
 		err := f.cfg.Store.Follow(ctx, from, func(c lease.Commit) error {
+			f.mu.Lock()
+			f.ahead(c.Revision) // until it is written, it waits unrecorded
+			f.mu.Unlock()
 			evs := f.events(ctx, c)
 			if c.Revision == from && skip > 0 {
 				evs = evs[min(skip, len(evs)):]
@@ -284,23 +287,44 @@ func (f *Follower) written(rev int64, err error) {
 	}
 	f.err = nil
 	f.recorded = max(f.recorded, rev)
-	if f.recorded >= f.head {
-		f.since = f.now()
-	}
 }
 
 func (f *Follower) progress(rev int64, synced bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.head = max(f.head, rev)
+	f.ahead(rev)
 	if synced {
 		// A progress notification follows the events before it: the
 		// follower has applied them all.
 		f.recorded = max(f.recorded, rev)
 	}
+}
+
+// Committed tells the follower that this replica's store committed rev (an
+// admission, a claim): the store is at least there, whatever the watch has
+// said. A watch that stalls (on a member that stopped answering while the
+// others commit) or a write that hangs then shows as lag, and Ready refuses
+// once it exceeds the bound, as for a write that fails.
+func (f *Follower) Committed(rev int64) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ahead(rev)
+}
+
+// ahead records that the store reached rev (f.mu held). The wait of the
+// oldest unrecorded commit starts when the store first gets ahead of the
+// trail.
+func (f *Follower) ahead(rev int64) {
+	if rev <= f.head {
+		return
+	}
 	if f.recorded >= f.head {
 		f.since = f.now()
 	}
+	f.head = rev
 }
 
 // Ready reports whether the trail keeps up with the store: nil, or an

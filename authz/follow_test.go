@@ -459,3 +459,68 @@ func TestFollowerRecordsEachApprovalOnce(t *testing.T) {
 	}
 	verifyRoot(t, root, ae)
 }
+
+// hangingTrail is a trail whose writes hang while stuck is set (a disk or
+// a network file system that stops answering without failing).
+type hangingTrail struct {
+	authztest.TrailWriter
+	stuck atomic.Bool
+}
+
+func (h *hangingTrail) Append(ctx context.Context, evs []authz.TrailEvent) error {
+	for h.stuck.Load() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return h.TrailWriter.Append(ctx, evs)
+}
+
+// TestFollowerFailsClosedOnAHangingTrail: a write that neither fails nor
+// returns leaves the commits it carries unrecorded; once they have waited
+// longer than MaxLag, admissions are refused, and they are admitted again
+// once the write went through.
+func TestFollowerFailsClosedOnAHangingTrail(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	key, iss := newIssuer(t, e.store, jwa.EdDSA)
+	tr, err := audit.Open(audit.Config{Root: t.TempDir(), Replica: "test", Key: key, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hang := &hangingTrail{TrailWriter: authztest.TrailWriter{Trail: tr}}
+	f := authz.NewFollower(authz.FollowerConfig{Store: e.store, Trail: hang, MaxLag: 200 * time.Millisecond, Logger: quiet})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; tr.Close() })
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: f})
+	ae := &admitEnv{env: e, key: key, iss: iss}
+
+	hang.stuck.Store(true)
+	stuck := ae.ready(t, "hang", "github/get_repository", `{"owner":"o","repo":"hang"}`, nil)
+	waitFor(t, func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
+	if _, err := e.forms.Admissions.Admit(testCtx(t), stuck.ID); !errors.Is(err, authz.ErrTrailBehind) {
+		t.Fatalf("admission while the trail's write hangs: %v, want ErrTrailBehind", err)
+	}
+	hang.stuck.Store(false)
+	waitFor(t, func() bool { return e.forms.TrailReady() == nil })
+	if _, err := e.forms.Admissions.Admit(testCtx(t), stuck.ID); err != nil {
+		t.Fatalf("admission once the write went through: %v", err)
+	}
+}
+
+// TestFollowerNotStartedRefuses: use cases whose follower never ran admit
+// nothing (the trail would not record it).
+func TestFollowerNotStartedRefuses(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	key, iss := newIssuer(t, e.store, jwa.EdDSA)
+	f := authz.NewFollower(authz.FollowerConfig{Store: e.store, Logger: quiet})
+	e.forms = authztest.New(t, authz.Config{Store: e.store, Decider: defaultSet(t), Now: e.clock.Now, Issuer: iss, Logger: quiet, Trail: f})
+	ae := &admitEnv{env: e, key: key, iss: iss}
+	g := ae.ready(t, "idle", "github/get_repository", `{"owner":"o","repo":"idle"}`, nil)
+	if _, err := e.forms.Admissions.Admit(testCtx(t), g.ID); !errors.Is(err, authz.ErrTrailBehind) {
+		t.Fatalf("admission with a follower that never ran: %v, want ErrTrailBehind", err)
+	}
+}
