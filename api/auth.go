@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,8 +11,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
+
+	"github.com/fcd-authz/fcd/manifest"
 )
 
 // Role is what a caller may do. Every /v1 route names the roles it
@@ -166,4 +170,24 @@ func (s *server) authenticate(authorization string, roles ...Role) (Credential, 
 		return Credential{}, fmt.Errorf("%w: role %s may not call this route", errForbiddenRole, cred.Role)
 	}
 	return cred, nil
+}
+
+// LoadCredentials reads a credentials file — a JSON list of {id, role,
+// hash}, members checked as in every signed or stored document
+// (manifest.Unmarshal: unknown members refused, named by JSON Pointer) —
+// and returns its Authenticator. An empty list is refused: a server
+// without credentials would refuse every call.
+func LoadCredentials(path string) (*Authenticator, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	var creds []Credential
+	if err := manifest.Unmarshal(bytes.TrimSpace(data), &creds); err != nil {
+		return nil, fmt.Errorf("credentials %s: %w", path, err)
+	}
+	if len(creds) == 0 {
+		return nil, fmt.Errorf("credentials %s: no credentials", path)
+	}
+	return NewAuthenticator(creds)
 }

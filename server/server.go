@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -87,7 +86,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	auth := cfg.Auth
 	if auth == nil {
-		if auth, err = loadCredentials(cfg.Credentials); err != nil {
+		if auth, err = api.LoadCredentials(cfg.Credentials); err != nil {
 			return nil, err
 		}
 	}
@@ -587,21 +586,6 @@ func openTrail(cfg *Config, key jwk.Key, log *slog.Logger) (*audit.Trail, error)
 	return t, nil
 }
 
-// loadCredentials reads a credentials file: a JSON list of {id, role, hash}.
-func loadCredentials(path string) (*api.Authenticator, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("credentials: %w", err)
-	}
-	var creds []api.Credential
-	if err := manifest.Unmarshal(bytes.TrimSpace(data), &creds); err != nil {
-		return nil, fmt.Errorf("credentials %s: %w", path, err)
-	}
-	if len(creds) == 0 {
-		return nil, fmt.Errorf("credentials %s: no credentials", path)
-	}
-	return api.NewAuthenticator(creds)
-}
 
 // URL is the base URL the HTTP server listens on: http://host:port, or
 // https:// with TLSCert.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -311,18 +310,3 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	return f.Close()
 }
 
-// loadCredentials reads a credentials file: a JSON list of {id, role, hash}.
-func loadCredentials(path string) (*api.Authenticator, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("credentials: %w", err)
-	}
-	var creds []api.Credential
-	if err := manifest.Unmarshal(bytes.TrimSpace(data), &creds); err != nil {
-		return nil, fmt.Errorf("credentials %s: %w", path, err)
-	}
-	if len(creds) == 0 {
-		return nil, fmt.Errorf("credentials %s: no credentials", path)
-	}
-	return api.NewAuthenticator(creds)
-}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/internal/usertext"
 	"github.com/fcd-authz/fcd/manifest"
 )
@@ -78,7 +79,7 @@ func TestErrorTextNamesTheField(t *testing.T) {
 			if err := os.WriteFile(file, []byte(tc.json), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := loadCredentials(file)
+			_, err := api.LoadCredentials(file)
 			if err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), file) {
 				t.Errorf("%s: %v, want it to name the file and say %q", tc.json, err, tc.says)
 				continue

@@ -86,7 +86,7 @@ func TestCredentialNewAppend(t *testing.T) {
 	if code := run(context.Background(), []string{"credential", "new", "--role", "host", "--id", "alice", "--append", file}, nil, &out, &errb); code == 0 {
 		t.Fatal("a second credential of id alice was appended")
 	}
-	auth, err := loadCredentials(file)
+	auth, err := api.LoadCredentials(file)
 	if err != nil {
 		t.Fatal(err)
 	}
