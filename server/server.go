@@ -586,7 +586,6 @@ func openTrail(cfg *Config, key jwk.Key, log *slog.Logger) (*audit.Trail, error)
 	return t, nil
 }
 
-
 // URL is the base URL the HTTP server listens on: http://host:port, or
 // https:// with TLSCert.
 func (s *Server) URL() string { return s.url }

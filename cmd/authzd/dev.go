@@ -309,4 +309,3 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	}
 	return f.Close()
 }
-
