@@ -205,13 +205,10 @@ func (s *Store) Compact(ctx context.Context, rev int64) (int64, error) {
 
 func (s *Store) compactGuarded(ctx context.Context, rev int64, ttl time.Duration) (int64, error) {
 	if rev <= 0 {
-		octx, cancel := s.op(ctx)
-		resp, err := s.cli.Get(octx, s.k.p+"ping", clientv3.WithCountOnly())
-		cancel()
-		if err != nil {
-			return 0, s.wrap(ctx, "compact: current revision", err)
+		var err error
+		if rev, err = s.Revision(ctx); err != nil {
+			return 0, err
 		}
-		rev = resp.Header.Revision
 	}
 	asked := rev
 	rev, held, err := s.holdBack(ctx, rev, ttl)

@@ -234,10 +234,8 @@ func (s *Store) Close() error {
 // Ping reports whether etcd answers a linearizable read, which needs a
 // quorum. It is what /readyz asks.
 func (s *Store) Ping(ctx context.Context) error {
-	octx, cancel := s.op(ctx)
-	defer cancel()
-	_, err := s.cli.Get(octx, s.k.p+"ping", clientv3.WithCountOnly())
-	return s.wrap(ctx, "ping", err)
+	_, err := s.Revision(ctx)
+	return err
 }
 
 func (s *Store) op(ctx context.Context) (context.Context, context.CancelFunc) {
