@@ -136,8 +136,6 @@ type Trail struct {
 	// many events at the end of the last file carry it (Tail).
 	tailRev int64
 	tailN   int
-	// repaired is the bytes of a torn last line dropped at Open.
-	repaired int
 	// durErr is the last checkpoint's or sync's failure (Err).
 	durErr error
 }
@@ -216,7 +214,6 @@ func (t *Trail) resume() error {
 	keep := len(data)
 	if i := bytes.LastIndexByte(data, '\n'); i+1 != len(data) {
 		keep = i + 1 // a line cut short: never acknowledged, dropped
-		t.repaired = len(data) - keep
 		t.log.Warn("audit: dropping a trail line cut short", "file", last, "bytes", len(data)-keep)
 	}
 	for line := range bytes.SplitSeq(data[:keep], []byte{'\n'}) {
@@ -425,8 +422,6 @@ func (t *Trail) Tail() (revision int64, events int) {
 	return t.tailRev, t.tailN
 }
 
-// Repaired returns how many bytes of a torn last line Open dropped.
-func (t *Trail) Repaired() int { return t.repaired }
 
 // Checkpoint signs the chain's head now, if events came since the last.
 func (t *Trail) Checkpoint() error {
