@@ -24,8 +24,6 @@ import (
 	"github.com/fcd-authz/fcd/record"
 	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // cluster is a three-member process cluster and a store on all of it,
@@ -98,21 +96,11 @@ func (c *cluster) lost() []string {
 // leader returns the index of the leader member.
 func (c *cluster) leader() int {
 	c.t.Helper()
-	for i, p := range c.members {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: p.Endpoints(), DialTimeout: time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st, err := cli.Status(ctx, p.Endpoints()[0])
-		cancel()
-		cli.Close()
-		if err == nil && st.Header.MemberId == st.Leader {
-			return i
-		}
+	i, ok := c.findLeader()
+	if !ok {
+		c.t.Fatal("no leader")
 	}
-	c.t.Fatal("no leader")
-	return -1
+	return i
 }
 
 // writeUntil writes every 20 ms until d passed, and returns when each
