@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/audit"
+	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 // ev is one event of a synthetic history.
@@ -215,28 +216,9 @@ func TestPropertiesAcrossReplicas(t *testing.T) {
 				},
 			}
 			for replica, events := range chains {
-				tr, err := audit.Open(audit.Config{Root: root, Replica: replica, Key: key, CheckpointInterval: time.Hour})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range events {
-					if err := tr.Record(context.Background(), e.kind, e.rev, e.data); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := tr.Close(); err != nil {
-					t.Fatal(err)
-				}
+				writeChain(t, root, replica, key, events)
 			}
-			r := mustVerify(t, root, keys)
-			switch {
-			case len(r.Chains) != 2:
-				t.Fatalf("%d chains verified", len(r.Chains))
-			case tc.want == "" && !r.OK:
-				t.Fatalf("a clean history fails:\n%s", r.Summary())
-			case tc.want != "" && !hasProblem(r, tc.want):
-				t.Fatalf("want %s, got:\n%s", tc.want, r.Summary())
-			}
+			checkReport(t, mustVerify(t, root, keys), 2, tc.want)
 		})
 	}
 }
@@ -285,28 +267,40 @@ func TestPropertiesOverFollowedChains(t *testing.T) {
 				if i == 1 {
 					h = tc.edit(h)
 				}
-				tr, err := audit.Open(audit.Config{Root: root, Replica: replica, Key: key, CheckpointInterval: time.Hour})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range h {
-					if err := tr.Record(context.Background(), e.kind, e.rev, e.data); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := tr.Close(); err != nil {
-					t.Fatal(err)
-				}
+				writeChain(t, root, replica, key, h)
 			}
-			r := mustVerify(t, root, keys)
-			switch {
-			case len(r.Chains) != 2:
-				t.Fatalf("%d chains verified", len(r.Chains))
-			case tc.want == "" && !r.OK:
-				t.Fatalf("a clean history fails:\n%s", r.Summary())
-			case tc.want != "" && !hasProblem(r, tc.want):
-				t.Fatalf("want %s, got:\n%s", tc.want, r.Summary())
-			}
+			checkReport(t, mustVerify(t, root, keys), 2, tc.want)
 		})
+	}
+}
+
+// writeChain records events as replica's chain under root.
+func writeChain(t *testing.T, root, replica string, key jwk.Key, events []ev) {
+	t.Helper()
+	tr, err := audit.Open(audit.Config{Root: root, Replica: replica, Key: key, CheckpointInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if err := tr.Record(context.Background(), e.kind, e.rev, e.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkReport fails t unless r verified chains chains and is clean (want
+// "") or names want.
+func checkReport(t *testing.T, r *audit.Report, chains int, want string) {
+	t.Helper()
+	switch {
+	case len(r.Chains) != chains:
+		t.Fatalf("%d chains verified, want %d", len(r.Chains), chains)
+	case want == "" && !r.OK:
+		t.Fatalf("a clean history fails:\n%s", r.Summary())
+	case want != "" && !hasProblem(r, want):
+		t.Fatalf("want %s, got:\n%s", want, r.Summary())
 	}
 }

@@ -422,7 +422,6 @@ func (t *Trail) Tail() (revision int64, events int) {
 	return t.tailRev, t.tailN
 }
 
-
 // Checkpoint signs the chain's head now, if events came since the last.
 func (t *Trail) Checkpoint() error {
 	t.mu.Lock()
