@@ -94,6 +94,10 @@ const usage = `usage:
                                             generate a key pair: KIND.jwk (private, 0600) and
                                             KIND-jwks.json; KIND is registrar, issuer, signing
                                             or operator
+  authzd front [--pool POOL=URL ... | --gateway URL] [--jwt-issuer ISS --jwt-jwks URL | --tokens FILE]
+               [--listen ADDR] [--stdio]   the MCP front for unmodified MCP clients: lists each session's
+                                            snapshot, forms every call for the bearer's user, waits for
+                                            approvals, admits and sends it (docs/front.md)
   authzd gateway config nginx|caddy|envoy|traefik --pool NAME=HOST:PORT[,...] ... [--out DIR]
                                             render the example gateway configuration for your
                                             authzd (--authzd), pools (--pool, --default) and
@@ -168,6 +172,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return leaseCommand(ctx, args[1], args[2:], stdout)
 	case "store":
 		return storeCommand(ctx, args[1:], stdout, stderr)
+	case "front":
+		return frontCommand(ctx, args[1:], stdin, stdout, stderr)
 	case "gateway":
 		return gatewayCommand(args[1:], os.Getenv, stdin, stdout, stderr)
 	case "credential":
