@@ -18,9 +18,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
-// Defaults of the zero fields of a Config.
+// Defaults of the zero fields of a Config. DefaultApprovalWait stays
+// under the 60 s most MCP clients give a request (the TypeScript SDK's
+// default) before they give up on it themselves.
 const (
-	DefaultApprovalWait   = 2 * time.Minute
+	DefaultApprovalWait   = 50 * time.Second
 	DefaultPollInterval   = time.Second
 	DefaultRelistInterval = 5 * time.Second
 	DefaultSessionTimeout = 30 * time.Minute
