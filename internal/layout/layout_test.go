@@ -39,6 +39,10 @@ var allowed = map[string][]string{
 	// Hosts embed the host library: it speaks to authzd over HTTP only,
 	// through the typed client.
 	"host": {"client"},
+	// The MCP front is a host for stock clients: like host, it speaks to
+	// authzd over HTTP only; the fence's argument digest tells it which
+	// arguments can travel.
+	"front": {"client", "fencecheck"},
 	// The server assembles every part from one Config (etcd's embed):
 	// authzd serve, the benchmarks and the end-to-end tests build it, and
 	// nothing below it imports it.
@@ -61,6 +65,8 @@ var forbiddenDeps = map[string][]string{
 	// engine.
 	"client": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
 	"host":   {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	// The front runs apart from authzd: no store, no policy engine.
+	"front": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
 }
 
 type pkg struct {
