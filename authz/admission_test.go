@@ -674,7 +674,7 @@ func TestTokensPassFencecheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			set, err := jwk.Parse(raw)
+			set, err := fencecheck.ParseJWKS(raw)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,3 +1,10 @@
+// Package client_test runs the typed REST client (the module
+// github.com/fcd-authz/fcd/client) against a real authzd, and checks that
+// client.gen.go is what api/openapi.yaml generates. These tests assemble
+// the server from this module's packages, so they live here: the client
+// module's go.mod must not require this module, or whatever embeds the
+// client would take part in its whole version selection (etcd, OPA,
+// Cedar, gRPC).
 package client_test
 
 import (
@@ -102,7 +109,7 @@ func (s *server) as(id string) *client.ClientWithResponses {
 // server's trusted registrar.
 func (s *server) signedExample(release string) []byte {
 	s.t.Helper()
-	doc, err := os.ReadFile("../examples/github/manifest-" + release + ".json")
+	doc, err := os.ReadFile("../../../examples/github/manifest-" + release + ".json")
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -116,7 +123,7 @@ func (s *server) signedExample(release string) []byte {
 // signedExamplePayload is examples/github/manifest-RELEASE.json, unsigned.
 func (s *server) signedExamplePayload(release string) []byte {
 	s.t.Helper()
-	doc, err := os.ReadFile("../examples/github/manifest-" + release + ".json")
+	doc, err := os.ReadFile("../../../examples/github/manifest-" + release + ".json")
 	if err != nil {
 		s.t.Fatal(err)
 	}
