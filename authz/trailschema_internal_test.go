@@ -94,7 +94,7 @@ func goldenHistory(t testing.TB) []lease.Commit {
 				Principal: record.Principal{ID: "alice", Attributes: map[string]any{"department": "platform"}, Host: "host-1"},
 				Tool:      "github/create_repository", DescriptorDigest: desc, Arguments: json.RawMessage(`{"name":"payroll"}`),
 				ArgumentDigest: args, Source: source, Successor: succ,
-				Metadata: record.Metadata{Summary: "Create a repository", SideEffects: manifest.SideEffectWrite, RequiresApproval: true},
+				Metadata:  record.Metadata{Summary: "Create a repository", SideEffects: manifest.SideEffectWrite, RequiresApproval: true},
 				CreatedAt: at(minute), ExpiresAt: at(minute + 15), Recovery: rec},
 			Digest: digest, Decision: decision, Status: record.StatusPendingApproval, ApprovalsRequired: 1, UpdatedAt: at(minute),
 		}
