@@ -1490,6 +1490,9 @@ type Lease struct {
 	// Id `ls_` and 26 base32 characters; the dispatch token's `jti`.
 	Id string `json:"id"`
 
+	// RecoveryOf Set when the lease admitted a recovery; the first formation of its recovery chain (the token's `fcd_recovery_of`).
+	RecoveryOf *string `json:"recoveryOf,omitempty"`
+
 	// Revision The etcd revision of the admission (the token's `fcd_revision`).
 	Revision int    `json:"revision"`
 	Session  string `json:"session"`
