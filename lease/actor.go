@@ -40,6 +40,3 @@ func (s *Store) noteOp(ctx context.Context, kind, subject string, n note) client
 	b, _ := json.Marshal(n)
 	return clientv3.OpPut(s.k.note(kind, subject), string(b))
 }
-
-func (k keys) notes() string                    { return k.p + "notes/" }
-func (k keys) note(kind, subject string) string { return k.notes() + kind + "/" + subject }

@@ -104,7 +104,7 @@ func (s *Store) RevokeCertificate(ctx context.Context, id string) (*record.Certi
 		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Txn(octx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", read)).
-			Then(clientv3.OpPut(key, string(val)), s.noteOp(ctx, "certificates", id, note{State: "revoked"})).
+			Then(clientv3.OpPut(key, string(val)), s.noteOp(ctx, noteCertificates, id, note{State: "revoked"})).
 			Commit()
 		cancel()
 		if err != nil {
@@ -149,15 +149,3 @@ func (s *Store) certificateKey(rec *record.Certificate) string {
 
 // certificates is the prefix of the certificates of tool on source; of
 // every tool on source when tool is empty; of all when source is too.
-func (k keys) certificates(source, tool string) string {
-	p := k.p + "certificates/"
-	if source == "" {
-		return p
-	}
-	if p += source + "/"; tool == "" {
-		return p
-	}
-	return p + tool + "/"
-}
-func (k keys) certificate(source, tool, id string) string { return k.certificates(source, tool) + id }
-func (k keys) certificateIndex(id string) string          { return k.p + "certificate-ids/" + id }

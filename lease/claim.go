@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
@@ -117,17 +116,6 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 		return nil, fmt.Errorf("%w: %s", record.ErrLeaseUncertain, req.Lease)
 	}
 	return nil, fmt.Errorf("%w: lease %s", record.ErrConflict, req.Lease)
-}
-
-// claim is the key of a lease's claim under a claim id, written once by
-// ClaimLease and deleted when the lease closes; claims is the prefix of a
-// lease's claims, of which there is at most one. The id is in the key so
-// that a report's compare proves the claim is the reporter's without
-// reading it.
-func (k keys) allClaims() string          { return k.p + "claims/" }
-func (k keys) claims(lease string) string { return k.allClaims() + lease + "/" }
-func (k keys) claim(lease, claim string) string {
-	return k.claims(lease) + url.PathEscape(claim)
 }
 
 // storedClaim is a claim's value: the claim, and the epoch and admission

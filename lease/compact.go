@@ -215,9 +215,6 @@ func (s *Store) firstChange(ctx context.Context, from, until int64) (int64, erro
 	}
 }
 
-func (k keys) trailCursors() string              { return k.p + "trail-cursors/" }
-func (k keys) trailCursor(replica string) string { return k.trailCursors() + replica }
-
 // full reports whether the store has the NOSPACE alarm raised.
 func (s *Store) full(ctx context.Context) (bool, error) {
 	alarms, err := s.Alarms(ctx)

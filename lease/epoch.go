@@ -393,7 +393,7 @@ func (s *Store) transition(ctx context.Context, op, id string, from, to record.S
 	defer cancel()
 	resp, err := s.cli.Txn(octx).
 		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.Value(skey), "=", string(from))}, conds...)...).
-		Then(clientv3.OpPut(skey, string(to)), s.noteOp(ctx, "epochs", id, note{State: string(to)})).
+		Then(clientv3.OpPut(skey, string(to)), s.noteOp(ctx, noteEpochs, id, note{State: string(to)})).
 		Else(append([]clientv3.Op{clientv3.OpGet(skey)}, reads...)...).
 		Commit()
 	if err != nil {

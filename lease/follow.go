@@ -262,40 +262,39 @@ func (s *Store) changes(rev int64, evs []*clientv3.Event) []Change {
 		if ev.Type != clientv3.EventTypePut {
 			continue
 		}
-		kv, key := ev.Kv, string(ev.Kv.Key)
-		rest, ok := strings.CutPrefix(key, s.k.p)
+		kv := ev.Kv
+		kind, id, ok := s.k.kind(string(kv.Key))
 		if !ok {
 			continue
 		}
-		kind, id, _ := strings.Cut(rest, "/")
 		switch kind {
-		case "epochs":
+		case segEpochs:
 			if kv.Version == 1 {
 				add(s.epochRegistered(kv))
 			}
-		case "notes":
-			if !strings.HasPrefix(id, "restores/") {
+		case segNotes:
+			if !strings.HasPrefix(id, noteRestores+"/") {
 				add(s.noted(id, kv, puts))
 			}
-		case "snapshots":
+		case segSnapshots:
 			if kv.Version == 1 {
 				var snap record.Snapshot
 				err := json.Unmarshal(kv.Value, &snap)
 				add(SnapshotCreated{Snapshot: &snap}, err)
 			}
-		case "formations":
+		case segFormations:
 			if kv.Version == 1 {
 				add(s.formationCreated(id, kv, puts))
 			}
-		case "formation-states":
+		case segFormationStates:
 			if kv.Version > 1 && ev.PrevKv != nil {
 				for _, c := range approvals(id, ev.PrevKv, kv) {
 					add(c, nil)
 				}
 			}
-		case "formation-outcomes":
+		case segFormationOutcomes:
 			add(s.leaseClosed(id, kv, puts))
-		case "markers":
+		case segMarkers:
 			if kv.Version == 1 {
 				var m storedMarker
 				err := json.Unmarshal(kv.Value, &m)
@@ -307,7 +306,7 @@ func (s *Store) changes(rev int64, evs []*clientv3.Event) []Change {
 				}
 				add(LeaseAdmitted{Lease: m.Lease, Requires: m.Requires, Excludes: m.Exclusive}, err)
 			}
-		case "claims":
+		case segClaims:
 			if kv.Version == 1 {
 				lid, _, _ := strings.Cut(id, "/")
 				var c storedClaim
@@ -321,18 +320,18 @@ func (s *Store) changes(rev int64, evs []*clientv3.Event) []Change {
 					add(nil, err)
 				}
 			}
-		case "certificates":
+		case segCertificates:
 			if kv.Version == 1 {
 				var c record.Certificate
 				err := json.Unmarshal(kv.Value, &c)
 				c.Revision = kv.ModRevision
 				add(CertificateRegistered{Certificate: &c}, err)
 			}
-		case "reissues":
+		case segReissues:
 			var r reissue
 			err := json.Unmarshal(kv.Value, &r)
 			add(LeaseReadmitted{Lease: id, Formation: r.Formation, At: r.At, Expires: r.Expires}, err)
-		case "policy-events":
+		case segPolicyEvents:
 			var p policyEvent
 			err := json.Unmarshal(kv.Value, &p)
 			add(PolicyRecorded{Replica: id, Kind: p.Kind, Data: p.Data}, err)
@@ -362,14 +361,14 @@ func (s *Store) noted(id string, kv *mvccpb.KeyValue, puts map[string]*mvccpb.Ke
 	}
 	kind, subject, _ := strings.Cut(id, "/")
 	switch kind {
-	case "epochs":
+	case noteEpochs:
 		// Written with the state's put; a note is never rewritten alone.
 		if _, ok := puts[s.k.state(subject)]; ok {
 			return EpochChanged{Epoch: subject, State: record.State(n.State), By: n.By}, nil
 		}
-	case "certificates":
+	case noteCertificates:
 		return CertificateRevoked{Certificate: subject, By: n.By}, nil
-	case "generations":
+	case noteGenerations:
 		return GenerationSet{Pool: subject, Generation: n.Generation, By: n.By}, nil
 	}
 	return nil, nil
@@ -448,11 +447,9 @@ func (s *Store) RecordPolicy(ctx context.Context, replica, kind string, data any
 func (s *Store) Revision(ctx context.Context) (int64, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.p+"ping", clientv3.WithCountOnly())
+	resp, err := s.cli.Get(octx, s.k.ping(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, s.wrap(ctx, "revision", err)
 	}
 	return resp.Header.Revision, nil
 }
-
-func (k keys) policyEvent(replica string) string { return k.p + "policy-events/" + replica }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -580,18 +579,3 @@ func (r *retention) cached(bucket int64) (clientv3.LeaseID, bool) {
 func bucketEnd(bucket int64) time.Time {
 	return time.Unix((bucket+1)*int64(retentionBucket/time.Second), 0)
 }
-
-func (k keys) formations() string                { return k.p + "formations/" }
-func (k keys) formation(id string) string        { return k.formations() + id }
-func (k keys) formationStates() string           { return k.p + "formation-states/" }
-func (k keys) formationState(id string) string   { return k.formationStates() + id }
-func (k keys) formationOutcomes() string         { return k.p + "formation-outcomes/" }
-func (k keys) formationOutcome(id string) string { return k.formationOutcomes() + id }
-
-// recovery is the key naming a formation's live recovery.
-func (k keys) recovery(id string) string         { return k.p + "recoveries/" + id }
-func (k keys) pendingApprovals() string          { return k.p + "pending-approval/" }
-func (k keys) pendingApproval(id string) string  { return k.pendingApprovals() + id }
-func (k keys) session(id string) string          { return k.p + "sessions/" + url.PathEscape(id) + "/" }
-func (k keys) sessionCompleted(id string) string { return k.session(id) + "completed/" }
-func (k keys) sessionAdmitted(id string) string  { return k.session(id) + "admitted/" }

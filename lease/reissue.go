@@ -43,5 +43,3 @@ func (s *Store) RecordReissue(ctx context.Context, l *record.Lease, expires time
 	}
 	return nil
 }
-
-func (k keys) reissue(lease string) string { return k.p + "reissues/" + lease }

@@ -224,7 +224,7 @@ func (s *Store) RecordRestore(ctx context.Context, r RestoreResult) error {
 	b, _ := json.Marshal(RestoreResult{Revision: r.Revision, Bump: r.Bump})
 	octx, cancel := s.writeOp(ctx)
 	defer cancel()
-	_, err := s.cli.Put(octx, s.k.note("restores", fmt.Sprintf("%020d", r.Revision)), string(b))
+	_, err := s.cli.Put(octx, s.k.note(noteRestores, fmt.Sprintf("%020d", r.Revision)), string(b))
 	return s.wrap(ctx, "record restore", err)
 }
 
@@ -232,7 +232,7 @@ func (s *Store) RecordRestore(ctx context.Context, r RestoreResult) error {
 func (s *Store) Restores(ctx context.Context) ([]RestoreResult, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.note("restores", ""), clientv3.WithPrefix())
+	resp, err := s.cli.Get(octx, s.k.note(noteRestores, ""), clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(ctx, "restores", err)
 	}

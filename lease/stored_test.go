@@ -86,7 +86,7 @@ func storedScenario(t *testing.T, s *lease.Store) storedIDs {
 					Dependencies: &manifest.Dependencies{Requires: []string{"github/get_repository"}, ExclusiveWith: []string{"github/delete_repository"}}},
 				CreatedAt: storedClock, ExpiresAt: storedClock.Add(time.Hour),
 			},
-			Digest:            "sha256:record-" + id,
+			Digest: "sha256:record-" + id,
 			Decision: record.Decision{Verdict: record.VerdictAllow, Approvals: 1, PolicyDigest: "sha256:policy", DecidedAt: storedClock,
 				Engines: []record.EngineDecision{
 					{Engine: "rego", Verdict: record.VerdictAllow, Approvals: 1, Rules: []string{"data.fcd.allow"}, Reasons: []string{"write needs approval"},
