@@ -98,9 +98,9 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 			clientv3.Compare(clientv3.Value(s.k.state(req.StaleSource)), "=", string(record.StateStale)),
 			clientv3.Compare(clientv3.ModRevision(s.certificateKey(req.Certificate)), "=", req.Certificate.Revision))
 	}
-	lval, err := json.Marshal(&storedMarker{Lease: l, Requires: req.Requires, Exclusive: req.Exclusive})
+	lval, err := encodeStored("lease", toStoredMarker(l, req.Requires, req.Exclusive))
 	if err != nil {
-		return fmt.Errorf("lease: encode lease: %w", err)
+		return err
 	}
 	f.Status, f.Lease, f.UpdatedAt = record.StatusAdmitted, l.ID, l.AdmittedAt
 	state, err := encodeState(f)
@@ -108,7 +108,7 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 		return err
 	}
 	resp, err := s.txn(ctx, txn{cmps: cmps, then: []clientv3.Op{
-		clientv3.OpPut(s.k.marker(l.Target.Epoch, l.ID), string(lval)),
+		clientv3.OpPut(s.k.marker(l.Target.Epoch, l.ID), lval),
 		// No lease option: the marker, the lease index and the ledger
 		// entry live until the lease closes.
 		clientv3.OpPut(s.k.lease(l.ID), indexValue(l.Target.Epoch, f.ID)),
@@ -116,7 +116,7 @@ func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
 		// Only the small state changes; the call record stays as formed.
 		// (A ready formation has no pending-approval entry: the approval
 		// that made it ready removed it.)
-		clientv3.OpPut(skey, string(state), clientv3.WithIgnoreLease()),
+		clientv3.OpPut(skey, state, clientv3.WithIgnoreLease()),
 	}})
 	if err != nil {
 		return s.wrap(ctx, "admit", err)
@@ -196,36 +196,24 @@ func (s *Store) diagnoseAdmit(ctx context.Context, req AdmitRequest) error {
 	return ErrFormationChanged
 }
 
-// storedMarker is a lease marker's value as its admission writes it: the
-// lease, and the session dependencies the admission's compares checked
-// (which the audit trail records with the admission). Readers decode it as
-// a record.Lease.
-type storedMarker struct {
-	*record.Lease
-	Requires  []string `json:"requires,omitempty"`
-	Exclusive []string `json:"exclusiveWith,omitempty"`
-}
-
 // indexValue is the value of a lease's index key: its epoch and formation,
 // in one fixed encoding, so that a compare of the value proves both.
 func indexValue(epoch, formation string) string {
-	b, _ := json.Marshal(struct {
-		Epoch     string `json:"epoch"`
-		Formation string `json:"formation"`
-	}{epoch, formation})
+	b, _ := json.Marshal(&storedIndex{ver: current, Epoch: epoch, Formation: formation})
 	return string(b)
 }
 
-// indexEpoch reads a lease index value's epoch: indexValue's encoding,
-// or the bare epoch id older versions wrote.
-func indexEpoch(v []byte) string {
-	var ix struct {
-		Epoch string `json:"epoch"`
+// indexEpoch reads a lease index value's epoch: a stored index, or the
+// bare epoch id fcd wrote before the index held the formation.
+func indexEpoch(key, v []byte) (string, error) {
+	if len(v) == 0 || v[0] != '{' {
+		return string(v), nil
 	}
-	if len(v) > 0 && v[0] == '{' && json.Unmarshal(v, &ix) == nil {
-		return ix.Epoch
+	var ix storedIndex
+	if err := decodeStored(key, v, &ix); err != nil {
+		return "", err
 	}
-	return string(v)
+	return ix.Epoch, nil
 }
 
 func clusterID(id uint64) string { return strconv.FormatUint(id, 16) }

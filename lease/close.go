@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -45,7 +44,10 @@ func (s *Store) openLease(ctx context.Context, id string) (*record.Lease, openRe
 	if len(idx.Kvs) == 0 {
 		return nil, openRevs{}, fmt.Errorf("%w: %s", record.ErrLeaseNotFound, id)
 	}
-	epoch := indexEpoch(idx.Kvs[0].Value)
+	epoch, err := indexEpoch(idx.Kvs[0].Key, idx.Kvs[0].Value)
+	if err != nil {
+		return nil, openRevs{}, err
+	}
 	resp, err := s.cli.Txn(octx).Then(
 		clientv3.OpGet(s.k.marker(epoch, id)),
 		clientv3.OpGet(s.k.claims(id), clientv3.WithPrefix()),
@@ -57,24 +59,25 @@ func (s *Store) openLease(ctx context.Context, id string) (*record.Lease, openRe
 	if len(m) == 0 {
 		return nil, openRevs{}, fmt.Errorf("%w: %s", record.ErrLeaseClosed, id)
 	}
-	var l record.Lease
-	if err := json.Unmarshal(m[0].Value, &l); err != nil {
-		return nil, openRevs{}, fmt.Errorf("%w: lease %s", record.ErrCorrupt, id)
+	marker, err := decodeMarker(m[0].Key, m[0].Value)
+	if err != nil {
+		return nil, openRevs{}, err
 	}
-	l.Claim = nil
+	l := marker.lease()
 	revs := openRevs{marker: m[0].ModRevision}
 	if c := resp.Responses[1].GetResponseRange().Kvs; len(c) > 0 {
-		l.Claim = &record.Claim{}
-		if err := json.Unmarshal(c[0].Value, l.Claim); err != nil {
-			return nil, openRevs{}, fmt.Errorf("%w: claim of lease %s", record.ErrCorrupt, id)
+		claim, err := decodeClaim(c[0].Key, c[0].Value)
+		if err != nil {
+			return nil, openRevs{}, err
 		}
+		l.Claim = claim.claim()
 		revs.claim, revs.claimKey = c[0].ModRevision, string(c[0].Key)
 		if l.State == record.LeaseAdmitted {
 			l.State = record.LeaseRunning
 		}
 	}
 	l.Revision, l.Cluster = m[0].CreateRevision, clusterID(resp.Header.ClusterId)
-	return &l, revs, nil
+	return l, revs, nil
 }
 
 // CloseRequest is an outcome for an open lease.
@@ -346,10 +349,12 @@ func (s *Store) closeLease(ctx context.Context, id string, outcome record.Outcom
 		var ops []clientv3.Op
 		if outcome == record.OutcomeUncertain {
 			l.State = record.LeaseUncertain
-			marker := *l
-			marker.Claim = nil // the claim has its own key
-			lval, _ := json.Marshal(&marker)
-			ops = append(ops, clientv3.OpPut(mkey, string(lval)))
+			// The lease alone: the claim has its own key.
+			lval, err := encodeStored("lease", toStoredMarker(l, nil, nil))
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, clientv3.OpPut(mkey, lval))
 		} else {
 			ops = s.releaseOps(l.Target.Epoch, id, l.Session, l.Tool, outcome)
 		}
@@ -409,11 +414,8 @@ func (s *Store) outcomeValue(outcome record.Outcome, failure *record.Failure, by
 	default:
 		return "", fmt.Errorf("lease: unknown outcome %q", outcome)
 	}
-	b, err := json.Marshal(&formationOutcome{Status: status, Outcome: outcome, Failure: failure, UpdatedAt: s.now().UTC(), Closure: &by})
-	if err != nil {
-		return "", fmt.Errorf("lease: encode outcome: %w", err)
-	}
-	return string(b), nil
+	return encodeStored("outcome", &storedOutcome{ver: current, Status: status, Outcome: outcome, Failure: toStoredFailure(failure),
+		UpdatedAt: s.now().UTC(), Closure: &by})
 }
 
 // releaseOps release a lease with an outcome other than uncertain: its

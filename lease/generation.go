@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -59,10 +58,10 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	octx, cancel := s.op(ctx)
 	resp, err := s.cli.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(gkey), "=", 0)).
-		Then(clientv3.OpPut(gkey, formatGeneration(gen)), s.noteOp(ctx, noteGenerations, pool, note{Generation: gen})).
+		Then(clientv3.OpPut(gkey, formatGeneration(gen)), s.noteOp(ctx, noteGenerations, pool, storedNote{Generation: gen})).
 		Else(clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(gkey), "<", formatGeneration(gen))},
-			[]clientv3.Op{clientv3.OpPut(gkey, formatGeneration(gen)), s.noteOp(ctx, noteGenerations, pool, note{Generation: gen})},
+			[]clientv3.Op{clientv3.OpPut(gkey, formatGeneration(gen)), s.noteOp(ctx, noteGenerations, pool, storedNote{Generation: gen})},
 			[]clientv3.Op{clientv3.OpGet(gkey)},
 		)).
 		Commit()
@@ -93,8 +92,14 @@ func (s *Store) SetGeneration(ctx context.Context, pool string, gen int64, keep 
 	}
 	var stale []string
 	for _, kv := range all.Kvs {
-		var l record.Lease
-		if json.Unmarshal(kv.Value, &l) == nil && l.Target.Pool == pool && l.Generation < gen {
+		// A marker that does not decode is not released: it keeps its
+		// epoch from retiring until someone looks (the safe side).
+		l, err := decodeMarker(kv.Key, kv.Value)
+		if err != nil {
+			s.log.Error("generation change: a lease marker does not decode; left as it is", "err", err)
+			continue
+		}
+		if l.Target.Pool == pool && l.Generation < gen {
 			stale = append(stale, l.ID)
 		}
 	}

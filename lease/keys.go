@@ -222,7 +222,8 @@ func (k keys) certificates(source, tool string) string {
 	return p + tool + "/"
 }
 
-// certificateIndex holds, raw, the certificate key of certificate id.
+// certificateIndex holds, raw, the whole key (prefix included) of
+// certificate id.
 // Written by RegisterCertificate; kept.
 func (k keys) certificateIndex(id string) string { return k.under(segCertificateIDs) + id }
 

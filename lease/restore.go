@@ -221,7 +221,7 @@ func (e *Embedded) ClearRestored() error {
 // revisions in between never existed, and a trail that finds them
 // compacted has lost nothing there (Restores).
 func (s *Store) RecordRestore(ctx context.Context, r RestoreResult) error {
-	b, _ := json.Marshal(RestoreResult{Revision: r.Revision, Bump: r.Bump})
+	b, _ := json.Marshal(&storedRestore{ver: current, Revision: r.Revision, Bump: r.Bump})
 	octx, cancel := s.writeOp(ctx)
 	defer cancel()
 	_, err := s.cli.Put(octx, s.k.note(noteRestores, fmt.Sprintf("%020d", r.Revision)), string(b))
@@ -238,10 +238,11 @@ func (s *Store) Restores(ctx context.Context) ([]RestoreResult, error) {
 	}
 	var out []RestoreResult
 	for _, kv := range resp.Kvs {
-		var r RestoreResult
-		if json.Unmarshal(kv.Value, &r) == nil {
-			out = append(out, r)
+		var r storedRestore
+		if err := decodeStored(kv.Key, kv.Value, &r); err != nil {
+			return nil, err
 		}
+		out = append(out, RestoreResult{Revision: r.Revision, Bump: r.Bump})
 	}
 	return out, nil
 }
