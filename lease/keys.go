@@ -10,7 +10,9 @@ import (
 // "/fcd/" by default); the first segment after it names the kind, and the
 // audit trail's follower (follow.go) tells the kinds apart by it. The
 // layout is the stored data's address: renaming a segment strands every
-// value written under the old name (conformance_keys_test.go pins it).
+// value written under the old name. TestStoredValuesGolden pins it: its
+// golden files (testdata/stored) are named by the keys they were read
+// from, and TestStoredVersion1IsRead finds version 1 data under them.
 //
 // What a key holds is one of:
 //
