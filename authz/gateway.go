@@ -77,7 +77,7 @@ type GateRequest struct {
 type GateDecision struct {
 	// Admission is the granted admission of a call; its token and pool go
 	// with the request.
-	Admission *Admission
+	Admission *Grant
 	// Formation is the id of the formation decided on: the one the request
 	// named, or the one formed in one step (also when that one was refused:
 	// pending approval or denied). Empty for session traffic.
@@ -209,7 +209,7 @@ func checkCaller(caller, principal string) error {
 // answered ErrFormationDenied. In both cases the formation is returned
 // with the error, so that the caller can name it: after approval, admit it
 // by id. When Form itself fails, no formation is returned.
-func (g *Gate) FormAndAdmit(ctx context.Context, req FormRequest) (*record.Formation, *Admission, error) {
+func (g *Gate) FormAndAdmit(ctx context.Context, req FormRequest) (*record.Formation, *Grant, error) {
 	rec, err := g.formations.Form(ctx, req)
 	if err != nil {
 		return nil, nil, err
