@@ -373,7 +373,7 @@ func newWireCertificate(c *record.Certificate) *wireCertificate {
 		Revoked: c.Revoked, RevokedAt: c.RevokedAt}
 }
 
-func newWireAdmission(a *authz.Admission) wireAdmission {
+func newWireAdmission(a *authz.Grant) wireAdmission {
 	out := wireAdmission{Token: a.Token, Lease: a.Lease, ExpiresAt: a.ExpiresAt}
 	out.Target.Epoch, out.Target.Pool = a.Target.Epoch, a.Target.Pool
 	return out
