@@ -18,13 +18,16 @@ const module = "github.com/fcd-authz/fcd"
 // embed, the fcd packages it may import directly. Commands, benchmarks
 // and internal test helpers sit above all of them and are not listed.
 var allowed = map[string][]string{
-	"manifest":     {},
-	"policies":     {},
-	"fencecheck":   {},
-	"record":       {"manifest"},
-	"lease":        {"record", "manifest"},
-	"authz/policy": {"record", "manifest"},
-	"authz":        {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest"},
+	// The public text of errors meant for clients: the domain packages'
+	// sentinels are made by it, and it imports nothing.
+	"internal/public": {},
+	"manifest":        {"internal/public"},
+	"policies":        {},
+	"fencecheck":      {},
+	"record":          {"manifest", "internal/public"},
+	"lease":           {"record", "manifest"},
+	"authz/policy":    {"record", "manifest"},
+	"authz":           {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest", "internal/public"},
 	// The decision-log exporter knows OPA's wire format, not fcd's
 	// records: authz hands it documents.
 	"authz/decisionlog": {},
@@ -32,7 +35,7 @@ var allowed = map[string][]string{
 	// authz records to it through an interface of its own, so no server
 	// package imports it.
 	"audit": {"manifest"},
-	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest"},
+	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest", "internal/public"},
 	// The typed REST client is generated from the document alone; hosts
 	// and tools embed it, so it imports no server package.
 	"client": {},
@@ -49,9 +52,10 @@ var allowed = map[string][]string{
 // backends embed fencecheck (no etcd, no policy engines), and evaluating
 // a policy needs no store.
 var forbiddenDeps = map[string][]string{
-	"fencecheck":   {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
-	"record":       {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
-	"authz/policy": {"go.etcd.io/"},
+	"internal/public": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"fencecheck":      {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"record":          {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"authz/policy":    {"go.etcd.io/"},
 	// It writes OPA's format without running OPA (its tests decode with
 	// OPA's own event type).
 	"authz/decisionlog": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
