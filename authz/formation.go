@@ -14,6 +14,7 @@ import (
 
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/bounded"
 	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
@@ -455,7 +456,9 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 // revision, so a stale entry (approved, admitted or expired elsewhere)
 // costs one failed compare and a fresh read, never a wrong answer; any
 // other status is read from etcd.
-type readyCache struct{ entries boundedMap[readyEntry] }
+type readyCache struct {
+	entries bounded.Cache[string, readyEntry]
+}
 
 type readyEntry struct {
 	rec *record.Formation
@@ -466,15 +469,15 @@ const maxReadyCache = 1 << 16
 
 func (c *readyCache) put(rec *record.Formation, rev int64) {
 	if rec.Status != record.StatusReady {
-		c.entries.delete(rec.ID)
+		c.entries.Delete(rec.ID)
 		return
 	}
-	c.entries.put(rec.ID, readyEntry{rec: rec, rev: rev})
+	c.entries.Put(rec.ID, readyEntry{rec: rec, rev: rev})
 }
 
 // take returns a copy of a cached ready formation and its revision.
 func (c *readyCache) take(id string) (*record.Formation, int64, bool) {
-	e, ok := c.entries.get(id)
+	e, ok := c.entries.Get(id)
 	if !ok {
 		return nil, 0, false
 	}
@@ -482,7 +485,7 @@ func (c *readyCache) take(id string) (*record.Formation, int64, bool) {
 	return &cp, e.rev, true
 }
 
-func (c *readyCache) drop(id string) { c.entries.delete(id) }
+func (c *readyCache) drop(id string) { c.entries.Delete(id) }
 
 // schemaCache holds compiled input schemas by descriptor digest. A
 // descriptor never changes under its digest, so entries never go stale;

@@ -21,13 +21,15 @@ var allowed = map[string][]string{
 	// The public text of errors meant for clients: the domain packages'
 	// sentinels are made by it, and it imports nothing.
 	"internal/public": {},
-	"manifest":        {"internal/public"},
-	"policies":        {},
-	"fencecheck":      {},
-	"record":          {"manifest", "internal/public"},
-	"lease":           {"record", "manifest"},
-	"authz/policy":    {"record", "manifest"},
-	"authz":           {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest", "internal/public"},
+	// The one bounded (LRU) cache of the in-memory caches.
+	"internal/bounded": {},
+	"manifest":         {"internal/public"},
+	"policies":         {},
+	"fencecheck":       {},
+	"record":           {"manifest", "internal/public"},
+	"lease":            {"record", "manifest"},
+	"authz/policy":     {"record", "manifest", "internal/bounded"},
+	"authz":            {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest", "internal/public", "internal/bounded"},
 	// The decision-log exporter knows OPA's wire format, not fcd's
 	// records: authz hands it documents.
 	"authz/decisionlog": {},
