@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 
@@ -477,7 +477,7 @@ func testSpoof(t *testing.T, g gatewayKind, e *env) {
 }
 
 // testStripClientHeaders: every Fcd-* header of fcd's protocols that a
-// client sends (gateways.ClientHeaders: the token, the target, the
+// client sends (gatewayconf.ClientHeaders: the token, the target, the
 // recovery, the caller, the one-step headers…) is removed before the
 // request reaches a pool, on session traffic and on an admitted call; on
 // the call the pool gets only authzd's token and target, and authzd got
@@ -494,7 +494,7 @@ func testStripClientHeaders(t *testing.T, g gatewayKind, e *env) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			header := map[string]string{"Mcp-Method": "tools/call"}
-			for _, h := range gateways.ClientHeaders() {
+			for _, h := range gatewayconf.ClientHeaders() {
 				header[h] = "forged-" + strings.ToLower(h)
 			}
 			delete(header, "Fcd-Formation")

@@ -21,6 +21,10 @@ var allowed = map[string][]string{
 	// The public text of errors meant for clients: the domain packages'
 	// sentinels are made by it, and it imports nothing.
 	"internal/public": {},
+	// The example gateway templates, embedded: data only.
+	"examples/gateways": {},
+	// The renderer of `authzd gateway config` reads the example templates.
+	"internal/gatewayconf": {"examples/gateways"},
 	// The one bounded (LRU) cache of the in-memory caches.
 	"internal/bounded": {},
 	"manifest":         {"internal/public"},
@@ -124,6 +128,19 @@ func TestImportDirection(t *testing.T) {
 	for name, p := range pkgs {
 		if slices.Contains(p.imports, module+"/api") && name != "server" && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "bench/") {
 			t.Errorf("%s imports api; only the server, commands and benchmarks may", name)
+		}
+	}
+	// The examples hold data and demonstrations, not product code: no
+	// command or server package imports them (internal/gatewayconf reads
+	// the gateway templates that examples/gateways embeds).
+	for name, p := range pkgs {
+		if strings.HasPrefix(name, "examples/") || name == "internal/gatewayconf" {
+			continue
+		}
+		for _, imp := range p.imports {
+			if strings.HasPrefix(imp, module+"/examples/") && !strings.HasPrefix(name, "internal/") {
+				t.Errorf("%s imports %s; product code lives outside examples/", name, imp)
+			}
 		}
 	}
 	// Nothing but the commands, benchmarks and test helpers imports the
