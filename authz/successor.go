@@ -18,7 +18,7 @@ import (
 )
 
 // A successor is captured at formation and nowhere else (property P5 of
-// DESIGN.md): among the certificates registered for the call's source
+// docs/design.md): among the certificates registered for the call's source
 // epoch and tool, valid now and covering the concrete arguments, exactly
 // one is chosen by a fixed rule, offered to the policies, and written into
 // the call before its digest is taken. Admission later only ever narrows:

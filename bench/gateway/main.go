@@ -69,8 +69,8 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
-	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/crypto/bcrypt"

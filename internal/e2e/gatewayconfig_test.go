@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 

@@ -47,8 +47,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"golang.org/x/crypto/bcrypt"
 )
 

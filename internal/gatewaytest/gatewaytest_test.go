@@ -58,7 +58,7 @@ func (r *recorder) take() []seen {
 
 // standIn stands in for authzd's GET /v1/forward_auth. The real endpoint
 // (api/) is being written at the same time as this harness; the stand-in
-// follows its contract (shared API.md, "For gateways"): the formation in
+// follows its contract (docs/mcp-sessions.md, and the forward_auth operation of api/openapi.yaml): the formation in
 // Fcd-Formation, the original method and URI in X-Original-* (nginx) or
 // X-Forwarded-* (Caddy), the gateway's bearer credential; allow is 200
 // with Fcd-Dispatch-Token and Fcd-Target, session traffic without a
