@@ -11,6 +11,7 @@ import (
 
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -18,24 +19,24 @@ import (
 // Errors of admission and the lease lifecycle.
 var (
 	// ErrNotApproved: the formation lacks the approvals it needs.
-	ErrNotApproved = errors.New("authz: formation is not approved")
+	ErrNotApproved = public.New("authz", "formation is not approved")
 	// ErrFormationDenied: the policy or an approver denied the formation.
-	ErrFormationDenied = errors.New("authz: formation was denied")
+	ErrFormationDenied = public.New("authz", "formation was denied")
 	// ErrPolicyNowDenies: the policy set changed since formation and now
 	// denies the call (or asks for more approvals than it has).
-	ErrPolicyNowDenies = errors.New("authz: the policy in force now denies the call")
+	ErrPolicyNowDenies = public.New("authz", "the policy in force now denies the call")
 	// ErrSourceDraining: the source epoch is DRAINING; a draining source
 	// never substitutes, retry later or form the call again.
-	ErrSourceDraining = errors.New("authz: source epoch is draining")
+	ErrSourceDraining = public.New("authz", "source epoch is draining")
 	// ErrSourceStale: the source epoch is STALE and the call cannot run on
 	// a successor: none was captured at formation, or the captured one is
 	// no longer eligible (the error's text says why).
-	ErrSourceStale = errors.New("authz: source epoch is stale and no successor is eligible")
+	ErrSourceStale = public.New("authz", "source epoch is stale and no successor is eligible")
 	// ErrLeaseOutOfScope: the reporter's credential is limited to other
 	// pools than the lease's.
-	ErrLeaseOutOfScope = errors.New("authz: the reporter may not report outcomes for this lease's pool")
+	ErrLeaseOutOfScope = public.New("authz", "the reporter may not report outcomes for this lease's pool")
 	// ErrAdmissionDisabled: this server has no signing key.
-	ErrAdmissionDisabled = errors.New("authz: admission is not configured (no signing key)")
+	ErrAdmissionDisabled = public.New("authz", "admission is not configured (no signing key)")
 )
 
 // Admissions is the use case of gateways: the etcd-ordered admission of a

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -22,7 +23,7 @@ import (
 // full disk, an I/O error), or it has fallen further behind the store than
 // FollowerConfig.MaxLag. Nothing runs that the trail could not record; the
 // call may be retried once it has caught up.
-var ErrTrailBehind = errors.New("authz: the audit trail is behind the store")
+var ErrTrailBehind = public.New("authz", "the audit trail is behind the store")
 
 // TrailEvent is one event the Follower appends.
 type TrailEvent struct {

@@ -3,11 +3,11 @@ package authz
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/record"
 )
 
@@ -16,7 +16,7 @@ var (
 	// ErrFormationRequired: the request is a tools/call (by its body or its
 	// Mcp-Method header) and carries no formation id, and the gateway did
 	// not ask to form it in one step. Nothing is formed or admitted.
-	ErrFormationRequired = errors.New("authz: a tools/call needs a formation")
+	ErrFormationRequired = public.New("authz", "a tools/call needs a formation")
 	// ErrMalformedMCP: the MCP request body a gateway forwarded cannot be
 	// read one way only (fencecheck.ReadMessage refused it: not JSON, a
 	// duplicate member, a member that is a name fcd reads only under case
@@ -24,11 +24,11 @@ var (
 	// holding a tools/call), or it disagrees with its Mcp-Method or
 	// Mcp-Name header. Another parser could find a call in it that fcd
 	// does not see, so it is refused.
-	ErrMalformedMCP = errors.New("authz: the MCP request body cannot be read as one JSON-RPC message")
+	ErrMalformedMCP = public.New("authz", "the MCP request body cannot be read as one JSON-RPC message")
 	// ErrCallerMismatch: the gateway's authenticated caller is missing or
 	// is not the formation's principal (with CallerPrincipal binding).
 	// Nothing is admitted.
-	ErrCallerMismatch = errors.New("authz: the gateway's caller is not the principal of the formation")
+	ErrCallerMismatch = public.New("authz", "the gateway's caller is not the principal of the formation")
 )
 
 // GateRequest is one request of an MCP session that a gateway asks about

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 
@@ -58,7 +58,7 @@ func (r *recorder) take() []seen {
 
 // standIn stands in for authzd's GET /v1/forward_auth. The real endpoint
 // (api/) is being written at the same time as this harness; the stand-in
-// follows its contract (shared API.md, "For gateways"): the formation in
+// follows its contract (docs/mcp-sessions.md, and the forward_auth operation of api/openapi.yaml): the formation in
 // Fcd-Formation, the original method and URI in X-Original-* (nginx) or
 // X-Forwarded-* (Caddy), the gateway's bearer credential; allow is 200
 // with Fcd-Dispatch-Token and Fcd-Target, session traffic without a
@@ -491,7 +491,7 @@ func testSpoof(t *testing.T, g gatewayKind, e *env) {
 }
 
 // testStripClientHeaders: every Fcd-* header of fcd's protocols that a
-// client sends (gateways.ClientHeaders: the token, the target, the
+// client sends (gatewayconf.ClientHeaders: the token, the target, the
 // recovery, the caller, the one-step headers…) is removed before the
 // request reaches a pool, on session traffic and on an admitted call; on
 // the call the pool gets only authzd's token and target, and authzd got
@@ -508,7 +508,7 @@ func testStripClientHeaders(t *testing.T, g gatewayKind, e *env) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			header := map[string]string{"Mcp-Method": "tools/call"}
-			for _, h := range gateways.ClientHeaders() {
+			for _, h := range gatewayconf.ClientHeaders() {
 				header[h] = "forged-" + strings.ToLower(h)
 			}
 			delete(header, "Fcd-Formation")

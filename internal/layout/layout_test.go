@@ -19,13 +19,22 @@ const module = "github.com/fcd-authz/fcd"
 // embed, the fcd packages it may import directly. Commands, benchmarks
 // and internal test helpers sit above all of them and are not listed.
 var allowed = map[string][]string{
-	"manifest":     {},
-	"policies":     {},
-	"fencecheck":   {},
-	"record":       {"manifest"},
-	"lease":        {"record", "manifest"},
-	"authz/policy": {"record", "manifest"},
-	"authz":        {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest"},
+	// The public text of errors meant for clients: the domain packages'
+	// sentinels are made by it, and it imports nothing.
+	"internal/public": {},
+	// The example gateway templates, embedded: data only.
+	"examples/gateways": {},
+	// The renderer of `authzd gateway config` reads the example templates.
+	"internal/gatewayconf": {"examples/gateways"},
+	// The one bounded (LRU) cache of the in-memory caches.
+	"internal/bounded": {},
+	"manifest":         {"internal/public"},
+	"policies":         {},
+	"fencecheck":       {},
+	"record":           {"manifest", "internal/public"},
+	"lease":            {"record", "manifest"},
+	"authz/policy":     {"record", "manifest", "internal/bounded"},
+	"authz":            {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest", "internal/public", "internal/bounded"},
 	// The decision-log exporter knows OPA's wire format, not fcd's
 	// records: authz hands it documents.
 	"authz/decisionlog": {},
@@ -33,7 +42,7 @@ var allowed = map[string][]string{
 	// authz records to it through an interface of its own, so no server
 	// package imports it.
 	"audit": {"manifest"},
-	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest"},
+	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest", "internal/public"},
 	// The typed REST client is generated from the document alone; hosts
 	// and tools embed it, so it imports no server package.
 	"client": {},
@@ -58,9 +67,10 @@ var allowed = map[string][]string{
 // backends embed fencecheck (no etcd, no policy engines), and evaluating
 // a policy needs no store.
 var forbiddenDeps = map[string][]string{
-	"fencecheck":   {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
-	"record":       {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
-	"authz/policy": {"go.etcd.io/"},
+	"internal/public": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"fencecheck":      {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"record":          {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
+	"authz/policy":    {"go.etcd.io/"},
 	// It writes OPA's format without running OPA (its tests decode with
 	// OPA's own event type).
 	"authz/decisionlog": {"go.etcd.io/", "github.com/open-policy-agent/", "github.com/cedar-policy/"},
@@ -161,6 +171,19 @@ func TestImportDirection(t *testing.T) {
 	for name, p := range pkgs {
 		if slices.Contains(p.imports, module+"/api") && name != "server" && !strings.HasPrefix(name, "cmd/") && !strings.HasPrefix(name, "bench/") {
 			t.Errorf("%s imports api; only the server, commands and benchmarks may", name)
+		}
+	}
+	// The examples hold data and demonstrations, not product code: no
+	// command or server package imports them (internal/gatewayconf reads
+	// the gateway templates that examples/gateways embeds).
+	for name, p := range pkgs {
+		if strings.HasPrefix(name, "examples/") || name == "internal/gatewayconf" {
+			continue
+		}
+		for _, imp := range p.imports {
+			if strings.HasPrefix(imp, module+"/examples/") && !strings.HasPrefix(name, "internal/") {
+				t.Errorf("%s imports %s; product code lives outside examples/", name, imp)
+			}
 		}
 	}
 	// Nothing but the commands, benchmarks and test helpers imports the

@@ -1,13 +1,13 @@
-// Package gateways holds fcd's example gateway configurations and renders
-// them. The files in this directory are Go text/templates; they are embedded
-// here so that the end-to-end tests (through internal/gatewaytest) run the
-// very files the examples show. README.md describes the templating scheme;
-// [Data] is its definition.
-package gateways
+// Package gatewayconf renders fcd's gateway configurations — nginx, Caddy,
+// Envoy and Traefik — for `authzd gateway config`. The templates are the
+// example files in examples/gateways (embedded there, so that the command
+// and the end-to-end tests, through internal/gatewaytest, use the very
+// files the examples show); examples/gateways/README.md describes the
+// templating scheme, and [Data] is its definition.
+package gatewayconf
 
 import (
 	"bytes"
-	"embed"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +20,8 @@ import (
 	"text/template"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/fcd-authz/fcd/examples/gateways"
 )
 
 // The example files, by name.
@@ -31,8 +33,8 @@ const (
 	TraefikDynamic = "traefik-dynamic.yml"
 )
 
-//go:embed nginx.conf Caddyfile envoy.yaml traefik.yml traefik-dynamic.yml
-var files embed.FS
+// files are the templates, the example files.
+var files = gateways.Files
 
 // NginxUsers is the name of nginx's user file (auth_basic_user_file), which
 // nginx.conf names relative to its own directory. [Htpasswd] writes it.

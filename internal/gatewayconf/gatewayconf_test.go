@@ -1,4 +1,4 @@
-package gateways_test
+package gatewayconf_test
 
 import (
 	"io"
@@ -22,35 +22,35 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 )
 
 const credential = "gw-cred.Zm9v~bar+/="
 
-func data(t *testing.T, def string) gateways.Data {
+func data(t *testing.T, def string) gatewayconf.Data {
 	t.Helper()
-	d, err := gateways.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", credential,
+	d, err := gatewayconf.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", credential,
 		map[string]string{"github-v1-4": "http://127.0.0.1:9014", "github-v1-3": "127.0.0.1:9013"}, def)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.AuthzdGRPC, err = gateways.ParseEndpoint("127.0.0.1:7071"); err != nil {
+	if d.AuthzdGRPC, err = gatewayconf.ParseEndpoint("127.0.0.1:7071"); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"alice", "bob"} {
-		u, err := gateways.NewUser(name, name+"-password", bcrypt.MinCost)
+		u, err := gatewayconf.NewUser(name, name+"-password", bcrypt.MinCost)
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.Users = append(d.Users, u)
 	}
-	d.CallerJWT = gateways.JWTIssuer{Issuer: "https://idp.example", JWKSFile: "/etc/envoy/callers.jwks.json"}
+	d.CallerJWT = gatewayconf.JWTIssuer{Issuer: "https://idp.example", JWKSFile: "/etc/envoy/callers.jwks.json"}
 	return d
 }
 
-func render(t *testing.T, name string, d gateways.Data) string {
+func render(t *testing.T, name string, d gatewayconf.Data) string {
 	t.Helper()
-	b, err := gateways.Render(name, d)
+	b, err := gatewayconf.Render(name, d)
 	if err != nil {
 		t.Fatalf("render %s: %v", name, err)
 	}
@@ -93,7 +93,7 @@ func TestNewData(t *testing.T) {
 		{"pool with a path", "127.0.0.1:1", "http://127.0.0.1:2", "c", map[string]string{"p": "http://127.0.0.1:1/mcp"}, "", "pool"},
 		{"unknown default", "127.0.0.1:1", "http://127.0.0.1:2", "c", pools, "q", "default"},
 	} {
-		_, err := gateways.NewData(c.listen, c.authzd, c.cred, c.pools, c.def)
+		_, err := gatewayconf.NewData(c.listen, c.authzd, c.cred, c.pools, c.def)
 		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 			t.Errorf("%s: error %v, want one about %s", c.name, err, c.wantErr)
 		}
@@ -103,7 +103,7 @@ func TestNewData(t *testing.T) {
 // TestUsers: NewUser hashes with bcrypt and refuses names that would be
 // syntax somewhere; Htpasswd writes nginx's user file.
 func TestUsers(t *testing.T) {
-	u, err := gateways.NewUser("alice@example.com", "s3cret:with colon", bcrypt.MinCost)
+	u, err := gatewayconf.NewUser("alice@example.com", "s3cret:with colon", bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,24 +113,24 @@ func TestUsers(t *testing.T) {
 	if cost, _ := bcrypt.Cost([]byte(u.Hash)); cost != bcrypt.MinCost {
 		t.Errorf("cost %d", cost)
 	}
-	file, err := gateways.Htpasswd([]gateways.User{u, {Name: "bob", Hash: u.Hash}})
+	file, err := gatewayconf.Htpasswd([]gatewayconf.User{u, {Name: "bob", Hash: u.Hash}})
 	if err != nil || string(file) != "alice@example.com:"+u.Hash+"\nbob:"+u.Hash+"\n" {
 		t.Errorf("htpasswd %q, %v", file, err)
 	}
 	for _, c := range []struct{ name, password string }{
 		{"", "p"}, {"al ice", "p"}, {"al:ice", "p"}, {"{alice}", "p"}, {"al$ice", "p"}, {"-alice", "p"}, {"alice\n", "p"}, {"alice", ""},
 	} {
-		if _, err := gateways.NewUser(c.name, c.password, bcrypt.MinCost); err == nil {
+		if _, err := gatewayconf.NewUser(c.name, c.password, bcrypt.MinCost); err == nil {
 			t.Errorf("NewUser(%q, %q) accepted", c.name, c.password)
 		}
 	}
-	for _, bad := range []gateways.User{{Name: "alice", Hash: "{PLAIN}secret"}, {Name: "al ice", Hash: u.Hash}, {Name: "alice", Hash: u.Hash + "}"}} {
-		if _, err := gateways.Htpasswd([]gateways.User{bad}); err == nil {
+	for _, bad := range []gatewayconf.User{{Name: "alice", Hash: "{PLAIN}secret"}, {Name: "al ice", Hash: u.Hash}, {Name: "alice", Hash: u.Hash + "}"}} {
+		if _, err := gatewayconf.Htpasswd([]gatewayconf.User{bad}); err == nil {
 			t.Errorf("Htpasswd accepted %+v", bad)
 		}
 		d := data(t, "")
-		d.Users = []gateways.User{bad}
-		if _, err := gateways.Render(gateways.Caddyfile, d); err == nil {
+		d.Users = []gatewayconf.User{bad}
+		if _, err := gatewayconf.Render(gatewayconf.Caddyfile, d); err == nil {
 			t.Errorf("Render accepted %+v", bad)
 		}
 	}
@@ -141,18 +141,18 @@ func TestUsers(t *testing.T) {
 func TestRenderNeedsCallers(t *testing.T) {
 	for _, c := range []struct {
 		file, want string
-		drop       func(*gateways.Data)
+		drop       func(*gatewayconf.Data)
 	}{
-		{gateways.Nginx, "Users is required", func(d *gateways.Data) { d.Users = nil }},
-		{gateways.Caddyfile, "Users is required", func(d *gateways.Data) { d.Users = nil }},
-		{gateways.TraefikDynamic, "Users is required", func(d *gateways.Data) { d.Users = nil }},
-		{gateways.Envoy, "CallerJWT.Issuer is required", func(d *gateways.Data) { d.CallerJWT.Issuer = "" }},
-		{gateways.Envoy, "CallerJWT.JWKSFile is required", func(d *gateways.Data) { d.CallerJWT.JWKSFile = "" }},
-		{gateways.Envoy, "CallerJWT.Issuer", func(d *gateways.Data) { d.CallerJWT.Issuer = `https://idp"` }},
+		{gatewayconf.Nginx, "Users is required", func(d *gatewayconf.Data) { d.Users = nil }},
+		{gatewayconf.Caddyfile, "Users is required", func(d *gatewayconf.Data) { d.Users = nil }},
+		{gatewayconf.TraefikDynamic, "Users is required", func(d *gatewayconf.Data) { d.Users = nil }},
+		{gatewayconf.Envoy, "CallerJWT.Issuer is required", func(d *gatewayconf.Data) { d.CallerJWT.Issuer = "" }},
+		{gatewayconf.Envoy, "CallerJWT.JWKSFile is required", func(d *gatewayconf.Data) { d.CallerJWT.JWKSFile = "" }},
+		{gatewayconf.Envoy, "CallerJWT.Issuer", func(d *gatewayconf.Data) { d.CallerJWT.Issuer = `https://idp"` }},
 	} {
 		d := data(t, "github-v1-4")
 		c.drop(&d)
-		if _, err := gateways.Render(c.file, d); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := gatewayconf.Render(c.file, d); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error about %s", c.file, err, c.want)
 		}
 	}
@@ -163,16 +163,16 @@ func TestRenderNeedsCallers(t *testing.T) {
 func TestRenderAll(t *testing.T) {
 	for _, def := range []string{"github-v1-4", ""} {
 		d := data(t, def)
-		for _, name := range gateways.Names() {
+		for _, name := range gatewayconf.Names() {
 			out := render(t, name, d)
 			if strings.Contains(out, "{{") || strings.Contains(out, "<no value>") {
 				t.Errorf("%s (default %q): template text left in the output", name, def)
 			}
-			if !strings.Contains(out, credential) && name != gateways.Traefik {
+			if !strings.Contains(out, credential) && name != gatewayconf.Traefik {
 				t.Errorf("%s: credential not rendered", name)
 			}
 			for _, p := range d.Pools {
-				if !strings.Contains(out, p.Name) && name != gateways.Traefik {
+				if !strings.Contains(out, p.Name) && name != gatewayconf.Traefik {
 					t.Errorf("%s: pool %s not rendered", name, p.Name)
 				}
 			}
@@ -188,7 +188,7 @@ func TestRenderAll(t *testing.T) {
 // service (the commented block swapped in).
 func TestEnvoyConfig(t *testing.T) {
 	for _, def := range []string{"github-v1-4", ""} {
-		text := render(t, gateways.Envoy, data(t, def))
+		text := render(t, gatewayconf.Envoy, data(t, def))
 		grpc := grpcVariant(t, text)
 		for variant, y := range map[string]string{"http_service": text, "grpc_service": grpc} {
 			b := decodeEnvoy(t, y)
@@ -447,7 +447,7 @@ func TestTraefikConfig(t *testing.T) {
 		} `json:"providers"`
 	}
 	// Only the keys named above are checked; the others are Traefik's.
-	if err := yaml.Unmarshal([]byte(render(t, gateways.Traefik, d)), &static); err != nil {
+	if err := yaml.Unmarshal([]byte(render(t, gatewayconf.Traefik, d)), &static); err != nil {
 		t.Fatalf("traefik.yml: %v", err)
 	}
 	if static.EntryPoints["mcp"].Address != "127.0.0.1:8080" || static.EntryPoints["fcd-routed"].Address == "" || static.Providers.File.Filename == "" {
@@ -495,7 +495,7 @@ func TestTraefikConfig(t *testing.T) {
 	}
 	// Strict: every key in the file is one of the above, spelt as Traefik
 	// spells it.
-	if err := yaml.UnmarshalStrict([]byte(render(t, gateways.TraefikDynamic, d)), &dyn); err != nil {
+	if err := yaml.UnmarshalStrict([]byte(render(t, gatewayconf.TraefikDynamic, d)), &dyn); err != nil {
 		t.Fatalf("traefik-dynamic.yml: %v", err)
 	}
 	h := dyn.HTTP
@@ -526,7 +526,7 @@ func TestTraefikConfig(t *testing.T) {
 	if strip == nil {
 		t.Fatal("no fcd-strip middleware")
 	}
-	for _, name := range gateways.ClientHeaders() {
+	for _, name := range gatewayconf.ClientHeaders() {
 		if name == "Fcd-Formation" {
 			continue
 		}
@@ -567,7 +567,7 @@ func TestGatewayConfigEnvoy(t *testing.T) {
 		if grpc != "" {
 			args = append(args, "--authzd-grpc", grpc)
 		}
-		out, err := gateways.Configure(gateways.KindEnvoy, args, func(string) string { return "" }, io.Discard)
+		out, err := gatewayconf.Configure(gatewayconf.KindEnvoy, args, func(string) string { return "" }, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -595,25 +595,25 @@ func TestGatewayConfigEnvoy(t *testing.T) {
 }
 
 // TestGatewayExamplesStripClientHeaders: each example names every header of
-// gateways.ClientHeaders in a removal of its own syntax (the real nginx
+// gatewayconf.ClientHeaders in a removal of its own syntax (the real nginx
 // and Caddy are checked in internal/gatewaytest, where forged headers are
 // sent).
 func TestGatewayExamplesStripClientHeaders(t *testing.T) {
 	d := data(t, "github-v1-4")
 	for name, remove := range map[string]func(h string) string{
-		gateways.Nginx:     func(h string) string { return `proxy_set_header ` + h },
-		gateways.Caddyfile: func(h string) string { return "request_header -" + h },
-		gateways.Envoy:     func(h string) string { return "remove: " + strings.ToLower(h) + "\n" },
-		gateways.TraefikDynamic: func(h string) string {
+		gatewayconf.Nginx:     func(h string) string { return `proxy_set_header ` + h },
+		gatewayconf.Caddyfile: func(h string) string { return "request_header -" + h },
+		gatewayconf.Envoy:     func(h string) string { return "remove: " + strings.ToLower(h) + "\n" },
+		gatewayconf.TraefikDynamic: func(h string) string {
 			return h + `: ""`
 		},
 	} {
 		text := render(t, name, d)
-		if name == gateways.Envoy {
+		if name == gatewayconf.Envoy {
 			// The virtual host's request_headers_to_remove, as "remove: ".
 			text = regexp.MustCompile(`(?m)^\s*- (fcd-[a-z-]+)$`).ReplaceAllString(text, "remove: $1")
 		}
-		for _, h := range gateways.ClientHeaders() {
+		for _, h := range gatewayconf.ClientHeaders() {
 			if !strings.Contains(text, remove(h)) {
 				t.Errorf("%s does not remove %s (no %q)", name, h, remove(h))
 			}
