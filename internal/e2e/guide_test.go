@@ -56,7 +56,7 @@ func runGuide(t *testing.T, docPath, marker, serverPortShown string, portVars ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := regexp.MustCompile("(?s)<!-- "+marker+":begin -->\\s*```sh\\n(.*?)```\\s*<!-- "+marker+":end -->").FindSubmatch(doc)
+	block := regexp.MustCompile("(?s)<!-- " + marker + ":begin -->\\s*```sh\\n(.*?)```\\s*<!-- " + marker + ":end -->").FindSubmatch(doc)
 	if block == nil {
 		t.Fatalf("%s has no %s block", docPath, marker)
 	}
