@@ -223,12 +223,33 @@ func (f *Front) Handler() (http.Handler, error) {
 	bearer := auth.RequireBearerToken(verifier(f.cfg.Auth), &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: metaURL, Scopes: f.cfg.Scopes})
 	mux := http.NewServeMux()
-	mux.Handle(MCPPath, bearer(streamable))
+	mux.Handle(MCPPath, bearer(f.catalogFirst(streamable)))
 	mux.Handle(ResourceMetadataPath, auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: f.cfg.Resource, AuthorizationServers: f.cfg.AuthorizationServers,
 		ScopesSupported: f.cfg.Scopes, BearerMethodsSupported: []string{"header"}, ResourceName: "fcd MCP front",
 	}))
 	return mux, nil
+}
+
+// catalogFirst answers a new session's first request (a POST without a
+// session id: the initialize) 503 with a JSON-RPC error when no catalog
+// can be had — authzd unreachable before any snapshot was taken — rather
+// than the SDK's bare 400: the client is told why, and may try again.
+func (f *Front) catalogFirst(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			if _, err := f.current(r.Context()); err != nil {
+				f.log.WarnContext(r.Context(), "fcd front: no catalog for a new session", "err", err)
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Retry-After", "5")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,` +
+					`"message":"fcd: the tool catalog cannot be read now (fcd's authorization server is unreachable); try again shortly"}}`))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ServeStdio serves one client session over in and out (newline-delimited

@@ -133,3 +133,30 @@ func TestFrontFailsClosedWithoutAuthzd(t *testing.T) {
 		t.Fatalf("the read ran %d times", n)
 	}
 }
+
+// TestFrontWithoutAuthzdAtStart: a front whose authzd cannot be reached
+// opens no session: the initialize is answered 503 with a JSON-RPC error
+// that says why, not a session with an empty or invented catalog.
+func TestFrontWithoutAuthzdAtStart(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // a port nothing listens on
+	f, err := front.New(t.Context(), front.Config{AuthzdURL: closed.URL, Credential: "host-credential",
+		Pools: map[string]string{"p": "http://127.0.0.1:1/mcp"}, Auth: frontUsers, RelistInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := f.Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = f.Close()
+	})
+	status, body := postMCP(t, srv.URL+front.MCPPath, "alice-token", "",
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "unreachable") {
+		t.Fatalf("initialize without authzd: %d %s, want 503 saying why", status, body)
+	}
+}
