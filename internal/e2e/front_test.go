@@ -26,19 +26,47 @@ var frontUsers = front.StaticTokens{
 	"bob-token":   {ID: "bob", Attributes: map[string]any{"groups": []any{"dev"}}},
 }
 
+// frontResource is the resource identifier of the fronts of these tests:
+// their resource metadata's resource and, with JWTs, the audience.
+const frontResource = "http://front.test/mcp"
+
+// frontOptions are startFrontWith's.
+type frontOptions struct {
+	// Issuer, if set, is the only issuer whose JWTs for frontResource the
+	// front accepts (front.NewJWTAuthenticator); nil means frontUsers'
+	// static tokens.
+	Issuer *testIssuer
+}
+
 // startFront starts an MCP front (front → fence: it admits each call and
 // sends it to the pool's fixture with its token) before the stack, over
 // real HTTP, and returns the URL of its MCP endpoint.
 func startFront(t *testing.T, s *stack) (string, *front.Front) {
 	t.Helper()
+	return startFrontWith(t, s, frontOptions{})
+}
+
+// startFrontWith is startFront with options.
+func startFrontWith(t *testing.T, s *stack, opts frontOptions) (string, *front.Front) {
+	t.Helper()
 	pools := map[string]string{}
 	for pool, url := range s.Fixture {
 		pools[pool] = url + "/mcp"
 	}
+	var authn front.Authenticator = frontUsers
+	var servers []string
+	if opts.Issuer != nil {
+		a, err := front.NewJWTAuthenticator(t.Context(), front.JWTAuthenticator{Issuer: opts.Issuer.Name, Audience: frontResource,
+			JWKSURL: opts.Issuer.JWKS, AttributeClaims: []string{"groups"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		authn, servers = a, []string{opts.Issuer.Name}
+	}
 	f, err := front.New(t.Context(), front.Config{
 		AuthzdURL: s.URL, Credential: string(s.creds[api.RoleHost]), Servers: []string{"github"},
-		Pools: pools, Auth: frontUsers, ApprovalWait: 60 * time.Second, PollInterval: 50 * time.Millisecond,
-		RelistInterval: 100 * time.Millisecond, Resource: "http://front.test/mcp",
+		Pools: pools, Auth: authn, AuthorizationServers: servers, ApprovalWait: 60 * time.Second, PollInterval: 50 * time.Millisecond,
+		RelistInterval: 100 * time.Millisecond, Resource: frontResource,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +393,7 @@ func TestFrontRefusesBadClients(t *testing.T) {
 	var meta struct{ Resource string }
 	err = json.NewDecoder(resp.Body).Decode(&meta)
 	resp.Body.Close()
-	if err != nil || meta.Resource != "http://front.test/mcp" {
+	if err != nil || meta.Resource != frontResource {
 		t.Fatalf("resource metadata: %v %+v", err, meta)
 	}
 
