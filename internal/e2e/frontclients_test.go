@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
@@ -286,6 +287,69 @@ func frontClientScenario(t *testing.T, kind frontClientKind) {
 	}
 }
 
+// TestFrontStdio: the official TypeScript SDK's client launches `authzd
+// front --stdio` as a command (StdioClientTransport), as a desktop client
+// does, its bearer token in $FCD_FRONT_TOKEN and the front's host
+// credential in $FCD_HOST: it is listed the snapshot; a read runs once; a
+// write waits, with progress, for an approval given while the call is
+// open, and runs once; a denied call is a tool error and runs nowhere. A
+// token the front does not know ends the command before any session: the
+// client cannot connect, and nothing is formed.
+func TestFrontStdio(t *testing.T) {
+	s := startStack(t, nil)
+	bin := buildAuthzd(t)
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"alice-stdio": {"id": "alice", "attributes": {"groups": ["dev"]}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args, _ := json.Marshal([]string{"front", "--stdio", "--url", s.URL, "--server", "github", "--tokens", tokens,
+		"--pool", poolV14 + "=" + s.Fixture[poolV14] + "/mcp", "--pool", poolV13 + "=" + s.Fixture[poolV13] + "/mcp"})
+	launch := func(token string) (*nodeUser, error) {
+		env, _ := json.Marshal(map[string]string{"FCD_FRONT_TOKEN": token, "FCD_HOST": string(s.creds[api.RoleHost])})
+		return startNodeUser(t, "front-sdk.mjs", "--stdio", bin, string(args), string(env))
+	}
+	if _, err := launch("nope"); err == nil || !strings.Contains(err.Error(), "FCD_FRONT_TOKEN") {
+		t.Fatalf("a token the front does not know: %v, want the front to end naming $FCD_FRONT_TOKEN", err)
+	}
+	if n := s.formationCount(); n != 0 {
+		t.Fatalf("%d formations after the refused launch", n)
+	}
+
+	u, err := launch("alice-stdio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.close(t)
+	kind := frontClientKind{name: "ts-sdk-stdio", schemas: schemaExact, progress: true, structured: true}
+	checkListing(t, s, kind, u.list(t))
+
+	repo := map[string]any{"owner": "octo-org", "repo": "hello-world"}
+	if out := u.call(t, "get_repository", repo, false); out.Error != "" || out.IsError || !strings.Contains(out.Text, "hello-world") {
+		t.Fatalf("the read: %+v", out)
+	}
+	if n := len(s.Rec.Effects(fixtures.Filter{Tool: "get_repository"})); n != 1 {
+		t.Fatalf("the read ran %d times", n)
+	}
+
+	approved := make(chan string, 1)
+	go func() { approved <- s.approvePending("create_repository") }()
+	out := u.call(t, "create_repository", map[string]any{"name": "stdio-write"}, true)
+	id := <-approved
+	if out.Error != "" || out.IsError || out.Progress == 0 {
+		t.Fatalf("the approved write: %+v, want a result and progress", out)
+	}
+	if es := effectsOf(s.Rec, "stdio-write"); len(es) != 1 || es[0].Release != "v1.4" {
+		t.Fatalf("the write's effects: %+v, want one on v1.4", es)
+	}
+	s.waitStatus(id, "completed")
+
+	out = u.call(t, "delete_repository", repo, false)
+	refusedWith(t, kind, out, "formation-denied")
+	if n := len(s.Rec.Effects(fixtures.Filter{Tool: "delete_repository"})); n != 0 {
+		t.Fatalf("the denied delete ran %d times", n)
+	}
+}
+
 // initializeStatus is the front's status for an initialize with token.
 func initializeStatus(t *testing.T, url, token string) int {
 	t.Helper()
@@ -423,46 +487,62 @@ type nodeUser struct {
 func nodeFrontUser(script string) func(t *testing.T, url, token string) (frontUser, error) {
 	return func(t *testing.T, url, token string) (frontUser, error) {
 		t.Helper()
-		nodeHost(t, "", nil, "", "") // installs the packages
-		u := &nodeUser{name: script, lines: make(chan string, 16), stderr: &cmdtest.SyncBuffer{}, exited: make(chan struct{})}
-		u.cmd = exec.Command("node", script, url, token)
-		u.cmd.Dir = mcpjsDir
-		u.cmd.Stderr = u.stderr
-		var err error
-		if u.in, err = u.cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		out, err := u.cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := u.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			sc := bufio.NewScanner(out)
-			sc.Buffer(nil, 16<<20)
-			for sc.Scan() {
-				u.lines <- sc.Text()
-			}
-			close(u.lines)
-		}()
-		go func() {
-			_ = u.cmd.Wait()
-			close(u.exited)
-		}()
-		t.Cleanup(u.kill)
-		var hello struct {
-			Connected bool
-			Error     string
-		}
-		u.read(t, &hello)
-		if !hello.Connected {
-			u.kill()
-			return nil, fmt.Errorf("%s: %s", script, hello.Error)
-		}
-		return u, nil
+		return startNodeUser(t, script, url, token)
 	}
+}
+
+// startNodeUser runs script with args and waits until its library
+// connected, or reports why it did not.
+func startNodeUser(t *testing.T, script string, args ...string) (*nodeUser, error) {
+	t.Helper()
+	nodeHost(t, "", nil, "", "") // installs the packages
+	u := &nodeUser{name: script, lines: make(chan string, 16), stderr: &cmdtest.SyncBuffer{}, exited: make(chan struct{})}
+	u.cmd = exec.Command("node", append([]string{script}, args...)...)
+	u.cmd.Dir = mcpjsDir
+	u.cmd.Stderr = u.stderr
+	var err error
+	if u.in, err = u.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := u.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			u.lines <- sc.Text()
+		}
+		close(u.lines)
+	}()
+	go func() {
+		_ = u.cmd.Wait()
+		close(u.exited)
+	}()
+	t.Cleanup(func() {
+		u.kill()
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", script, u.stderr.String())
+		}
+	})
+	var hello struct {
+		Connected bool
+		Error     string
+	}
+	u.read(t, &hello)
+	if !hello.Connected {
+		select {
+		case <-u.exited:
+		case <-time.After(10 * time.Second):
+			u.kill()
+		}
+		return nil, fmt.Errorf("%s: %s\n%s", script, hello.Error, u.stderr.String())
+	}
+	return u, nil
 }
 
 // read decodes the script's next line; a library's request times out by
