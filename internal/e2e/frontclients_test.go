@@ -99,8 +99,8 @@ type listedTool struct {
 	// InputSchema is the schema the library gives the model; null where it
 	// exposes none.
 	InputSchema json.RawMessage `json:"inputSchema"`
-	// ReadOnly is the readOnlyHint annotation, where the library exposes
-	// annotations.
+	// ReadOnly is the readOnlyHint annotation (every library tested
+	// exposes the annotations); null when the library shows none.
 	ReadOnly *bool `json:"readOnly"`
 }
 
@@ -381,7 +381,7 @@ func refusedWith(t *testing.T, kind frontClientKind, out callOutcome, problem st
 // checkListing requires the tools a library lists to be the snapshot's:
 // the same names, descriptions opening with the summary, the same input
 // schemas (or, where the library rewrites them, the same properties), and
-// the read-only annotation where the library shows annotations.
+// the read-only annotation of the tool's side effects.
 func checkListing(t *testing.T, s *stack, kind frontClientKind, listed []listedTool) {
 	t.Helper()
 	full := s.fullSnapshot(s.snapshot())
@@ -415,8 +415,8 @@ func checkListing(t *testing.T, s *stack, kind frontClientKind, listed []listedT
 			}
 		}
 		readOnly := d.SideEffects == client.SideEffectRead || d.SideEffects == client.SideEffectNone
-		if lt.ReadOnly != nil && *lt.ReadOnly != readOnly {
-			t.Fatalf("%s (%s): readOnlyHint %v", lt.Name, d.SideEffects, *lt.ReadOnly)
+		if lt.ReadOnly == nil || *lt.ReadOnly != readOnly {
+			t.Fatalf("%s (%s): readOnlyHint %v, want %v", lt.Name, d.SideEffects, lt.ReadOnly, readOnly)
 		}
 	}
 }
