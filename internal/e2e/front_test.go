@@ -131,7 +131,7 @@ func connectFront(t *testing.T, url, token string) *frontClient {
 func (s *stack) approvePending(tool string) string {
 	s.t.Helper()
 	status := client.FormationStatusPendingApproval
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a client launched per call (a CLI) starts slowly on a busy machine
 	for {
 		r, err := s.as(api.RoleApprover).ListFormationsWithResponse(s.t.Context(), &client.ListFormationsParams{Status: &status})
 		s.must("list pending formations", err)
@@ -333,7 +333,7 @@ func TestFrontGoSDKClient(t *testing.T) {
 func (s *stack) approvePendingAfter(tool string, before func()) {
 	s.t.Helper()
 	status := client.FormationStatusPendingApproval
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		r, err := s.as(api.RoleApprover).ListFormationsWithResponse(s.t.Context(), &client.ListFormationsParams{Status: &status})
 		s.must("list pending formations", err)
 		for _, f := range r.JSON200.Formations {

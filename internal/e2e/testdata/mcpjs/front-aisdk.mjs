@@ -6,7 +6,7 @@
 //
 //   node front-aisdk.mjs FRONT_MCP_URL BEARER_TOKEN
 import { createMCPClient } from "@ai-sdk/mcp";
-import { serve, url, token, textOf, problemOf } from "./front-driver.mjs";
+import { serve, url, token, problemOf } from "./front-driver.mjs";
 
 await serve(async () => {
   const client = await createMCPClient({
@@ -30,8 +30,11 @@ await serve(async () => {
       if (!tool) return { error: `the tool set has no ${name}` };
       const toolCallId = `call-${Date.now()}`;
       const res = await tool.execute(args, { toolCallId, messages: [] });
-      const model = tool.toModelOutput ? await tool.toModelOutput({ toolCallId, input: args, output: res }) : null;
-      return { isError: res.isError === true, text: textOf(res), problem: problemOf(res.structuredContent), progress: 0, modelOutput: model };
+      // The text is what the model reads of the result.
+      const model = await tool.toModelOutput({ toolCallId, input: args, output: res });
+      const text = model.type === "content" ? model.value.filter((p) => p.type === "text").map((p) => p.text).join("\n")
+        : model.type === "text" ? model.value : JSON.stringify(model.value);
+      return { isError: res.isError === true, text, problem: problemOf(res.structuredContent), progress: 0 };
     },
     close: () => client.close(),
   };
