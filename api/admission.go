@@ -17,7 +17,7 @@ func (s *server) admitFormation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, a)
+	writeJSON(w, http.StatusOK, newWireAdmission(a))
 }
 
 type claimRequest struct {
@@ -47,11 +47,17 @@ func (s *server) claimLease(w http.ResponseWriter, r *http.Request) {
 }
 
 type completeRequest struct {
-	Outcome   record.Outcome    `json:"outcome"`
-	Detail    string            `json:"detail"`
-	Claim     string            `json:"claim"`
-	Admission *record.Admission `json:"admission"`
-	Failure   *record.Failure   `json:"failure"`
+	Outcome   string              `json:"outcome"`
+	Detail    string              `json:"detail"`
+	Claim     string              `json:"claim"`
+	Admission *wireAdmissionFacts `json:"admission"`
+	Failure   *wireFailure        `json:"failure"`
+}
+
+// complete is the use case's request of a report of lease by caller.
+func (req *completeRequest) complete(lease string, caller Credential) authz.CompleteRequest {
+	return authz.CompleteRequest{Lease: lease, Outcome: record.Outcome(req.Outcome), Detail: req.Detail, Claim: req.Claim,
+		Pools: caller.Pools, Admission: req.Admission.admission(), Failure: req.Failure.failure()}
 }
 
 func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
@@ -61,10 +67,7 @@ func (s *server) completeLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := CallerFrom(r.Context())
-	l, err := s.uc.Leases.Complete(r.Context(), authz.CompleteRequest{
-		Lease: pathParam(r, "lease"), Outcome: req.Outcome, Detail: req.Detail, Claim: req.Claim, Pools: caller.Pools,
-		Admission: req.Admission, Failure: req.Failure,
-	})
+	l, err := s.uc.Leases.Complete(r.Context(), req.complete(pathParam(r, "lease"), caller))
 	if err != nil {
 		s.problem(w, r, err)
 		return
@@ -83,11 +86,11 @@ type outcomesRequest struct {
 // outcomeResult is one report's answer in a batch: 200 with the lease's
 // formation, or the problem a single report would have been answered.
 type outcomeResult struct {
-	Lease     string         `json:"lease"`
-	Status    int            `json:"status"`
-	Outcome   record.Outcome `json:"outcome,omitempty"`
-	Formation string         `json:"formation,omitempty"`
-	Problem   *Problem       `json:"problem,omitempty"`
+	Lease     string   `json:"lease"`
+	Status    int      `json:"status"`
+	Outcome   string   `json:"outcome,omitempty"`
+	Formation string   `json:"formation,omitempty"`
+	Problem   *Problem `json:"problem,omitempty"`
 }
 
 // completeLeases applies many outcome reports in one request: one round
@@ -107,8 +110,7 @@ func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
 	caller, _ := CallerFrom(r.Context())
 	reqs := make([]authz.CompleteRequest, len(req.Reports))
 	for i, rep := range req.Reports {
-		reqs[i] = authz.CompleteRequest{Lease: rep.Lease, Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim,
-			Pools: caller.Pools, Admission: rep.Admission, Failure: rep.Failure}
+		reqs[i] = rep.complete(rep.Lease, caller)
 	}
 	leases, errs := s.uc.Leases.CompleteAll(r.Context(), reqs)
 	results := make([]outcomeResult, len(reqs))
@@ -123,7 +125,7 @@ func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
 			results[i].Status, results[i].Problem = p.Status, &p
 			continue
 		}
-		results[i].Outcome, results[i].Formation = req.Outcome, leases[i].Formation
+		results[i].Outcome, results[i].Formation = string(req.Outcome), leases[i].Formation
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }
@@ -132,9 +134,9 @@ func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
 // (resolution), or, on a server without operator keys, the bare outcome
 // and reason.
 type resolveRequest struct {
-	Outcome    record.Outcome `json:"outcome"`
-	Reason     string         `json:"reason"`
-	Resolution string         `json:"resolution"`
+	Outcome    string `json:"outcome"`
+	Reason     string `json:"reason"`
+	Resolution string `json:"resolution"`
 }
 
 func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +150,7 @@ func (s *server) resolveLease(w http.ResponseWriter, r *http.Request) {
 		s.resolveSigned(w, r, caller.ID, req)
 		return
 	}
-	l, err := s.uc.Leases.Resolve(r.Context(), caller.ID, pathParam(r, "lease"), req.Outcome, req.Reason)
+	l, err := s.uc.Leases.Resolve(r.Context(), caller.ID, pathParam(r, "lease"), record.Outcome(req.Outcome), req.Reason)
 	if err != nil {
 		s.problem(w, r, err)
 		return

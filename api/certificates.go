@@ -23,7 +23,7 @@ func (s *server) registerCertificate(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 		w.Header().Set("Location", "/v1/certificates/"+rec.ID)
 	}
-	writeJSON(w, status, rec)
+	writeJSON(w, status, newWireCertificate(rec))
 }
 
 // revokeCertificate revokes a certificate.
@@ -34,7 +34,7 @@ func (s *server) revokeCertificate(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
+	writeJSON(w, http.StatusOK, newWireCertificate(rec))
 }
 
 // showCertificate shows one registered certificate.
@@ -44,7 +44,7 @@ func (s *server) showCertificate(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec)
+	writeJSON(w, http.StatusOK, newWireCertificate(rec))
 }
 
 // listCertificates lists registered certificates, optionally of one
@@ -56,5 +56,5 @@ func (s *server) listCertificates(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"certificates": recs})
+	writeJSON(w, http.StatusOK, map[string]any{"certificates": mapAll(recs, newWireCertificate)})
 }

@@ -1,4 +1,4 @@
-// Package api is fcd's network surface (see shared/API.md): the REST
+// Package api is fcd's network surface (api/openapi.yaml): the REST
 // routes of registrars, hosts, approvers, operators and backends; the
 // external-authorizer routes gateways call (forward_auth for nginx, Caddy
 // and Traefik; Envoy ext_authz over HTTP, and over gRPC through

@@ -45,7 +45,7 @@ func (s *server) createFormation(w http.ResponseWriter, r *http.Request) {
 	if f.Status == record.StatusDenied {
 		status = http.StatusForbidden
 	}
-	writeJSON(w, status, f)
+	writeJSON(w, status, newWireFormation(f))
 }
 
 // recoverRequest is the body of POST /v1/formations/{id}/recover: empty
@@ -77,7 +77,7 @@ func (s *server) recoverFormation(w http.ResponseWriter, r *http.Request) {
 	if f.Status == record.StatusDenied {
 		status = http.StatusForbidden
 	}
-	writeJSON(w, status, f)
+	writeJSON(w, status, newWireFormation(f))
 }
 
 func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
@@ -86,7 +86,7 @@ func (s *server) showFormation(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, f)
+	writeJSON(w, http.StatusOK, newWireFormation(f))
 }
 
 // listFormations answers one page of formations, in id order: ?limit=
@@ -117,14 +117,14 @@ func (s *server) listFormations(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, newWireFormationPage(page))
 }
 
 // approvalRequest is the body of POST /v1/formations/{id}/approvals.
 type approvalRequest struct {
-	Decision record.ApprovalDecision `json:"decision"`
-	Digest   string                  `json:"digest"`
-	Reason   string                  `json:"reason"`
+	Decision string `json:"decision"`
+	Digest   string `json:"digest"`
+	Reason   string `json:"reason"`
 }
 
 // approveFormation records a human decision bound to the digest the
@@ -137,11 +137,11 @@ func (s *server) approveFormation(w http.ResponseWriter, r *http.Request) {
 	}
 	caller, _ := CallerFrom(r.Context())
 	f, err := s.uc.Formations.Approve(r.Context(), pathParam(r, "formation"), authz.ApprovalRequest{
-		Approver: caller.ID, Decision: req.Decision, Digest: req.Digest, Reason: req.Reason,
+		Approver: caller.ID, Decision: record.ApprovalDecision(req.Decision), Digest: req.Digest, Reason: req.Reason,
 	})
 	if err != nil {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, f)
+	writeJSON(w, http.StatusOK, newWireFormation(f))
 }

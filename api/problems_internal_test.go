@@ -29,7 +29,7 @@ var extraSlugs = map[string]int{"not-ready": http.StatusServiceUnavailable, "int
 func slugStatus(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	for _, r := range problemRules() {
+	for _, r := range problemRules {
 		if prev, ok := out[r.slug]; ok && prev != r.status {
 			t.Errorf("slug %s has two statuses: %d and %d", r.slug, prev, r.status)
 		}
@@ -430,5 +430,35 @@ func TestAuthenticatorRefusesBadPools(t *testing.T) {
 				t.Fatalf("NewAuthenticator: %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestCausesCarryPublicText checks that every cause of the error map
+// outside the HTTP layer carries the sentence a client reads (package
+// public): the detail is never cut out of an error's log text.
+func TestCausesCarryPublicText(t *testing.T) {
+	own := []error{errUnauthenticated, errForbiddenRole, errMalformedJSON, errBadParameter, errRouteNotFound, errMethodNotAllowed, errRateLimited}
+	for _, r := range problemRules {
+		if r.cause == nil || slices.Contains(own, r.cause) {
+			continue
+		}
+		text, ok := publicText(r.cause)
+		if !ok || text == "" {
+			t.Errorf("rule %s: cause %q carries no public text", r.slug, r.cause)
+			continue
+		}
+		checkUserText(t, text)
+	}
+}
+
+// TestClientDetailHidesWhatComesFirst checks that the wrappers before a
+// cause stay in the log, and that a wrapped error after it shows its
+// public text.
+func TestClientDetailHidesWhatComesFirst(t *testing.T) {
+	inner := fmt.Errorf("%w: kid %q", manifest.ErrUntrustedSigner, "k")
+	err := fmt.Errorf("authz: resolve ls_SECRET: %w", fmt.Errorf("%w: %w", authz.ErrResolutionInvalid, inner))
+	got := clientDetail(err, authz.ErrResolutionInvalid, false)
+	if want := `the signed resolution is not valid for this lease: signer not trusted: kid "k"`; got != want {
+		t.Errorf("clientDetail = %q, want %q", got, want)
 	}
 }

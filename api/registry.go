@@ -13,7 +13,7 @@ import (
 // registerResponse is the answer to POST /v1/manifests.
 type registerResponse struct {
 	Epoch    string             `json:"epoch"`
-	State    record.State       `json:"state"`
+	State    string             `json:"state"`
 	Server   string             `json:"server"`
 	Release  string             `json:"release"`
 	Pool     string             `json:"pool"`
@@ -43,7 +43,7 @@ func (s *server) registerManifest(w http.ResponseWriter, r *http.Request) {
 		findings = []manifest.Finding{}
 	}
 	writeJSON(w, status, registerResponse{
-		Epoch: reg.Epoch.ID, State: reg.Epoch.State, Server: reg.Epoch.Server,
+		Epoch: reg.Epoch.ID, State: string(reg.Epoch.State), Server: reg.Epoch.Server,
 		Release: reg.Epoch.Release, Pool: reg.Epoch.Pool, Findings: findings,
 	})
 }
@@ -59,10 +59,11 @@ func (s *server) listEpochs(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	if eps == nil {
-		eps = []*record.Epoch{}
+	out := mapAll(eps, newWireEpoch)
+	if out == nil {
+		out = []*wireEpoch{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"epochs": eps})
+	writeJSON(w, http.StatusOK, map[string]any{"epochs": out})
 }
 
 func (s *server) showEpoch(w http.ResponseWriter, r *http.Request) {
@@ -71,14 +72,7 @@ func (s *server) showEpoch(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ep)
-}
-
-// leaseView is an open lease as operators see it: the stored lease and
-// the etcd revision of its admission (the token's fcd_revision claim).
-type leaseView struct {
-	*record.Lease
-	Revision int64 `json:"revision"`
+	writeJSON(w, http.StatusOK, newWireEpoch(ep))
 }
 
 func (s *server) epochLeases(w http.ResponseWriter, r *http.Request) {
@@ -88,9 +82,9 @@ func (s *server) epochLeases(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	out := make([]leaseView, len(ls))
+	out := make([]wireLease, len(ls))
 	for i, l := range ls {
-		out[i] = leaseView{Lease: l, Revision: l.Revision}
+		out[i] = newWireLease(l)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "leases": out})
 }
@@ -103,7 +97,7 @@ func (s *server) drainEpoch(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "state": st})
+	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "state": string(st)})
 }
 
 func (s *server) retireEpoch(w http.ResponseWriter, r *http.Request) {
@@ -123,7 +117,7 @@ func (s *server) retireEpoch(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "state": st})
+	writeJSON(w, http.StatusOK, map[string]any{"epoch": id, "state": string(st)})
 }
 
 type snapshotRequest struct {
@@ -142,7 +136,7 @@ func (s *server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/snapshots/"+snap.ID)
-	writeJSON(w, http.StatusCreated, snap)
+	writeJSON(w, http.StatusCreated, newWireSnapshot(snap))
 }
 
 func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -155,7 +149,7 @@ func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		immutable(w)
-		writeJSON(w, http.StatusOK, snap)
+		writeJSON(w, http.StatusOK, newWireSnapshot(snap))
 	case "full":
 		tools, err := s.reg.SnapshotFull(r.Context(), id)
 		if err != nil {
@@ -163,7 +157,7 @@ func (s *server) showSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		immutable(w)
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "tools": tools})
+		writeJSON(w, http.StatusOK, wireSnapshotFull{ID: id, Tools: mapAll(tools, newWireFullTool)})
 	default:
 		s.problem(w, r, fmt.Errorf("%w: view=%q (summary or full)", errBadParameter, view))
 	}
@@ -177,7 +171,7 @@ func (s *server) showSnapshotTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	immutable(w)
-	writeJSON(w, http.StatusOK, t)
+	writeJSON(w, http.StatusOK, newWireFullTool(*t))
 }
 
 // immutable marks an answer that never changes: a snapshot is content

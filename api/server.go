@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -315,7 +316,7 @@ func (s *server) recoverPanics(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error("handler panic", "panic", v, "path", r.URL.Path)
+				s.log.Error("handler panic", "panic", v, "path", r.URL.Path, "stack", string(debug.Stack()))
 				s.problem(w, r, errors.New("panic"))
 			}
 		}()

@@ -1,14 +1,20 @@
 package api
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/fcd-authz/fcd/internal/usertext"
 )
 
+// layerPrefix is a package's prefix on its errors' text ("authz: ",
+// "lease: "), at the start of the text or of a wrapped part of it: what a
+// problem's detail never shows.
+var layerPrefix = regexp.MustCompile(`(^|: |; )(?:authz|lease|manifest|record|fencecheck|policy|api): `)
+
 // stripLayers is text without the package prefixes of Go errors, on one
-// line: what detailOf may take a detail from.
+// line: what clientDetail may take a detail from.
 func stripLayers(text string) string {
 	for {
 		next := layerPrefix.ReplaceAllString(text, "$1")

@@ -70,6 +70,11 @@ type Event struct {
 	Time time.Time `json:"time"`
 	// Kind names the state change ("formation", "admission", ...).
 	Kind string `json:"kind"`
+	// Schema is the version of Data's members for its kind, as the
+	// writer states it (authz.TrailSchema); 0, the member absent, in an
+	// event written before versions were kept, whose data is version 1's
+	// (SchemaOf).
+	Schema int `json:"schema,omitempty"`
 	// Revision is the etcd revision that ordered the change, 0 where the
 	// store does not tell it.
 	Revision int64           `json:"revision"`
@@ -78,6 +83,24 @@ type Event struct {
 	Prev string `json:"prev"`
 	// Hash is the SHA-256 (hex) of the event's canonical form without it.
 	Hash string `json:"hash"`
+}
+
+// SchemaV1 is the version of an event's data written before events kept
+// one, and the newest this package reads (LatestSchema): Verify reports an
+// event of a newer one (ProblemSchema), whose members its properties
+// might misread.
+const (
+	SchemaV1     = 1
+	LatestSchema = SchemaV1
+)
+
+// SchemaOf is the version of e's data: its Schema, or SchemaV1 for an
+// event written before versions were kept.
+func SchemaOf(e Event) int {
+	if e.Schema == 0 {
+		return SchemaV1
+	}
+	return e.Schema
 }
 
 // Checkpoint is what a checkpoint signs: the chain's head.
@@ -140,10 +163,12 @@ type Trail struct {
 	durErr error
 }
 
-// Entry is an event to append: its kind, the etcd revision that ordered
-// it, when it happened (zero means now) and its data (encoded as JSON).
+// Entry is an event to append: its kind, the version of its data's
+// schema (zero writes no version), the etcd revision that ordered it,
+// when it happened (zero means now) and its data (encoded as JSON).
 type Entry struct {
 	Kind     string
+	Schema   int
 	Revision int64
 	Time     time.Time
 	Data     any
@@ -326,7 +351,8 @@ func (t *Trail) append(entries []Entry, raws [][]byte) error {
 		if en.Time.IsZero() {
 			at = now
 		}
-		e := Event{Replica: t.cfg.Replica, Seq: seq + 1, Time: at, Kind: en.Kind, Revision: en.Revision, Data: raws[i], Prev: head}
+		e := Event{Replica: t.cfg.Replica, Seq: seq + 1, Time: at, Kind: en.Kind, Schema: en.Schema, Revision: en.Revision,
+			Data: raws[i], Prev: head}
 		line, err := encodeEvent(&e)
 		if err != nil {
 			return err
@@ -526,7 +552,7 @@ func encodeEvent(e *Event) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: canonical data: %w", err)
 	}
-	w := wireEvent{Data: data, Kind: e.Kind, Prev: e.Prev, Replica: e.Replica, Revision: e.Revision, Seq: e.Seq,
+	w := wireEvent{Data: data, Kind: e.Kind, Prev: e.Prev, Replica: e.Replica, Revision: e.Revision, Schema: e.Schema, Seq: e.Seq,
 		Time: e.Time.UTC().Format(time.RFC3339Nano)}
 	unhashed, err := w.encode()
 	if err != nil {
@@ -550,6 +576,7 @@ type wireEvent struct {
 	Prev     string          `json:"prev"`
 	Replica  string          `json:"replica"`
 	Revision int64           `json:"revision"`
+	Schema   int             `json:"schema,omitempty"`
 	Seq      uint64          `json:"seq"`
 	Time     string          `json:"time"`
 }

@@ -27,6 +27,10 @@ const (
 	ProblemGap = "chain.gap"
 	// ProblemReplica: an event names another replica than its chain's.
 	ProblemReplica = "chain.replica"
+	// ProblemSchema: an event's data is of a schema version this
+	// verifier does not know (a newer authzd wrote it): the properties
+	// could misread it.
+	ProblemSchema = "chain.schema"
 	// ProblemSignature: a checkpoint's signature does not verify against
 	// the published keys (or its header is not a checkpoint's).
 	ProblemSignature = "checkpoint.signature"
@@ -84,6 +88,7 @@ var checks = []string{
 	ProblemLink + ": every event links to the hash of the one before it",
 	ProblemGap + ": sequence numbers run from 1 without a gap, across files",
 	ProblemReplica + ": every event is of its chain's replica",
+	ProblemSchema + ": every event's data is of a schema version this verifier reads",
 	ProblemSignature + ": every checkpoint verifies against the published keys",
 	ProblemCheckpoint + ": every checkpoint signs the chain's head where it stands",
 	ProblemUnsigned + ": a checkpoint covers the chain's last event",
@@ -214,6 +219,10 @@ func verifyChain(dir, replica string, keys *manifest.Verifier) (ChainReport, []p
 			}
 			if ev.Replica != replica {
 				bad(n, ev.Seq, ProblemReplica, "the event is of replica %q, in %q's chain", ev.Replica, replica)
+			}
+			if v := SchemaOf(*ev); v < SchemaV1 || v > LatestSchema {
+				bad(n, ev.Seq, ProblemSchema, "the event's data is of schema %d; this verifier reads %d to %d (a newer authzd reads it)",
+					v, SchemaV1, LatestSchema)
 			}
 			if ev.Seq != seq+1 {
 				bad(n, ev.Seq, ProblemGap, "event %d follows event %d", ev.Seq, seq)

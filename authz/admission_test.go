@@ -111,7 +111,7 @@ func (e *admitEnv) ready(t *testing.T, session, tool, args string, attrs map[str
 
 // claimRequest is the claim a backend makes for a's lease before the
 // effect, under claim: the token's jti, fcd_epoch and fcd_revision.
-func (e *admitEnv) claimRequest(t *testing.T, a *authz.Admission, claim string) authz.ClaimRequest {
+func (e *admitEnv) claimRequest(t *testing.T, a *authz.Grant, claim string) authz.ClaimRequest {
 	t.Helper()
 	c := e.claims(t, a.Token)
 	if c.ID != a.Lease || c.Epoch != a.Target.Epoch || c.Revision <= 0 {
@@ -121,13 +121,13 @@ func (e *admitEnv) claimRequest(t *testing.T, a *authz.Admission, claim string) 
 }
 
 // claim claims a's lease under claim, as a backend does before the effect.
-func (e *admitEnv) claim(t *testing.T, a *authz.Admission, claim string) (*record.Claim, error) {
+func (e *admitEnv) claim(t *testing.T, a *authz.Grant, claim string) (*record.Claim, error) {
 	t.Helper()
 	return e.forms.Leases.Claim(context.Background(), e.claimRequest(t, a, claim))
 }
 
 // mustClaim claims a's lease under a claim id of its own and returns it.
-func (e *admitEnv) mustClaim(t *testing.T, a *authz.Admission) string {
+func (e *admitEnv) mustClaim(t *testing.T, a *authz.Grant) string {
 	t.Helper()
 	id := "cl_" + a.Lease
 	if _, err := e.claim(t, a, id); err != nil {
@@ -138,7 +138,7 @@ func (e *admitEnv) mustClaim(t *testing.T, a *authz.Admission) string {
 
 // report claims a's lease and reports outcome under the claim, as a
 // backend whose call ran does; it returns the claim id.
-func (e *admitEnv) report(t *testing.T, a *authz.Admission, outcome record.Outcome) string {
+func (e *admitEnv) report(t *testing.T, a *authz.Grant, outcome record.Outcome) string {
 	t.Helper()
 	id := e.mustClaim(t, a)
 	if _, err := e.forms.Leases.Complete(context.Background(), authz.CompleteRequest{Lease: a.Lease, Outcome: outcome, Claim: id}); err != nil {
@@ -424,7 +424,7 @@ func TestAdmissionRacesDrain(t *testing.T) {
 				}
 			}
 			var wg sync.WaitGroup
-			results := make([]*authz.Admission, n)
+			results := make([]*authz.Grant, n)
 			errs := make([]error, n)
 			start := make(chan struct{})
 			returned := make(chan struct{}, n)
@@ -553,7 +553,7 @@ func TestAdmissionFailsClosedWithoutEtcd(t *testing.T) {
 	e.member.Restart()
 	// Retry until the store reaches etcd again (the client reconnects
 	// with backoff); a bound for a slow machine, not a timed assertion.
-	var a *authz.Admission
+	var a *authz.Grant
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if a, err = e.forms.Admissions.Admit(ctx, f.ID); err == nil || time.Now().After(deadline) {
@@ -674,7 +674,7 @@ func TestTokensPassFencecheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			set, err := jwk.Parse(raw)
+			set, err := fencecheck.ParseJWKS(raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -798,7 +798,7 @@ func TestUnreportedLeasesBecomeUncertain(t *testing.T) {
 	lost := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"lost"}`, nil)
 	reported := e.ready(t, "s", "github/get_repository", `{"owner":"o","repo":"reported"}`, nil)
 	var leases []string
-	var admissions []*authz.Admission
+	var admissions []*authz.Grant
 	for _, f := range []*record.Formation{retried, lost, reported} {
 		a, err := e.forms.Admissions.Admit(ctx, f.ID)
 		if err != nil {

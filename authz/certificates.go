@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -18,12 +19,12 @@ var (
 	// ErrCertificateMismatch: a verified certificate does not fit the
 	// registry: an epoch is not registered, the epochs belong to
 	// different servers, or an epoch does not declare the tool.
-	ErrCertificateMismatch = errors.New("authz: certificate does not fit the registered epochs")
+	ErrCertificateMismatch = public.New("authz", "certificate does not fit the registered epochs")
 	// ErrCertificateExpired: the certificate's validity ended before it was
 	// registered; it could never give a call a successor.
-	ErrCertificateExpired = errors.New("authz: certificate has expired")
+	ErrCertificateExpired = public.New("authz", "certificate has expired")
 	// ErrCertificatesDisabled: no compatibility issuer keys are configured.
-	ErrCertificatesDisabled = errors.New("authz: no compatibility issuer keys are configured")
+	ErrCertificatesDisabled = public.New("authz", "no compatibility issuer keys are configured")
 )
 
 // Certificates is the use case of compatibility issuers and operators:

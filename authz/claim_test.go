@@ -42,7 +42,7 @@ func (e *admitEnv) status(t *testing.T, id string) record.Status {
 
 // admitRead admits a fresh read call in session and returns its
 // formation and admission.
-func (e *admitEnv) admitRead(t *testing.T, session string) (*record.Formation, *authz.Admission) {
+func (e *admitEnv) admitRead(t *testing.T, session string) (*record.Formation, *authz.Grant) {
 	t.Helper()
 	f := e.ready(t, session, "github/get_repository", fmt.Sprintf(`{"owner":"o","repo":%q}`, session), nil)
 	a, err := e.forms.Admissions.Admit(testCtx(t), f.ID)
@@ -81,7 +81,7 @@ func TestClaimThroughFormations(t *testing.T) {
 
 	_, open := e.admitRead(t, "s2")
 	unknown, _ := lease.NewLeaseID()
-	with := func(a *authz.Admission, edit func(*authz.ClaimRequest)) authz.ClaimRequest {
+	with := func(a *authz.Grant, edit func(*authz.ClaimRequest)) authz.ClaimRequest {
 		r := e.claimRequest(t, a, "cl_other")
 		edit(&r)
 		return r
@@ -214,42 +214,42 @@ func TestCompleteRules(t *testing.T) {
 	for i, tc := range []struct {
 		note    string
 		claimed bool // the lease is claimed ("cl_a") first
-		call    func(t *testing.T, a *authz.Admission) error
+		call    func(t *testing.T, a *authz.Grant) error
 		want    error
 	}{
-		{"running, effect under another claim", true, func(t *testing.T, a *authz.Admission) error {
+		{"running, effect under another claim", true, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.complete(a.Lease, "cl_b", record.OutcomeEffect)
 			return err
 		}, record.ErrLeaseClaimed},
-		{"running, release (rejected, no claim)", true, func(t *testing.T, a *authz.Admission) error {
+		{"running, release (rejected, no claim)", true, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.complete(a.Lease, "", record.OutcomeRejected)
 			return err
 		}, record.ErrLeaseClaimed},
-		{"running, resolved by an operator", true, func(t *testing.T, a *authz.Admission) error {
+		{"running, resolved by an operator", true, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.forms.Leases.Resolve(testCtx(t), "ops", a.Lease, record.OutcomeNoEffect, "looked")
 			return err
 		}, record.ErrLeaseNotUncertain},
-		{"running, an outcome a backend may not report", true, func(t *testing.T, a *authz.Admission) error {
+		{"running, an outcome a backend may not report", true, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.complete(a.Lease, "cl_a", record.OutcomeNoEffect)
 			return err
 		}, authz.ErrBadRequest},
-		{"unclaimed, effect", false, func(t *testing.T, a *authz.Admission) error {
+		{"unclaimed, effect", false, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.complete(a.Lease, "", record.OutcomeEffect)
 			return err
 		}, record.ErrLeaseNotClaimed},
-		{"unclaimed, failed under a claim it lacks", false, func(t *testing.T, a *authz.Admission) error {
+		{"unclaimed, failed under a claim it lacks", false, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.complete(a.Lease, "cl_a", record.OutcomeFailed)
 			return err
 		}, record.ErrLeaseNotClaimed},
-		{"unclaimed, uncertain", false, func(t *testing.T, a *authz.Admission) error {
+		{"unclaimed, uncertain", false, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.complete(a.Lease, "", record.OutcomeUncertain)
 			return err
 		}, record.ErrLeaseNotClaimed},
-		{"unclaimed, resolved by an operator", false, func(t *testing.T, a *authz.Admission) error {
+		{"unclaimed, resolved by an operator", false, func(t *testing.T, a *authz.Grant) error {
 			_, err := e.forms.Leases.Resolve(testCtx(t), "ops", a.Lease, record.OutcomeEffect, "looked")
 			return err
 		}, record.ErrLeaseNotUncertain},
-		{"unclaimed, claimed with the token of another epoch", false, func(t *testing.T, a *authz.Admission) error {
+		{"unclaimed, claimed with the token of another epoch", false, func(t *testing.T, a *authz.Grant) error {
 			req := e.claimRequest(t, a, "cl_x")
 			req.Epoch = "sha256:" + strings.Repeat("0", 64)
 			_, err := e.forms.Leases.Claim(testCtx(t), req)

@@ -42,8 +42,8 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 	}
 	// admit retries while the cluster settles (a leader election, the
 	// signing key published again after the outage).
-	admit := func(id string) (*authz.Admission, error) {
-		var a *authz.Admission
+	admit := func(id string) (*authz.Grant, error) {
+		var a *authz.Grant
 		var err error
 		for range 300 {
 			if a, err = forms.Admissions.Admit(ctx, id); err == nil || errors.Is(err, authz.ErrSourceDraining) {

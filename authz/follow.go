@@ -2,7 +2,6 @@ package authz
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -23,11 +23,13 @@ import (
 // full disk, an I/O error), or it has fallen further behind the store than
 // FollowerConfig.MaxLag. Nothing runs that the trail could not record; the
 // call may be retried once it has caught up.
-var ErrTrailBehind = errors.New("authz: the audit trail is behind the store")
+var ErrTrailBehind = public.New("authz", "the audit trail is behind the store")
 
 // TrailEvent is one event the Follower appends.
 type TrailEvent struct {
-	Kind     string
+	Kind string
+	// Schema is the version of Data's members (TrailSchema).
+	Schema   int
 	Revision int64
 	// Time is when the store made the change where its value says, zero
 	// where it does not (the trail then uses the time it writes it).
@@ -261,15 +263,15 @@ func (f *Follower) compacted(ctx context.Context, hc *lease.HistoryCompactedErro
 		if hc.From < r.Revision {
 			f.log.Error("audit trail: store history compacted before it was recorded; recording the gap",
 				"from", hc.From, "to", r.Revision)
-			evs = append(evs, TrailEvent{Kind: EventGap, Revision: r.Revision, Data: map[string]any{"from": hc.From, "to": r.Revision}})
+			evs = append(evs, TrailEvent{Kind: EventGap, Schema: TrailSchema, Revision: r.Revision, Data: gapEvent{From: hc.From, To: r.Revision}})
 		}
 		f.log.Warn("audit trail: the store was restored from a snapshot", "snapshotRevision", r.Revision, "resumes", hc.Compacted)
-		return append(evs, TrailEvent{Kind: EventRestore, Revision: hc.Compacted - 1, Data: map[string]any{
-			"snapshotRevision": r.Revision, "revisionBump": r.Bump, "from": r.Revision + 1, "to": hc.Compacted - 1}}), nil
+		return append(evs, TrailEvent{Kind: EventRestore, Schema: TrailSchema, Revision: hc.Compacted - 1, Data: restoreEvent{
+			SnapshotRevision: r.Revision, RevisionBump: r.Bump, From: r.Revision + 1, To: hc.Compacted - 1}}), nil
 	}
 	f.log.Error("audit trail: store history compacted before it was recorded; recording the gap",
 		"from", hc.From, "compacted", hc.Compacted)
-	return []TrailEvent{{Kind: EventGap, Revision: hc.Compacted - 1, Data: map[string]any{"from": hc.From, "to": hc.Compacted - 1}}}, nil
+	return []TrailEvent{{Kind: EventGap, Schema: TrailSchema, Revision: hc.Compacted - 1, Data: gapEvent{From: hc.From, To: hc.Compacted - 1}}}, nil
 }
 
 func (f *Follower) written(rev int64, err error) {
@@ -419,22 +421,20 @@ func (u *UseCases) TrailReady() error { return u.Admissions.trail.Ready() }
 func (f *Follower) events(ctx context.Context, c lease.Commit) []TrailEvent {
 	var out []TrailEvent
 	add := func(kind string, at time.Time, data any) {
-		out = append(out, TrailEvent{Kind: kind, Revision: c.Revision, Time: at, Data: data})
+		out = append(out, TrailEvent{Kind: kind, Schema: TrailSchema, Revision: c.Revision, Time: at, Data: data})
 	}
 	for _, ch := range c.Changes {
 		switch ch := ch.(type) {
 		case lease.EpochRegistered:
-			ep := ch.Epoch
-			add(EventManifest, ep.RegisteredAt, map[string]any{"epoch": ep.ID, "server": ep.Server,
-				"release": ep.Release, "pool": ep.Pool, "signer": ep.SignerKeyID})
+			add(EventManifest, ch.Epoch.RegisteredAt, newManifestEvent(ch.Epoch))
 		case lease.EpochChanged:
 			kind := EventDrain
 			if ch.State == record.StateStale {
 				kind = EventRetire
 			}
-			add(kind, time.Time{}, map[string]any{"epoch": ch.Epoch, "state": ch.State, "by": ch.By})
+			add(kind, time.Time{}, epochEvent{Epoch: ch.Epoch, State: string(ch.State), By: ch.By})
 		case lease.SnapshotCreated:
-			add(EventSnapshot, time.Time{}, map[string]any{"snapshot": ch.Snapshot.ID, "servers": snapshotServers(ch.Snapshot)})
+			add(EventSnapshot, time.Time{}, snapshotEvent{Snapshot: ch.Snapshot.ID, Servers: snapshotServers(ch.Snapshot)})
 		case lease.FormationCreated:
 			rec := ch.Formation
 			ev := newFormationEvent(rec)
@@ -443,43 +443,30 @@ func (f *Follower) events(ctx context.Context, c lease.Commit) []TrailEvent {
 			}
 			add(EventFormation, rec.CreatedAt, ev)
 		case lease.FormationApproved:
-			a := ch.Approval
-			add(EventApproval, a.At, approvalEvent{Formation: ch.Formation, Approver: a.Approver, Decision: a.Decision,
-				Digest: a.Digest, Reason: a.Reason, Status: ch.Status})
+			add(EventApproval, ch.Approval.At, newApprovalEvent(ch))
 		case lease.LeaseAdmitted:
-			l := ch.Lease
-			add(EventAdmission, l.AdmittedAt, admissionEvent{Formation: l.Formation, Lease: l.ID, Session: l.Session,
-				Tool: l.Tool, Target: l.Target, Generation: l.Generation, Successor: l.Certificate != "",
-				Certificate: l.Certificate, Requires: ch.Requires, Exclusive: ch.Excludes, AdmittedAt: l.AdmittedAt})
+			add(EventAdmission, ch.Lease.AdmittedAt, newAdmissionEvent(ch))
 		case lease.LeaseClaimed:
 			add(EventClaim, ch.At, claimEvent{Lease: ch.Lease, Claim: ch.Claim, Epoch: ch.Epoch, Admission: ch.Admission})
 		case lease.LeaseClosed:
-			ev := outcomeEvent{Lease: ch.Lease, Formation: ch.Formation, Outcome: ch.Outcome, Claim: ch.Claim, By: ch.By,
-				Generation: ch.Generation}
-			kind := EventOutcome
-			if ch.By == "operator" {
-				kind, ev.Operator, ev.Reason = EventResolution, ch.Operator, ch.Reason
-				ev.Claim = ""
+			kind, ev := newOutcomeEvent(ch)
+			if kind == EventResolution {
 				ev.Signed = f.signed(ch)
 			}
 			add(kind, ch.At, ev)
 		case lease.LeaseReadmitted:
-			add(EventReadmission, ch.At, map[string]any{"lease": ch.Lease, "formation": ch.Formation, "tokenExpires": ch.Expires})
+			add(EventReadmission, ch.At, readmissionEvent{Lease: ch.Lease, Formation: ch.Formation, TokenExpires: ch.Expires})
 		case lease.GenerationSet:
-			add(EventGeneration, time.Time{}, map[string]any{"pool": ch.Pool, "generation": ch.Generation, "by": ch.By})
+			add(EventGeneration, time.Time{}, generationEvent{Pool: ch.Pool, Generation: ch.Generation, By: ch.By})
 		case lease.CertificateRegistered:
-			rec := ch.Certificate
-			c := rec.Certificate
-			add(EventCertificate, rec.RegisteredAt, map[string]any{"certificate": rec.ID, "source": c.Source,
-				"target": c.Target, "tool": c.Tool, "signer": rec.KeyID, "expiresAt": c.ExpiresAt})
+			add(EventCertificate, ch.Certificate.RegisteredAt, newCertificateEvent(ch.Certificate))
 		case lease.CertificateRevoked:
-			add(EventRevocation, time.Time{}, map[string]any{"certificate": ch.Certificate, "by": ch.By})
+			add(EventRevocation, time.Time{}, revocationEvent{Certificate: ch.Certificate, By: ch.By})
 		case lease.PolicyRecorded:
-			data := map[string]any{}
-			if err := json.Unmarshal(ch.Data, &data); err != nil {
+			data, err := newPolicyEvent(ch)
+			if err != nil {
 				f.log.Error("audit trail: a policy event does not decode", "replica", ch.Replica, "err", err)
 			}
-			data["replica"] = ch.Replica
 			add(ch.Kind, time.Time{}, data)
 		}
 	}
@@ -496,8 +483,7 @@ func (f *Follower) signed(ch lease.LeaseClosed) *signedResolutionEvent {
 		f.log.Error("audit trail: the signed resolution kept does not read", "lease", ch.Lease, "err", err)
 		return &signedResolutionEvent{JWS: ch.Resolution}
 	}
-	return &signedResolutionEvent{KeyID: sr.KeyID, Operator: sr.Resolution.Operator, Digest: sr.Digest,
-		IssuedAt: sr.Resolution.IssuedAt, JWS: sr.JWS}
+	return newSignedResolutionEvent(sr)
 }
 
 // StorePolicyRecorder returns the policy manager's recorder for a

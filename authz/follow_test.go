@@ -18,6 +18,7 @@ import (
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -159,7 +160,7 @@ func TestFollowerFailsClosedOnAFullDisk(t *testing.T) {
 			claim := ae.claimRequest(t, before, "cl_before")
 			disk.full.Store(true)
 			during := ae.ready(t, "during", "github/get_repository", `{"owner":"o","repo":"during"}`, nil)
-			waitFor(t, func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
+			testutil.Eventually(t, time.Minute, "the trail to be behind", func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
 			if _, err := e.forms.Admissions.Admit(ctx, during.ID); !errors.Is(err, authz.ErrTrailBehind) {
 				t.Fatalf("admission while the trail cannot write: %v, want ErrTrailBehind", err)
 			}
@@ -174,7 +175,7 @@ func TestFollowerFailsClosedOnAFullDisk(t *testing.T) {
 			}
 
 			disk.full.Store(false)
-			waitFor(t, func() bool { return e.forms.TrailReady() == nil })
+			testutil.Eventually(t, time.Minute, "the trail to catch up", func() bool { return e.forms.TrailReady() == nil })
 			a, err := e.forms.Admissions.Admit(ctx, during.ID)
 			if err != nil {
 				t.Fatalf("admission once the trail writes again: %v", err)
@@ -271,17 +272,6 @@ func TestFollowerRecordsReadmissions(t *testing.T) {
 	verifyRoot(t, root, ae)
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestFollowerHoldsCompactionBack: a follower keeps its trail's cursor in
 // the store, so a compaction while its replica is down stops at what the
 // trail recorded, and the trail resumes without a gap; once the cursor is
@@ -306,7 +296,7 @@ func TestFollowerHoldsCompactionBack(t *testing.T) {
 			err = f.WaitRecorded(ctx, rev)
 		}
 		// The cursor is written once the trail holds rev.
-		waitFor(t, func() bool {
+		testutil.Eventually(t, time.Minute, "the trail's floor in the store to pass the revision", func() bool {
 			floor, ok, err := ae.store.TrailFloor(ctx, 0)
 			return err == nil && ok && floor > rev
 		})
@@ -406,7 +396,7 @@ func TestFollowerOnAFullFileSystem(t *testing.T) {
 		f := ae.ready(t, fmt.Sprint("full-", i), "github/get_repository", fmt.Sprintf(`{"owner":"o","repo":"r%d"}`, i), nil)
 		formed = append(formed, f.ID)
 	}
-	waitFor(t, func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
+	testutil.Eventually(t, time.Minute, "the trail to be behind", func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
 	more := ae.ready(t, "full-more", "github/get_repository", `{"owner":"o","repo":"more"}`, nil)
 	formed = append(formed, more.ID)
 	if _, err := e.forms.Admissions.Admit(ctx, more.ID); !errors.Is(err, authz.ErrTrailBehind) {
@@ -415,7 +405,7 @@ func TestFollowerOnAFullFileSystem(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return e.forms.TrailReady() == nil })
+	testutil.Eventually(t, time.Minute, "the trail to catch up", func() bool { return e.forms.TrailReady() == nil })
 	if _, err := e.forms.Admissions.Admit(ctx, more.ID); err != nil {
 		t.Fatalf("admission once space is back: %v", err)
 	}
@@ -500,12 +490,12 @@ func TestFollowerFailsClosedOnAHangingTrail(t *testing.T) {
 
 	hang.stuck.Store(true)
 	stuck := ae.ready(t, "hang", "github/get_repository", `{"owner":"o","repo":"hang"}`, nil)
-	waitFor(t, func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
+	testutil.Eventually(t, time.Minute, "the trail to be behind", func() bool { return errors.Is(e.forms.TrailReady(), authz.ErrTrailBehind) })
 	if _, err := e.forms.Admissions.Admit(testCtx(t), stuck.ID); !errors.Is(err, authz.ErrTrailBehind) {
 		t.Fatalf("admission while the trail's write hangs: %v, want ErrTrailBehind", err)
 	}
 	hang.stuck.Store(false)
-	waitFor(t, func() bool { return e.forms.TrailReady() == nil })
+	testutil.Eventually(t, time.Minute, "the trail to catch up", func() bool { return e.forms.TrailReady() == nil })
 	if _, err := e.forms.Admissions.Admit(testCtx(t), stuck.ID); err != nil {
 		t.Fatalf("admission once the write went through: %v", err)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/bounded"
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -24,19 +26,19 @@ import (
 var (
 	// ErrBadReference: a formation names a snapshot or tool that does not
 	// exist; the request cannot be processed as given.
-	ErrBadReference = errors.New("authz: formation references an unknown snapshot or tool")
+	ErrBadReference = public.New("authz", "formation references an unknown snapshot or tool")
 	// ErrBadRequest: a request field is missing or malformed.
-	ErrBadRequest = errors.New("authz: invalid request")
+	ErrBadRequest = public.New("authz", "invalid request")
 	// ErrDigestMismatch: the approver approved another record than this one.
-	ErrDigestMismatch = errors.New("authz: digest does not match the formation")
+	ErrDigestMismatch = public.New("authz", "digest does not match the formation")
 	// ErrNotPending: the formation is not waiting for approval.
-	ErrNotPending = errors.New("authz: formation is not pending approval")
+	ErrNotPending = public.New("authz", "formation is not pending approval")
 	// ErrExpired: the formation expired before it was approved or admitted.
-	ErrExpired = errors.New("authz: formation expired")
+	ErrExpired = public.New("authz", "formation expired")
 	// ErrSelfApproval: the principal who formed a call cannot approve it.
-	ErrSelfApproval = errors.New("authz: the principal who formed the call cannot approve it")
+	ErrSelfApproval = public.New("authz", "the principal who formed the call cannot approve it")
 	// ErrDuplicateApprover: this approver already decided on the formation.
-	ErrDuplicateApprover = errors.New("authz: approver already decided on this formation")
+	ErrDuplicateApprover = public.New("authz", "approver already decided on this formation")
 )
 
 // Decider decides a formation by policy. Implementations never fail: an
@@ -311,7 +313,7 @@ const (
 )
 
 // ErrBadPage: a listing's page parameters (limit, after) are out of range.
-var ErrBadPage = errors.New("authz: invalid page parameter")
+var ErrBadPage = public.New("authz", "invalid page parameter")
 
 // ListRequest asks for one page of formations.
 type ListRequest struct {
@@ -454,7 +456,9 @@ func (f *Formations) Approve(ctx context.Context, id string, req ApprovalRequest
 // revision, so a stale entry (approved, admitted or expired elsewhere)
 // costs one failed compare and a fresh read, never a wrong answer; any
 // other status is read from etcd.
-type readyCache struct{ entries boundedMap[readyEntry] }
+type readyCache struct {
+	entries bounded.Cache[string, readyEntry]
+}
 
 type readyEntry struct {
 	rec *record.Formation
@@ -465,15 +469,15 @@ const maxReadyCache = 1 << 16
 
 func (c *readyCache) put(rec *record.Formation, rev int64) {
 	if rec.Status != record.StatusReady {
-		c.entries.delete(rec.ID)
+		c.entries.Delete(rec.ID)
 		return
 	}
-	c.entries.put(rec.ID, readyEntry{rec: rec, rev: rev})
+	c.entries.Put(rec.ID, readyEntry{rec: rec, rev: rev})
 }
 
 // take returns a copy of a cached ready formation and its revision.
 func (c *readyCache) take(id string) (*record.Formation, int64, bool) {
-	e, ok := c.entries.get(id)
+	e, ok := c.entries.Get(id)
 	if !ok {
 		return nil, 0, false
 	}
@@ -481,7 +485,7 @@ func (c *readyCache) take(id string) (*record.Formation, int64, bool) {
 	return &cp, e.rev, true
 }
 
-func (c *readyCache) drop(id string) { c.entries.delete(id) }
+func (c *readyCache) drop(id string) { c.entries.Delete(id) }
 
 // schemaCache holds compiled input schemas by descriptor digest. A
 // descriptor never changes under its digest, so entries never go stale;

@@ -3,11 +3,11 @@ package authz
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/record"
 )
 
@@ -16,7 +16,7 @@ var (
 	// ErrFormationRequired: the request is a tools/call (by its body or its
 	// Mcp-Method header) and carries no formation id, and the gateway did
 	// not ask to form it in one step. Nothing is formed or admitted.
-	ErrFormationRequired = errors.New("authz: a tools/call needs a formation")
+	ErrFormationRequired = public.New("authz", "a tools/call needs a formation")
 	// ErrMalformedMCP: the MCP request body a gateway forwarded cannot be
 	// read one way only (fencecheck.ReadMessage refused it: not JSON, a
 	// duplicate member, a member that is a name fcd reads only under case
@@ -24,11 +24,11 @@ var (
 	// holding a tools/call), or it disagrees with its Mcp-Method or
 	// Mcp-Name header. Another parser could find a call in it that fcd
 	// does not see, so it is refused.
-	ErrMalformedMCP = errors.New("authz: the MCP request body cannot be read as one JSON-RPC message")
+	ErrMalformedMCP = public.New("authz", "the MCP request body cannot be read as one JSON-RPC message")
 	// ErrCallerMismatch: the gateway's authenticated caller is missing or
 	// is not the formation's principal (with CallerPrincipal binding).
 	// Nothing is admitted.
-	ErrCallerMismatch = errors.New("authz: the gateway's caller is not the principal of the formation")
+	ErrCallerMismatch = public.New("authz", "the gateway's caller is not the principal of the formation")
 )
 
 // GateRequest is one request of an MCP session that a gateway asks about
@@ -77,7 +77,7 @@ type GateRequest struct {
 type GateDecision struct {
 	// Admission is the granted admission of a call; its token and pool go
 	// with the request.
-	Admission *Admission
+	Admission *Grant
 	// Formation is the id of the formation decided on: the one the request
 	// named, or the one formed in one step (also when that one was refused:
 	// pending approval or denied). Empty for session traffic.
@@ -209,7 +209,7 @@ func checkCaller(caller, principal string) error {
 // answered ErrFormationDenied. In both cases the formation is returned
 // with the error, so that the caller can name it: after approval, admit it
 // by id. When Form itself fails, no formation is returned.
-func (g *Gate) FormAndAdmit(ctx context.Context, req FormRequest) (*record.Formation, *Admission, error) {
+func (g *Gate) FormAndAdmit(ctx context.Context, req FormRequest) (*record.Formation, *Grant, error) {
 	rec, err := g.formations.Form(ctx, req)
 	if err != nil {
 		return nil, nil, err

@@ -69,7 +69,7 @@ const (
 // admissionResult names how an admission ended: the target kind when it
 // was granted, else the cause of the refusal (a small fixed set, so the
 // label stays bounded).
-func admissionResult(a *Admission, err error) string {
+func admissionResult(a *Grant, err error) string {
 	if err == nil {
 		switch {
 		case a.reissued:

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -18,12 +18,12 @@ var (
 	// ErrRecoveryNotAllowed: the formation may not be recovered — its call
 	// completed, never ran, was denied, or its declared failure mode (or
 	// the absence of one) does not allow it. The error names the mode.
-	ErrRecoveryNotAllowed = errors.New("authz: the formation may not be recovered")
+	ErrRecoveryNotAllowed = public.New("authz", "the formation may not be recovered")
 	// ErrRecoveryBlocked: the formation's lease is still open or
 	// uncertain; it may be recovered once it closes (an uncertain lease:
 	// once an operator resolved it no_effect, or a newer pool generation
 	// released it).
-	ErrRecoveryBlocked = errors.New("authz: the formation's outcome is not known yet")
+	ErrRecoveryBlocked = public.New("authz", "the formation's outcome is not known yet")
 )
 
 // MaxRecoveryAttempts bounds a recovery chain's length whatever the

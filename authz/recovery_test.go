@@ -34,7 +34,7 @@ func newRecoveryEnv(t *testing.T) *admitEnv {
 
 // fail admits f, claims its lease and reports outcome with failure, as the
 // fence reports a backend's error answer.
-func (e *admitEnv) fail(t *testing.T, f *record.Formation, outcome record.Outcome, failure *record.Failure) *authz.Admission {
+func (e *admitEnv) fail(t *testing.T, f *record.Formation, outcome record.Outcome, failure *record.Failure) *authz.Grant {
 	t.Helper()
 	a, err := e.forms.Admissions.Admit(testCtx(t), f.ID)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -125,7 +126,7 @@ func (r *Registry) Drain(ctx context.Context, by, id string) (record.State, erro
 }
 
 // ErrWaitTooLong is returned for a retire wait beyond MaxRetireWait.
-var ErrWaitTooLong = errors.New("authz: retire wait too long")
+var ErrWaitTooLong = public.New("authz", "retire wait too long")
 
 // Retire moves a DRAINING epoch to STALE once no lease marker remains,
 // waiting up to wait for markers to clear. by names the operator.

@@ -2,9 +2,9 @@ package authz
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -15,15 +15,15 @@ var (
 	// ErrResolutionUnsigned: operator keys are configured, so an uncertain
 	// lease is resolved only with an operator's signed resolution, and the
 	// request carried none.
-	ErrResolutionUnsigned = errors.New("authz: a signed resolution is required")
+	ErrResolutionUnsigned = public.New("authz", "a signed resolution is required")
 	// ErrResolutionInvalid: the signed resolution does not resolve this
 	// lease: it does not verify against the operator keys (or none are
 	// configured), it is malformed, of another typ, issued outside the
 	// accepted window, or names another lease. Errors of manifest's
 	// verification are wrapped beside it.
-	ErrResolutionInvalid = errors.New("authz: the signed resolution is not valid for this lease")
+	ErrResolutionInvalid = public.New("authz", "the signed resolution is not valid for this lease")
 	// ErrResolutionNotFound: no signed resolution is kept for the lease.
-	ErrResolutionNotFound = errors.New("authz: no signed resolution is kept for this lease")
+	ErrResolutionNotFound = public.New("authz", "no signed resolution is kept for this lease")
 )
 
 // ResolveSigned is an operator's signed resolution of an uncertain lease:

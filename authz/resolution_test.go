@@ -17,7 +17,7 @@ import (
 
 // uncertainLease admits a call, claims its lease and reports it
 // uncertain, as a fence does when the backend's answer was lost.
-func (e *admitEnv) uncertainLease(t *testing.T, session string) (*record.Formation, *authz.Admission) {
+func (e *admitEnv) uncertainLease(t *testing.T, session string) (*record.Formation, *authz.Grant) {
 	t.Helper()
 	f, a := e.admitRead(t, session)
 	if _, err := e.forms.Leases.Claim(testCtx(t), e.claimRequest(t, a, "cl_"+session)); err != nil {

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/bounded"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 )
 
 // A successor is captured at formation and nowhere else (property P5 of
-// DESIGN.md): among the certificates registered for the call's source
+// docs/design.md): among the certificates registered for the call's source
 // epoch and tool, valid now and covering the concrete arguments, exactly
 // one is chosen by a fixed rule, offered to the policies, and written into
 // the call before its digest is taken. Admission later only ever narrows:
@@ -272,17 +273,17 @@ type successors struct {
 // the target's state — is checked on every use, never cached. Entries
 // are keyed by id and kept only for the very same JWS.
 type verifiedCache struct {
-	entries boundedMap[*manifest.SignedCertificate]
+	entries bounded.Cache[string, *manifest.SignedCertificate]
 }
 
 const maxVerifiedCache = 4096
 
 func (c *verifiedCache) get(rec *record.Certificate) (*manifest.SignedCertificate, bool) {
-	sc, ok := c.entries.get(rec.ID)
+	sc, ok := c.entries.Get(rec.ID)
 	if !ok || sc.JWS != rec.JWS {
 		return nil, false
 	}
 	return sc, true
 }
 
-func (c *verifiedCache) put(sc *manifest.SignedCertificate) { c.entries.put(sc.ID, sc) }
+func (c *verifiedCache) put(sc *manifest.SignedCertificate) { c.entries.Put(sc.ID, sc) }

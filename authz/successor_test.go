@@ -507,7 +507,7 @@ func TestRevocationRacesAdmission(t *testing.T) {
 		}
 		var (
 			wg     sync.WaitGroup
-			a      *authz.Admission
+			a      *authz.Grant
 			aerr   error
 			revRev int64
 		)

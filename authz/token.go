@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
@@ -26,7 +27,7 @@ const MaxTokenLifetime = 5 * time.Minute
 // ErrSigningKeyUnpublished: this replica's signing key is not (or no
 // longer) published in etcd, so a backend could not verify its tokens;
 // it issues none until it is.
-var ErrSigningKeyUnpublished = errors.New("authz: signing key not published")
+var ErrSigningKeyUnpublished = public.New("authz", "signing key not published")
 
 // TokenIssuer signs dispatch tokens with one private key (EdDSA or ES256)
 // and publishes its public half so backends can verify them.

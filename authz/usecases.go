@@ -119,12 +119,13 @@ func New(cfg Config) (*UseCases, error) {
 		cfg.GatewayCaller = CallerPrincipal
 	}
 	m := newMetrics()
-	ready := &readyCache{entries: boundedMap[readyEntry]{max: maxReadyCache}}
+	ready := &readyCache{}
+	ready.entries.Max = maxReadyCache
 	schemas := &schemaCache{}
 	inputs := &policy.InputCache{}
 	generations := &sync.Map{}
 	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, inputs: inputs, log: cfg.Logger}
-	succ.verified.entries.max = maxVerifiedCache
+	succ.verified.entries.Max = maxVerifiedCache
 	u := &UseCases{metrics: m, decisions: cfg.DecisionLog}
 	var err error
 	u.Registry, err = NewRegistry(RegistryConfig{Store: cfg.Store, Manifests: cfg.Manifests, Certificates: cfg.Certificates,

@@ -843,7 +843,7 @@ type AuditEvent struct {
 	// Hash SHA-256 (hex) of the event's canonical form without hash.
 	Hash string `json:"hash"`
 
-	// Kind manifest, snapshot, formation, approval, admission, claim, outcome, resolution, generation, drain or retire.
+	// Kind manifest, snapshot, formation, approval, admission, readmission, claim, outcome, resolution, generation, drain, retire, certificate, revocation, policy, policy-refused, gap or restore.
 	Kind string `json:"kind"`
 
 	// Prev The previous event's hash (empty for the first).
@@ -852,6 +852,9 @@ type AuditEvent struct {
 
 	// Revision The etcd revision that ordered the change; 0 where the store does not tell it.
 	Revision int64 `json:"revision"`
+
+	// Schema The version of data's members for its kind (docs/audit.md); absent in an event written before versions were kept, whose data is version 1's.
+	Schema *int `json:"schema,omitempty"`
 
 	// Seq From 1, without gaps, in the replica's chain.
 	Seq  int64     `json:"seq"`
@@ -1486,6 +1489,9 @@ type Lease struct {
 
 	// Id `ls_` and 26 base32 characters; the dispatch token's `jti`.
 	Id string `json:"id"`
+
+	// RecoveryOf Set when the lease admitted a recovery; the first formation of its recovery chain (the token's `fcd_recovery_of`).
+	RecoveryOf *string `json:"recoveryOf,omitempty"`
 
 	// Revision The etcd revision of the admission (the token's `fcd_revision`).
 	Revision int    `json:"revision"`

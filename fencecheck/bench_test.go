@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/tokentest"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
@@ -38,13 +38,13 @@ func BenchmarkVerify(b *testing.B) {
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
 	for _, alg := range []jwa.SignatureAlgorithm{jwa.EdDSA, jwa.ES256} {
-		key := tokentest.NewKey(b, alg, "authzd-1")
-		set := tokentest.PublicSet(b, key)
+		key := fencechecktest.NewKey(alg.String(), "authzd-1")
+		set := fencechecktest.Keys(key)
 
 		b.Run(alg.String()+"/verify", func(b *testing.B) {
 			v := newVerifier(set)
 			v.Replay = acceptAll{}
-			token := key.Issue(b, validClaims(b))
+			token := key.Issue(validClaims(b))
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := v.Verify(ctx, token, testTool, args); err != nil {
@@ -58,7 +58,7 @@ func BenchmarkVerify(b *testing.B) {
 			v := newVerifier(set)
 			tokens := make([]string, b.N)
 			for i := range tokens {
-				tokens[i] = key.Issue(b, validClaims(b))
+				tokens[i] = key.Issue(validClaims(b))
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -70,14 +70,11 @@ func BenchmarkVerify(b *testing.B) {
 		})
 
 		b.Run(alg.String()+"/signature-only", func(b *testing.B) {
-			token := key.Issue(b, validClaims(b))
+			token := key.Issue(validClaims(b))
 			i := strings.LastIndexByte(token, '.')
 			input := []byte(token[:i])
 			sig, _ := base64.RawURLEncoding.DecodeString(token[i+1:])
-			var raw any
-			if err := key.Pub.Raw(&raw); err != nil {
-				b.Fatal(err)
-			}
+			raw := key.Public()
 			verifier, err := jws.NewVerifier(alg)
 			if err != nil {
 				b.Fatal(err)
@@ -93,7 +90,7 @@ func BenchmarkVerify(b *testing.B) {
 
 	b.Run("refused/alg-none", func(b *testing.B) {
 		// What a flood of junk tokens costs: refused before any crypto.
-		v := newVerifier(tokentest.PublicSet(b, tokentest.NewKey(b, jwa.EdDSA, "authzd-1")))
+		v := newVerifier(fencechecktest.Keys(fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")))
 		enc := base64.RawURLEncoding.EncodeToString
 		payload, _ := json.Marshal(validClaims(b))
 		token := enc([]byte(`{"alg":"none","typ":"fcd-dispatch+jwt","kid":"authzd-1"}`)) + "." + enc(payload) + "."
@@ -109,7 +106,7 @@ func BenchmarkVerify(b *testing.B) {
 func BenchmarkVerifyOnline(b *testing.B) {
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
-	key := tokentest.NewKey(b, jwa.EdDSA, "authzd-1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"lease":"x","claim":"y","claimedAt":"2027-01-15T08:00:00Z"}`))
@@ -124,10 +121,10 @@ func BenchmarkVerifyOnline(b *testing.B) {
 		claimer fencecheck.Claimer
 	}{{"offline", nil}, {"claim-loopback", lc}} {
 		b.Run("EdDSA/"+mode.name, func(b *testing.B) {
-			v := newVerifier(tokentest.PublicSet(b, key))
+			v := newVerifier(fencechecktest.Keys(key))
 			v.Replay = acceptAll{}
 			v.Claimer = mode.claimer
-			token := key.Issue(b, validClaims(b))
+			token := key.Issue(validClaims(b))
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := v.Verify(ctx, token, testTool, args); err != nil {

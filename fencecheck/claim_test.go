@@ -18,8 +18,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/tokentest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 )
 
 // newLeaseClient is a LeaseClient of the authzd at url with the backend
@@ -200,12 +199,12 @@ func TestLeaseClientTimeoutFailsClosed(t *testing.T) {
 	})
 	defer close(release)
 	lc := newLeaseClient(t, srv.URL, fencecheck.LeaseClientConfig{Timeout: 100 * time.Millisecond, Attempts: 1})
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(tokentest.PublicSet(t, key))
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	v := newVerifier(fencechecktest.Keys(key))
 	v.Claimer = lc
 	c := validClaims(t)
 	start := time.Now()
-	_, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs))
+	_, err := v.Verify(context.Background(), key.Issue(c), testTool, json.RawMessage(testArgs))
 	if got := fencecheck.ReasonOf(err); got != fencecheck.ReasonClaimUnavailable {
 		t.Fatalf("reason = %q (%v), want %s", got, err, fencecheck.ReasonClaimUnavailable)
 	}
@@ -274,7 +273,7 @@ func (s *stubClaimer) claims() []stubClaim {
 // every local check: its errors map to replay, lease_closed or
 // claim_unavailable; a success sets Claims.ClaimID.
 func TestVerifyClaimerMapping(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
 	cases := []struct {
@@ -291,10 +290,10 @@ func TestVerifyClaimerMapping(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
 			claimer := &stubClaimer{err: tc.err}
-			v := newVerifier(tokentest.PublicSet(t, key))
+			v := newVerifier(fencechecktest.Keys(key))
 			v.Claimer = claimer
 			c := validClaims(t)
-			got, err := v.Verify(ctx, key.Issue(t, c), testTool, args)
+			got, err := v.Verify(ctx, key.Issue(c), testTool, args)
 			if r := fencecheck.ReasonOf(err); r != tc.want {
 				t.Fatalf("reason = %q (%v), want %q", r, err, tc.want)
 			}
@@ -320,13 +319,13 @@ func TestVerifyClaimerMapping(t *testing.T) {
 // reaches the claimer again — and once it is claimed, the local memory
 // refuses it without asking authzd.
 func TestVerifyClaimRetryAfterUnavailable(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	ctx := context.Background()
 	args := json.RawMessage(testArgs)
 	claimer := &stubClaimer{err: errors.New("authzd answered 503 Service Unavailable")}
-	v := newVerifier(tokentest.PublicSet(t, key))
+	v := newVerifier(fencechecktest.Keys(key))
 	v.Claimer = claimer
-	token := key.Issue(t, validClaims(t))
+	token := key.Issue(validClaims(t))
 
 	for range 2 {
 		if _, err := v.Verify(ctx, token, testTool, args); fencecheck.ReasonOf(err) != fencecheck.ReasonClaimUnavailable {
@@ -354,11 +353,11 @@ func TestVerifyClaimRetryAfterUnavailable(t *testing.T) {
 // — forged, for other arguments, replayed locally — never reaches
 // authzd, so it cannot consume the lease of the genuine call.
 func TestVerifyClaimOnlyForGenuineCalls(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	forger := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	forger := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	ctx := context.Background()
 	claimer := &stubClaimer{}
-	v := newVerifier(tokentest.PublicSet(t, key))
+	v := newVerifier(fencechecktest.Keys(key))
 	v.Claimer = claimer
 	c := validClaims(t)
 	other := validClaims(t)
@@ -367,9 +366,9 @@ func TestVerifyClaimOnlyForGenuineCalls(t *testing.T) {
 		token, args string
 		want        fencecheck.Reason
 	}{
-		{forger.Issue(t, c), testArgs, fencecheck.ReasonSignature},
-		{key.Issue(t, other), testArgs, fencecheck.ReasonAudience},
-		{key.Issue(t, c), `{"name":"x"}`, fencecheck.ReasonArguments},
+		{forger.Issue(c), testArgs, fencecheck.ReasonSignature},
+		{key.Issue(other), testArgs, fencecheck.ReasonAudience},
+		{key.Issue(c), `{"name":"x"}`, fencecheck.ReasonArguments},
 	} {
 		if _, err := v.Verify(ctx, attempt.token, testTool, json.RawMessage(attempt.args)); fencecheck.ReasonOf(err) != attempt.want {
 			t.Fatalf("Verify = %v, want %s", err, attempt.want)
@@ -384,13 +383,13 @@ func TestVerifyClaimOnlyForGenuineCalls(t *testing.T) {
 // lease admitted before this process started is accepted (offline it is
 // refused: TestVerifyOffline).
 func TestVerifyOnlineIgnoresStarted(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(tokentest.PublicSet(t, key))
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	v := newVerifier(fencechecktest.Keys(key))
 	v.Started = testEpoch
 	v.Claimer = &stubClaimer{}
 	c := validClaims(t)
 	c.Admitted = testEpoch.Add(-time.Hour).UnixMilli()
-	if _, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs)); err != nil {
+	if _, err := v.Verify(context.Background(), key.Issue(c), testTool, json.RawMessage(testArgs)); err != nil {
 		t.Fatalf("online verifier refused a lease admitted before it started: %v", err)
 	}
 }
@@ -400,13 +399,13 @@ func TestVerifyOnlineIgnoresStarted(t *testing.T) {
 // the same authzd: one call wins, the other is refused as a replay.
 func TestLeaseClientAgainstAuthzdStub(t *testing.T) {
 	authzd := newAuthzdStub(t)
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	token := key.Issue(t, validClaims(t))
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	token := key.Issue(validClaims(t))
 	var accepted atomic.Int64
 	var reasons sync.Map
 	var wg sync.WaitGroup
 	for i := range 2 {
-		v := newVerifier(tokentest.PublicSet(t, key))
+		v := newVerifier(fencechecktest.Keys(key))
 		v.Claimer = newLeaseClient(t, authzd.URL, fencecheck.LeaseClientConfig{})
 		wg.Add(1)
 		go func() {

@@ -1,11 +1,13 @@
 // Package fencecheck is the guard at a backend's effect path: it verifies
-// fcd dispatch tokens before the effect runs. Backends embed it, so it
-// depends only on the standard library, jwx and the canonical-JSON
-// library; it never pulls OPA, Cedar or etcd.
+// fcd dispatch tokens before the effect runs. Backends embed it: it is a
+// module of its own that depends only on the standard library, jwx and the
+// canonical-JSON library, and never pulls OPA, Cedar, etcd or gRPC. Its
+// API holds standard-library types only (keys are crypto.PublicKey
+// values); package fencechecktest signs tokens for a backend's tests.
 //
 // A [Verifier] knows what this backend is (pool, artifact, configuration
-// digest, generation) and whom it trusts (a static key set or authzd's
-// JWKS). [Verifier.Verify] accepts a token only if it is a compact JWS
+// digest, generation) and whom it trusts (a static key set, which
+// [ParseJWKS] reads from a JWKS document, or authzd's JWKS URL). [Verifier.Verify] accepts a token only if it is a compact JWS
 // with an allowed algorithm, typ "fcd-dispatch+jwt" and a trusted kid,
 // carries exactly the [Claims], names this backend, is within its
 // lifetime, was issued for the very call received (tool and

@@ -2,8 +2,6 @@ package fencecheck_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,44 +13,32 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/lestrrat-go/jwx/v2/jwk"
-	"github.com/lestrrat-go/jwx/v2/jws"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 )
 
-// exampleIssuer stands in for authzd: an Ed25519 key, its public JWKS,
-// and the way authzd signs a dispatch token.
+// exampleIssuer stands in for authzd: an Ed25519 key that signs
+// dispatch tokens as authzd does, and the JWKS of its public half.
 type exampleIssuer struct {
-	key  ed25519.PrivateKey
-	kid  string
-	jwks jwk.Set
+	key  *fencechecktest.Key
+	jwks []byte
 }
 
 func newExampleIssuer() *exampleIssuer {
-	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
-	jk, _ := jwk.FromRaw(pub)
-	_ = jk.Set(jwk.KeyIDKey, "authzd-2026-11")
-	set := jwk.NewSet()
-	_ = set.AddKey(jk)
-	return &exampleIssuer{key: priv, kid: "authzd-2026-11", jwks: set}
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-2026-11")
+	return &exampleIssuer{key: key, jwks: fencechecktest.JWKS(key)}
 }
 
 // issue signs a token for one call of tool with arguments, admitted now.
 func (is *exampleIssuer) issue(jti, tool, arguments string) string {
 	digest, _ := fencecheck.ArgumentDigest(tool, json.RawMessage(arguments))
 	now := time.Now()
-	claims, _ := json.Marshal(fencecheck.Claims{
+	return is.key.Issue(fencecheck.Claims{
 		Issuer: "https://authzd.example", Audience: "github-prod", Subject: "session-1", ID: jti,
 		IssuedAt: now.Unix(), NotBefore: now.Unix(), Expiry: now.Unix() + 30,
 		Formation: "f-1", Tool: tool, ArgumentDigest: digest, Epoch: "sha256:e1",
 		Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3, Revision: 1042, Cluster: "cdf818194e3a8c32",
 		Admitted: now.UnixMilli(),
 	})
-	hdr := jws.NewHeaders()
-	_ = hdr.Set(jws.TypeKey, fencecheck.TokenType)
-	_ = hdr.Set(jws.KeyIDKey, is.kid)
-	token, _ := jws.Sign(claims, jws.WithKey(jwa.EdDSA, is.key, jws.WithProtectedHeaders(hdr)))
-	return string(token)
 }
 
 // processStart stands for when the backend's process started. An offline
@@ -63,15 +49,20 @@ var processStart = time.Now().Add(-time.Minute)
 func ExampleVerifier_Verify() {
 	authzd := newExampleIssuer()
 
-	// The backend's verifier: what it runs, and whom it trusts. In
-	// production set JWKSURL to authzd's /.well-known/jwks.json instead
-	// of a static Keys set, and Claimer to a *fencecheck.LeaseClient so
-	// that each lease is claimed in authzd before the effect (online
-	// mode). Without a Claimer (offline mode) the replay memory of this
-	// process is the only check.
+	// The backend's verifier: what it runs, and whom it trusts. Here a
+	// static key set, read from a JWKS document (a file authzd keys new
+	// wrote, say). In production set JWKSURL to authzd's
+	// /.well-known/jwks.json instead, and Claimer to a
+	// *fencecheck.LeaseClient so that each lease is claimed in authzd
+	// before the effect (online mode). Without a Claimer (offline mode)
+	// the replay memory of this process is the only check.
+	keys, err := fencecheck.ParseJWKS(authzd.jwks)
+	if err != nil {
+		panic(err)
+	}
 	v := &fencecheck.Verifier{
 		Pool: "github-prod", Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3,
-		Issuer: "https://authzd.example", Keys: authzd.jwks, Started: processStart,
+		Issuer: "https://authzd.example", Keys: keys, Started: processStart,
 	}
 	if err := v.Validate(); err != nil {
 		panic(err)
@@ -81,7 +72,7 @@ func ExampleVerifier_Verify() {
 
 	// The call arrives with one argument changed: refused, and the jti is
 	// not consumed.
-	_, err := v.Verify(ctx, token, "github/create_repository", json.RawMessage(`{"name":"demo","private":false}`))
+	_, err = v.Verify(ctx, token, "github/create_repository", json.RawMessage(`{"name":"demo","private":false}`))
 	var re *fencecheck.RejectError
 	if errors.As(err, &re) {
 		fmt.Println("changed call:", re.Reason)
@@ -116,7 +107,7 @@ func ExampleVerifier_Middleware() {
 	authzd := newExampleIssuer()
 	v := &fencecheck.Verifier{
 		Pool: "github-prod", Artifact: "sha256:a1", Config: "sha256:c1", Generation: 3,
-		Keys: authzd.jwks, Started: processStart,
+		Keys: fencechecktest.Keys(authzd.key), Started: processStart,
 	}
 	// The MCP server's own streamable-HTTP handler. Its JSON-RPC answer is
 	// the evidence of the outcome: a result is an effect.

@@ -1,6 +1,7 @@
 package fencecheck_test
 
 import (
+	"crypto"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -9,7 +10,10 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
+	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
 // The backend every test verifier stands for.
@@ -96,9 +100,49 @@ func (c *clock) Advance(d time.Duration) {
 
 // newVerifier is the test backend's verifier, trusting set, at testEpoch:
 // offline mode (no Claimer), its process started at testStarted.
-func newVerifier(set jwk.Set) *fencecheck.Verifier {
+func newVerifier(set map[string]crypto.PublicKey) *fencecheck.Verifier {
 	return &fencecheck.Verifier{
 		Pool: testPool, Artifact: testArtifact, Config: testConfig, Generation: testGen,
 		Issuer: testIssuer, Keys: set, Now: func() time.Time { return testEpoch }, Started: testStarted,
 	}
+}
+
+// signJWS signs claims (or, as []byte, a payload as it is) with jwx, for
+// tokens no issuer makes: any algorithm (HMAC and a key of the wrong kind
+// included), any raw key and any protected header members (alg is added
+// by jwx).
+func signJWS(t testing.TB, alg jwa.SignatureAlgorithm, key any, hdr map[string]any, claims any) string {
+	t.Helper()
+	payload, ok := claims.([]byte)
+	if !ok {
+		var err error
+		if payload, err = json.Marshal(claims); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := jws.NewHeaders()
+	for name, v := range hdr {
+		if err := h.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := jws.Sign(payload, jws.WithKey(alg, key, jws.WithProtectedHeaders(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// privateJWK is key as the private JWK authzd signs with (jwx, as
+// manifest.Sign), its kid set.
+func privateJWK(t testing.TB, key *fencechecktest.Key) jwk.Key {
+	t.Helper()
+	priv, err := jwk.FromRaw(key.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := priv.Set(jwk.KeyIDKey, key.KID); err != nil {
+		t.Fatal(err)
+	}
+	return priv
 }

@@ -2,6 +2,7 @@ package fencecheck
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -38,7 +39,7 @@ var defaultHTTPClient = &http.Client{Timeout: keyFetchTimeout}
 // kind allows, the raw key and jwx's verifier for that algorithm.
 type verifyKey struct {
 	alg      jwa.SignatureAlgorithm
-	raw      any // ed25519.PublicKey or *ecdsa.PublicKey (P-256)
+	raw      crypto.PublicKey // ed25519.PublicKey or *ecdsa.PublicKey (P-256)
 	verifier jws.Verifier
 }
 
@@ -48,12 +49,32 @@ type keySet struct {
 	fetched time.Time // when the fetch that produced it started
 }
 
-// newKeySet converts a JWK set into trusted keys. Keys without a kid, with
-// a "use" other than "sig", of a kind other than Ed25519 or P-256, or whose
-// "alg" does not fit their kind are skipped: they can never verify a
-// dispatch token. A kid that appears twice makes the set unusable, since
-// it no longer names one key.
-func newKeySet(set jwk.Set) (*keySet, error) {
+// ParseJWKS reads a JWK Set document (RFC 7517; a single JWK is read as a
+// set of one) into trusted keys by kid, for [Verifier.Keys]: the keys a
+// fetched JWKS would give. Keys without a kid, with a "use" other than
+// "sig", of a kind other than Ed25519 or P-256, or whose "alg" does not
+// fit their kind are skipped: they can never verify a dispatch token. A
+// kid that appears twice is an error, since it no longer names one key.
+// The result may be empty; a Verifier refuses an empty set as
+// misconfigured.
+func ParseJWKS(data []byte) (map[string]crypto.PublicKey, error) {
+	ks, err := parseKeySet(data)
+	if err != nil {
+		return nil, err
+	}
+	keys := make(map[string]crypto.PublicKey, len(ks.keys))
+	for kid, k := range ks.keys {
+		keys[kid] = k.raw
+	}
+	return keys, nil
+}
+
+// parseKeySet is ParseJWKS into ready keys.
+func parseKeySet(data []byte) (*keySet, error) {
+	set, err := jwk.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("not a JWK set: %v", err)
+	}
 	ks := &keySet{keys: make(map[string]verifyKey, set.Len())}
 	for i := 0; i < set.Len(); i++ {
 		key, _ := set.Key(i)
@@ -64,7 +85,7 @@ func newKeySet(set jwk.Set) (*keySet, error) {
 		if _, dup := ks.keys[kid]; dup {
 			return nil, fmt.Errorf("kid %q appears twice in the key set", kid)
 		}
-		vk, ok := toVerifyKey(key)
+		vk, ok := jwkVerifyKey(key)
 		if !ok {
 			continue
 		}
@@ -73,7 +94,30 @@ func newKeySet(set jwk.Set) (*keySet, error) {
 	return ks, nil
 }
 
-func toVerifyKey(key jwk.Key) (verifyKey, bool) {
+// staticKeySet checks Verifier.Keys: every entry must be a key a dispatch
+// token can be verified with, under a kid.
+func staticKeySet(keys map[string]crypto.PublicKey) (*keySet, error) {
+	ks := &keySet{keys: make(map[string]verifyKey, len(keys))}
+	var errs []error
+	for kid, pub := range keys {
+		vk, ok := newVerifyKey(pub)
+		switch {
+		case kid == "":
+			errs = append(errs, errors.New("Keys has a key without a kid"))
+		case !ok:
+			errs = append(errs, fmt.Errorf("Keys[%q] is a %T, not an Ed25519 or P-256 public key", kid, pub))
+		default:
+			ks.keys[kid] = vk
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return ks, nil
+}
+
+// jwkVerifyKey is newVerifyKey of a JWK, if its use and alg allow it.
+func jwkVerifyKey(key jwk.Key) (verifyKey, bool) {
 	if use := key.KeyUsage(); use != "" && use != "sig" {
 		return verifyKey{}, false
 	}
@@ -85,15 +129,25 @@ func toVerifyKey(key jwk.Key) (verifyKey, bool) {
 	if err := pub.Raw(&raw); err != nil {
 		return verifyKey{}, false
 	}
+	vk, ok := newVerifyKey(raw)
+	if a := key.Algorithm().String(); !ok || (a != "" && a != vk.alg.String()) {
+		return verifyKey{}, false
+	}
+	return vk, true
+}
+
+// newVerifyKey readies an Ed25519 or P-256 public key; its kind decides
+// its one algorithm.
+func newVerifyKey(pub crypto.PublicKey) (verifyKey, bool) {
 	var alg jwa.SignatureAlgorithm
-	switch k := raw.(type) {
+	switch k := pub.(type) {
 	case ed25519.PublicKey:
 		if len(k) != ed25519.PublicKeySize {
 			return verifyKey{}, false
 		}
 		alg = jwa.EdDSA
 	case *ecdsa.PublicKey:
-		if k.Curve != elliptic.P256() {
+		if k == nil || k.Curve != elliptic.P256() {
 			return verifyKey{}, false
 		}
 		if _, err := k.ECDH(); err != nil { // not a point on the curve
@@ -103,14 +157,11 @@ func toVerifyKey(key jwk.Key) (verifyKey, bool) {
 	default:
 		return verifyKey{}, false
 	}
-	if a := key.Algorithm().String(); a != "" && a != alg.String() {
-		return verifyKey{}, false
-	}
 	v, err := jws.NewVerifier(alg)
 	if err != nil {
 		return verifyKey{}, false
 	}
-	return verifyKey{alg: alg, raw: raw, verifier: v}, true
+	return verifyKey{alg: alg, raw: pub, verifier: v}, true
 }
 
 // keyring finds trusted keys by kid, from a static set or a JWKS URL.
@@ -258,9 +309,5 @@ func (k *keyring) fetch(ctx context.Context) (*keySet, error) {
 	if len(body) > maxJWKSBytes {
 		return nil, errors.New("document larger than 1 MiB")
 	}
-	set, err := jwk.Parse(body)
-	if err != nil {
-		return nil, fmt.Errorf("not a JWK set: %v", err)
-	}
-	return newKeySet(set)
+	return parseKeySet(body)
 }

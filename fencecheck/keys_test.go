@@ -2,58 +2,36 @@ package fencecheck_test
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
-	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/tokentest"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
 
-// jwksServer is a real HTTP server publishing a JWKS that a test can
-// change, counting the fetches it serves.
-type jwksServer struct {
-	*httptest.Server
-	doc     atomic.Pointer[[]byte]
-	fetches atomic.Int64
-	status  atomic.Int64  // answered instead of the document when not 0
-	gate    chan struct{} // when not nil, each fetch waits for it to close
-}
-
-func newJWKSServer(t *testing.T, gate chan struct{}, doc []byte) *jwksServer {
+// newJWKSServer publishes the JWKS of keys until the test ends.
+func newJWKSServer(t *testing.T, keys ...*fencechecktest.Key) *fencechecktest.JWKSServer {
 	t.Helper()
-	s := &jwksServer{gate: gate}
-	s.doc.Store(&doc)
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/.well-known/jwks.json" {
-			http.NotFound(w, r)
-			return
-		}
-		s.fetches.Add(1)
-		if s.gate != nil {
-			<-s.gate
-		}
-		if code := s.status.Load(); code != 0 {
-			http.Error(w, "unavailable", int(code))
-			return
-		}
-		w.Header().Set("Content-Type", "application/jwk-set+json")
-		_, _ = w.Write(*s.doc.Load())
-	}))
-	t.Cleanup(s.Close)
-	return s
+	srv := fencechecktest.NewJWKSServer(keys...)
+	t.Cleanup(srv.Close)
+	return srv
 }
-
-func (s *jwksServer) publish(doc []byte) { s.doc.Store(&doc) }
-
-func (s *jwksServer) jwksURL() string { return s.URL + "/.well-known/jwks.json" }
 
 // jwksVerifier is the test backend's verifier fetching keys from url.
 func jwksVerifier(url string, clk *clock) *fencecheck.Verifier {
@@ -73,45 +51,45 @@ func verifyWith(t *testing.T, v *fencecheck.Verifier, token string) fencecheck.R
 }
 
 // tokenWithKID is a token signed by key but naming kid.
-func tokenWithKID(t *testing.T, key *tokentest.Key, kid string) string {
-	return tokentest.SignJWS(t, key.Alg, key.Priv, map[string]any{jws.TypeKey: fencecheck.TokenType, jws.KeyIDKey: kid}, validClaims(t))
+func tokenWithKID(t *testing.T, key *fencechecktest.Key, kid string) string {
+	return signJWS(t, jwa.SignatureAlgorithm(key.Alg), key.Private, map[string]any{jws.TypeKey: fencecheck.TokenType, jws.KeyIDKey: kid}, validClaims(t))
 }
 
 // TestJWKSRotation: a kid that appears at the URL is fetched on its first
 // use, once the refresh interval allows a fetch.
 func TestJWKSRotation(t *testing.T) {
-	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	k2 := tokentest.NewKey(t, jwa.ES256, "authzd-2")
-	srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
+	k1 := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	k2 := fencechecktest.NewKey(fencechecktest.ES256, "authzd-2")
+	srv := newJWKSServer(t, k1)
 	clk := newClock()
-	v := jwksVerifier(srv.jwksURL(), clk)
+	v := jwksVerifier(srv.JWKSURL(), clk)
 
-	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != "" {
 		t.Fatalf("k1: %s", r)
 	}
-	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != "" {
 		t.Fatalf("k1 again: %s", r)
 	}
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches(); n != 1 {
 		t.Fatalf("fetches = %d, want 1 (cached)", n)
 	}
 
 	// authzd rotates: k2 is published next to k1.
-	srv.publish(tokentest.JWKS(t, k1, k2))
+	srv.Publish(k1, k2)
 	clk.Advance(fencecheck.DefaultMinRefreshInterval)
-	if r := verifyWith(t, v, k2.Issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k2.Issue(validClaims(t))); r != "" {
 		t.Fatalf("k2 after rotation: %s", r)
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches(); n != 2 {
 		t.Fatalf("fetches = %d, want 2", n)
 	}
 	// Both keys stay usable without further fetches.
-	for _, k := range []*tokentest.Key{k1, k2} {
-		if r := verifyWith(t, v, k.Issue(t, validClaims(t))); r != "" {
-			t.Fatalf("%s: %s", k.Priv.KeyID(), r)
+	for _, k := range []*fencechecktest.Key{k1, k2} {
+		if r := verifyWith(t, v, k.Issue(validClaims(t))); r != "" {
+			t.Fatalf("%s: %s", k.KID, r)
 		}
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches(); n != 2 {
 		t.Fatalf("fetches = %d, want 2", n)
 	}
 }
@@ -119,11 +97,11 @@ func TestJWKSRotation(t *testing.T) {
 // TestJWKSRefreshRateLimited: a flood of unknown kids, concurrent and
 // sequential, costs at most one fetch per MinRefreshInterval.
 func TestJWKSRefreshRateLimited(t *testing.T) {
-	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
+	k1 := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	srv := newJWKSServer(t, k1)
 	clk := newClock()
-	v := jwksVerifier(srv.jwksURL(), clk)
-	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
+	v := jwksVerifier(srv.JWKSURL(), clk)
+	if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != "" {
 		t.Fatal(r)
 	}
 
@@ -147,16 +125,16 @@ func TestJWKSRefreshRateLimited(t *testing.T) {
 	}
 
 	flood() // within the interval of the first fetch: no fetch at all
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches(); n != 1 {
 		t.Fatalf("fetches = %d, want 1", n)
 	}
 	clk.Advance(fencecheck.DefaultMinRefreshInterval)
 	flood() // one fetch for the whole flood
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches(); n != 2 {
 		t.Fatalf("fetches = %d, want 2", n)
 	}
 	// Known kids never wait for the rate limit.
-	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
+	if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != "" {
 		t.Fatal(r)
 	}
 }
@@ -164,22 +142,22 @@ func TestJWKSRefreshRateLimited(t *testing.T) {
 // TestJWKSConcurrentMissesShareOneFetch: callers that need keys while a
 // fetch is under way wait for it instead of fetching, and all succeed.
 func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
-	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	gate := make(chan struct{})
-	srv := newJWKSServer(t, gate, tokentest.JWKS(t, k1))
+	k1 := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	srv := newJWKSServer(t, k1)
+	release := srv.Hold()
 	// A caller without keys reads the clock once, as it asks for a fetch
 	// (to lead it, join the one under way, or be rate-limited), and not
 	// again before that fetch ends: the count of clock reads is the count
 	// of callers that have asked.
 	clk := newClock()
 	var asked atomic.Int64
-	v := jwksVerifier(srv.jwksURL(), clk)
+	v := jwksVerifier(srv.JWKSURL(), clk)
 	v.Now = func() time.Time { asked.Add(1); return clk.Now() }
 
 	const n = 20
 	tokens := make([]string, n)
 	for i := range tokens {
-		tokens[i] = k1.Issue(t, validClaims(t))
+		tokens[i] = k1.Issue(validClaims(t))
 	}
 	var wg sync.WaitGroup
 	results := make([]fencecheck.Reason, n)
@@ -192,20 +170,20 @@ func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
 	}
 	// Let the fetch complete only once it has started and every caller
 	// has asked for keys while it was under way.
-	for deadline := time.Now().Add(30 * time.Second); srv.fetches.Load() == 0 || asked.Load() < n; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); srv.Fetches() == 0 || asked.Load() < n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			close(gate)
-			t.Fatalf("after 30s: %d fetches, %d of %d callers asked for keys", srv.fetches.Load(), asked.Load(), n)
+			release()
+			t.Fatalf("after 30s: %d fetches, %d of %d callers asked for keys", srv.Fetches(), asked.Load(), n)
 		}
 	}
-	close(gate)
+	release()
 	wg.Wait()
 	for i, r := range results {
 		if r != "" {
 			t.Errorf("caller %d: %s", i, r)
 		}
 	}
-	if got := srv.fetches.Load(); got != 1 {
+	if got := srv.Fetches(); got != 1 {
 		t.Fatalf("fetches = %d, want 1", got)
 	}
 }
@@ -213,61 +191,62 @@ func TestJWKSConcurrentMissesShareOneFetch(t *testing.T) {
 // TestJWKSUnavailableFailsClosed: without keys, every token is refused
 // with ReasonKeySource — never accepted, never blamed on the token.
 func TestJWKSUnavailableFailsClosed(t *testing.T) {
-	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	k1 := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 
 	t.Run("server down", func(t *testing.T) {
-		srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
-		url := srv.jwksURL()
+		srv := newJWKSServer(t, k1)
+		url := srv.JWKSURL()
 		srv.Close()
 		v := jwksVerifier(url, newClock())
-		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 	})
 	t.Run("error status", func(t *testing.T) {
-		srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
-		srv.status.Store(http.StatusServiceUnavailable)
+		srv := newJWKSServer(t, k1)
+		srv.Fail(http.StatusServiceUnavailable)
 		clk := newClock()
-		v := jwksVerifier(srv.jwksURL(), clk)
-		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		v := jwksVerifier(srv.JWKSURL(), clk)
+		if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 		// Within the interval the failure is remembered, not refetched.
-		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
-		if n := srv.fetches.Load(); n != 1 {
+		if n := srv.Fetches(); n != 1 {
 			t.Fatalf("fetches = %d, want 1", n)
 		}
 		// Recovery after the interval.
-		srv.status.Store(0)
+		srv.Fail(0)
 		clk.Advance(fencecheck.DefaultMinRefreshInterval)
-		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
+		if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != "" {
 			t.Fatalf("after recovery: %s", r)
 		}
 	})
 	t.Run("not a JWKS", func(t *testing.T) {
-		srv := newJWKSServer(t, nil, []byte(`<html>login</html>`))
-		v := jwksVerifier(srv.jwksURL(), newClock())
-		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != fencecheck.ReasonKeySource {
+		srv := newJWKSServer(t)
+		srv.PublishDocument([]byte(`<html>login</html>`))
+		v := jwksVerifier(srv.JWKSURL(), newClock())
+		if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 	})
 	t.Run("keys too old and server down", func(t *testing.T) {
-		srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1))
+		srv := newJWKSServer(t, k1)
 		clk := newClock()
-		v := jwksVerifier(srv.jwksURL(), clk)
-		if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
+		v := jwksVerifier(srv.JWKSURL(), clk)
+		if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != "" {
 			t.Fatal(r)
 		}
-		srv.status.Store(http.StatusBadGateway)
+		srv.Fail(http.StatusBadGateway)
 		// Within MaxKeyAge the cached keys serve.
 		clk.Advance(fencecheck.DefaultMaxKeyAge / 2)
-		if r := verifyWith(t, v, k1.Issue(t, freshClaims(t, clk))); r != "" {
+		if r := verifyWith(t, v, k1.Issue(freshClaims(t, clk))); r != "" {
 			t.Fatalf("within MaxKeyAge: %s", r)
 		}
 		clk.Advance(fencecheck.DefaultMaxKeyAge)
-		if r := verifyWith(t, v, k1.Issue(t, freshClaims(t, clk))); r != fencecheck.ReasonKeySource {
+		if r := verifyWith(t, v, k1.Issue(freshClaims(t, clk))); r != fencecheck.ReasonKeySource {
 			t.Fatalf("past MaxKeyAge: reason = %q, want %s", r, fencecheck.ReasonKeySource)
 		}
 	})
@@ -276,20 +255,20 @@ func TestJWKSUnavailableFailsClosed(t *testing.T) {
 // TestJWKSRemovedKeyStopsBeingTrusted: a key authzd withdrew is refused
 // once the cached set is older than MaxKeyAge.
 func TestJWKSRemovedKeyStopsBeingTrusted(t *testing.T) {
-	k1 := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	k2 := tokentest.NewKey(t, jwa.EdDSA, "authzd-2")
-	srv := newJWKSServer(t, nil, tokentest.JWKS(t, k1, k2))
+	k1 := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	k2 := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-2")
+	srv := newJWKSServer(t, k1, k2)
 	clk := newClock()
-	v := jwksVerifier(srv.jwksURL(), clk)
-	if r := verifyWith(t, v, k1.Issue(t, validClaims(t))); r != "" {
+	v := jwksVerifier(srv.JWKSURL(), clk)
+	if r := verifyWith(t, v, k1.Issue(validClaims(t))); r != "" {
 		t.Fatal(r)
 	}
-	srv.publish(tokentest.JWKS(t, k2))
+	srv.Publish(k2)
 	clk.Advance(fencecheck.DefaultMaxKeyAge + time.Second)
-	if r := verifyWith(t, v, k1.Issue(t, freshClaims(t, clk))); r != fencecheck.ReasonUnknownKey {
+	if r := verifyWith(t, v, k1.Issue(freshClaims(t, clk))); r != fencecheck.ReasonUnknownKey {
 		t.Fatalf("reason = %q, want %s", r, fencecheck.ReasonUnknownKey)
 	}
-	if r := verifyWith(t, v, k2.Issue(t, freshClaims(t, clk))); r != "" {
+	if r := verifyWith(t, v, k2.Issue(freshClaims(t, clk))); r != "" {
 		t.Fatal(r)
 	}
 }
@@ -302,4 +281,73 @@ func freshClaims(t *testing.T, clk *clock) fencecheck.Claims {
 	c.NotBefore += d
 	c.Expiry += d
 	return c
+}
+
+// TestParseJWKS: a JWKS document gives the keys a fetched JWKS would, by
+// kid: Ed25519 and P-256 signing keys, nothing else; a kid twice is an
+// error.
+func TestParseJWKS(t *testing.T) {
+	ed := fencechecktest.NewKey(fencechecktest.EdDSA, "ed")
+	ec := fencechecktest.NewKey(fencechecktest.ES256, "ec")
+	jwkOf := func(raw any, members map[string]any) map[string]any {
+		k, err := jwk.FromRaw(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range members {
+			if err := k.Set(name, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data, _ := json.Marshal(k)
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	doc := func(keys ...map[string]any) []byte {
+		data, _ := json.Marshal(map[string]any{"keys": keys})
+		return data
+	}
+	usable := []map[string]any{
+		jwkOf(ed.Public(), map[string]any{"kid": "ed", "alg": "EdDSA", "use": "sig"}),
+		jwkOf(ec.Public(), map[string]any{"kid": "ec"}),
+	}
+	skipped := []map[string]any{
+		jwkOf(fencechecktest.NewKey(fencechecktest.EdDSA, "x").Public(), nil),                                        // no kid
+		jwkOf(fencechecktest.NewKey(fencechecktest.EdDSA, "x").Public(), map[string]any{"kid": "enc", "use": "enc"}), // not for signatures
+		jwkOf(fencechecktest.NewKey(fencechecktest.EdDSA, "x").Public(), map[string]any{"kid": "alg", "alg": "ES256"}),
+		jwkOf(&p384.PublicKey, map[string]any{"kid": "p384"}),
+		jwkOf(&rsaKey.PublicKey, map[string]any{"kid": "rsa"}),
+	}
+	keys, err := fencecheck.ParseJWKS(doc(append(usable, skipped...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fencechecktest.Keys(ed, ec)
+	if len(keys) != len(want) {
+		t.Fatalf("ParseJWKS gave kids %v, want ed and ec", slices.Collect(maps.Keys(keys)))
+	}
+	for kid, pub := range want {
+		if got, ok := keys[kid].(interface{ Equal(crypto.PublicKey) bool }); !ok || !got.Equal(pub) {
+			t.Fatalf("key %q = %v, want %v", kid, keys[kid], pub)
+		}
+	}
+	// The keys verify the tokens of their issuer.
+	v := newVerifier(keys)
+	for _, k := range []*fencechecktest.Key{ed, ec} {
+		if _, err := v.Verify(context.Background(), k.Issue(validClaims(t)), testTool, json.RawMessage(testArgs)); err != nil {
+			t.Fatalf("%s: %v", k.KID, err)
+		}
+	}
+
+	if _, err := fencecheck.ParseJWKS(doc(usable[0], jwkOf(ec.Public(), map[string]any{"kid": "ed"}))); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("a kid twice: %v, want an error", err)
+	}
+	if _, err := fencecheck.ParseJWKS([]byte(`<html>login</html>`)); err == nil {
+		t.Fatal("not a JWKS: no error")
+	}
 }

@@ -17,8 +17,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/tokentest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 )
 
 const backendCredential = "fcd_backend_test_credential"
@@ -194,7 +193,7 @@ type mcpBackend struct {
 	requests atomic.Int64 // every request the handler ran
 	reporter *fencecheck.Reporter
 	authzd   *authzdStub
-	key      *tokentest.Key
+	key      *fencechecktest.Key
 	lastBody atomic.Pointer[[]byte]
 	claims   atomic.Pointer[fencecheck.Claims]
 }
@@ -253,7 +252,7 @@ type backendConfig struct {
 	// authzd and key are shared by the instances of one pool; nil makes
 	// the backend its own.
 	authzd *authzdStub
-	key    *tokentest.Key
+	key    *fencechecktest.Key
 	// call, if set, answers every tools/call; else the behaviour of the
 	// tool's name.
 	call http.HandlerFunc
@@ -271,7 +270,7 @@ func newBackend(t *testing.T, cfg backendConfig) *mcpBackend {
 		b.authzd = newAuthzdStub(t)
 	}
 	if b.key == nil {
-		b.key = tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+		b.key = fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	}
 	rep, err := fencecheck.NewReporter(fencecheck.ReporterConfig{
 		AuthzdURL: b.authzd.URL, Credential: backendCredential, Backoff: time.Millisecond,
@@ -282,7 +281,7 @@ func newBackend(t *testing.T, cfg backendConfig) *mcpBackend {
 	}
 	b.reporter = rep
 	t.Cleanup(func() { _ = rep.Close(context.Background()) })
-	v := newVerifier(tokentest.PublicSet(t, b.key))
+	v := newVerifier(fencechecktest.Keys(b.key))
 	v.Now = time.Now // tokens below are issued at the real now
 	v.Started = time.Now().Add(-time.Minute)
 	if cfg.online {
@@ -336,7 +335,7 @@ func (b *mcpBackend) token(t *testing.T, tool, args string) (string, fencecheck.
 	now := time.Now()
 	c.IssuedAt, c.NotBefore, c.Expiry = now.Unix(), now.Unix(), now.Unix()+30
 	c.Admitted = now.UnixMilli()
-	return b.key.Issue(t, c), c
+	return b.key.Issue(c), c
 }
 
 // drained closes the reporter and returns what authzd received.

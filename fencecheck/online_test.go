@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/tokentest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 )
 
 // waitFor polls cond until it holds, failing the test after 10 s (a
@@ -75,7 +74,7 @@ func TestMiddlewareReleasesRefusedCalls(t *testing.T) {
 				c := claimsFor(t, "github/create_repository", args)
 				now := time.Now()
 				c.IssuedAt, c.NotBefore, c.Expiry, c.Admitted = now.Unix(), now.Unix(), now.Unix()+30, now.UnixMilli()
-				return tokentest.NewKey(t, jwa.EdDSA, "authzd-1").Issue(t, c), c
+				return fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1").Issue(c), c
 			},
 			body: toolsCall("create_repository", `{"visibility":"public"}`)},
 		{note: "token of another pool", reason: fencecheck.ReasonMemberCase,
@@ -84,7 +83,7 @@ func TestMiddlewareReleasesRefusedCalls(t *testing.T) {
 				now := time.Now()
 				c.IssuedAt, c.NotBefore, c.Expiry, c.Admitted = now.Unix(), now.Unix(), now.Unix()+30, now.UnixMilli()
 				c.Audience = "github-canary"
-				return b.key.Issue(t, c), c
+				return b.key.Issue(c), c
 			},
 			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_repository","ARGUMENTS":` + args + `}}`},
 		{note: "expired token", reason: fencecheck.ReasonExpired,
@@ -92,7 +91,7 @@ func TestMiddlewareReleasesRefusedCalls(t *testing.T) {
 				c := claimsFor(t, "github/create_repository", args)
 				now := time.Now().Add(-time.Minute)
 				c.IssuedAt, c.NotBefore, c.Expiry, c.Admitted = now.Unix(), now.Unix(), now.Unix()+30, now.UnixMilli()
-				return b.key.Issue(t, c), c
+				return b.key.Issue(c), c
 			},
 			body: toolsCall("create_repository", `{"visibility":"public"}`)},
 

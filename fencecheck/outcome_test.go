@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/tokentest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 )
 
 // callWithID is a tools/call of tool with args under the JSON-RPC id id
@@ -307,7 +306,7 @@ func TestMiddlewarePassesTheRecoveryOn(t *testing.T) {
 			req, _ := http.NewRequest("POST", b.url, strings.NewReader(callWithID("7", "create_repository", args)))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
-			req.Header.Set(fencecheck.Header, b.key.Issue(t, c))
+			req.Header.Set(fencecheck.Header, b.key.Issue(c))
 			req.Header.Set(fencecheck.RecoveryHeader, "fm_forged")
 			if res, err := doRequest(req); err != nil || res.status != 200 {
 				t.Fatalf("call: %+v %v", res, err)
@@ -345,7 +344,7 @@ func TestRefusalNamesTheFormation(t *testing.T) {
 	if err := json.Unmarshal(res.body, &body); err != nil || body.Error.Data.Formation != claims.Formation || claims.Formation == "" {
 		t.Fatalf("a refused genuine call: %s (formation %q)", res.body, claims.Formation)
 	}
-	forged := tokentest.NewKey(t, jwa.EdDSA, "authzd-1").Issue(t, claims)
+	forged := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1").Issue(claims)
 	if res, err = do(t, "POST", b.url, callWithID("8", "create_repository", args), forged); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package fencecheck
 
 import (
 	"context"
+	"crypto"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 const (
@@ -54,9 +54,12 @@ type Verifier struct {
 	// iss: trust then rests on the keys alone.
 	Issuer string
 
-	// Keys is a static set of trusted public keys. Exactly one of Keys
-	// and JWKSURL must be set.
-	Keys jwk.Set
+	// Keys is a static set of trusted public keys by kid, each an
+	// ed25519.PublicKey (verifying EdDSA) or a P-256 *ecdsa.PublicKey
+	// (ES256): a key's kind is the one algorithm it verifies. [ParseJWKS]
+	// reads them from a JWKS document. Exactly one of Keys and JWKSURL
+	// must be set.
+	Keys map[string]crypto.PublicKey
 	// JWKSURL is the URL of authzd's JWKS (…/.well-known/jwks.json). The
 	// set is fetched on first use and cached; an unknown kid, or keys
 	// older than MaxKeyAge, trigger a refetch. If the JWKS cannot be
@@ -155,11 +158,11 @@ func (v *Verifier) init() {
 		case v.Keys != nil && v.JWKSURL != "":
 			errs = append(errs, errors.New("set Keys or JWKSURL, not both"))
 		case v.Keys != nil:
-			ks, err := newKeySet(v.Keys)
+			ks, err := staticKeySet(v.Keys)
 			if err != nil {
 				errs = append(errs, err)
 			} else if len(ks.keys) == 0 {
-				errs = append(errs, errors.New("Keys holds no usable Ed25519 or P-256 key with a kid"))
+				errs = append(errs, errors.New("Keys holds no usable key: no Ed25519 or P-256 key with a kid"))
 			}
 			kr.static = ks
 		case v.JWKSURL != "":

@@ -2,7 +2,11 @@ package fencecheck_test
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -13,7 +17,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
-	"github.com/fcd-authz/fcd/internal/tokentest"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
@@ -33,21 +37,18 @@ func TestVerifyAttackCorpus(t *testing.T) {
 }
 
 func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
-	key := tokentest.NewKey(t, alg, "authzd-1")
+	key := fencechecktest.NewKey(alg.String(), "authzd-1")
 	other := jwa.ES256 // a trusted key of the other kind
 	if alg == jwa.ES256 {
 		other = jwa.EdDSA
 	}
-	otherKey := tokentest.NewKey(t, other, "authzd-2")
-	attacker := tokentest.NewKey(t, alg, "authzd-1") // same kid, not trusted
-	set := tokentest.PublicSet(t, key, otherKey)
+	otherKey := fencechecktest.NewKey(other.String(), "authzd-2")
+	attacker := fencechecktest.NewKey(alg.String(), "authzd-1") // same kid, not trusted
+	set := fencechecktest.Keys(key, otherKey)
 
 	// The trusted public key as an attacker would find it: its raw bytes
 	// and its PEM encoding, to be used as an HMAC secret.
-	var rawPub any
-	if err := key.Pub.Raw(&rawPub); err != nil {
-		t.Fatal(err)
-	}
+	rawPub := key.Public()
 	der, err := x509.MarshalPKIXPublicKey(rawPub)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 		return func(t *testing.T) string {
 			c := validClaims(t)
 			edit(&c)
-			return key.Issue(t, c)
+			return key.Issue(c)
 		}
 	}
 	b64 := base64.RawURLEncoding.EncodeToString
@@ -89,9 +90,9 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 		{note: "signed the way authzd signs (jwx with the private JWK, as manifest.Sign)", token: func(t *testing.T) string {
 			h := jws.NewHeaders()
 			_ = h.Set(jws.TypeKey, fencecheck.TokenType)
-			_ = h.Set(jws.KeyIDKey, key.Priv.KeyID())
+			_ = h.Set(jws.KeyIDKey, key.KID)
 			payload, _ := json.Marshal(validClaims(t))
-			out, err := jws.Sign(payload, jws.WithKey(alg, key.Priv, jws.WithProtectedHeaders(h)))
+			out, err := jws.Sign(payload, jws.WithKey(alg, privateJWK(t, key), jws.WithProtectedHeaders(h)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,25 +108,25 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			_ = h.Set(jws.TypeKey, fencecheck.TokenType)
 			_ = h.Set(jws.KeyIDKey, "authzd-1")
 			payload, _ := json.Marshal(validClaims(t))
-			out, err := jws.Sign(payload, jws.WithJSON(), jws.WithKey(alg, key.Priv, jws.WithProtectedHeaders(h)))
+			out, err := jws.Sign(payload, jws.WithJSON(), jws.WithKey(alg, privateJWK(t, key), jws.WithProtectedHeaders(h)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return string(out)
 		}},
 		{note: "two parts", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			tok := key.Issue(t, validClaims(t))
+			tok := key.Issue(validClaims(t))
 			return tok[:strings.LastIndex(tok, ".")]
 		}},
 		{note: "base64 padding", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			return key.Issue(t, validClaims(t)) + "=="
+			return key.Issue(validClaims(t)) + "=="
 		}},
 		{note: "header member beyond alg typ kid (jku)", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
+			return signJWS(t, alg, key.Private, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
 				jws.JWKSetURLKey, "https://attacker.test/jwks.json"), validClaims(t))
 		}},
 		{note: "crit header", want: fencecheck.ReasonMalformed, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
+			return signJWS(t, alg, key.Private, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-1",
 				jws.CriticalKey, []string{"exp"}), validClaims(t))
 		}},
 
@@ -136,38 +137,38 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			return b64(h) + "." + b64(p) + "."
 		}},
 		{note: "HS256 keyed with the public key's raw bytes", want: fencecheck.ReasonAlgorithm, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, jwa.HS256, []byte(pubBytes), std, validClaims(t))
+			return signJWS(t, jwa.HS256, []byte(pubBytes), std, validClaims(t))
 		}},
 		{note: "HS256 keyed with the public key's PEM", want: fencecheck.ReasonAlgorithm, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, jwa.HS256, pubPEM, std, validClaims(t))
+			return signJWS(t, jwa.HS256, pubPEM, std, validClaims(t))
 		}},
 		{note: "alg of the other trusted key's kind", want: fencecheck.ReasonAlgorithm, token: func(t *testing.T) string {
 			// Signed correctly by authzd-2 but naming authzd-1.
-			return tokentest.SignJWS(t, other, otherKey.Priv, std, validClaims(t))
+			return signJWS(t, other, otherKey.Private, std, validClaims(t))
 		}},
 
 		// Explicit typing.
 		{note: "typ JWT", want: fencecheck.ReasonType, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, "JWT", jws.KeyIDKey, "authzd-1"), validClaims(t))
+			return signJWS(t, alg, key.Private, hdr(jws.TypeKey, "JWT", jws.KeyIDKey, "authzd-1"), validClaims(t))
 		}},
 		{note: "no typ", want: fencecheck.ReasonType, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.KeyIDKey, "authzd-1"), validClaims(t))
+			return signJWS(t, alg, key.Private, hdr(jws.KeyIDKey, "authzd-1"), validClaims(t))
 		}},
 
 		// Key selection.
 		{note: "missing kid", want: fencecheck.ReasonKeyID, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType), validClaims(t))
+			return signJWS(t, alg, key.Private, hdr(jws.TypeKey, fencecheck.TokenType), validClaims(t))
 		}},
 		{note: "unknown kid", want: fencecheck.ReasonUnknownKey, token: func(t *testing.T) string {
-			return tokentest.SignJWS(t, alg, key.Priv, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-9"), validClaims(t))
+			return signJWS(t, alg, key.Private, hdr(jws.TypeKey, fencecheck.TokenType, jws.KeyIDKey, "authzd-9"), validClaims(t))
 		}},
 
 		// Integrity.
 		{note: "signed by another key under a trusted kid", want: fencecheck.ReasonSignature, token: func(t *testing.T) string {
-			return attacker.Issue(t, validClaims(t))
+			return attacker.Issue(validClaims(t))
 		}},
 		{note: "tampered payload", want: fencecheck.ReasonSignature, token: func(t *testing.T) string {
-			tok := key.Issue(t, validClaims(t))
+			tok := key.Issue(validClaims(t))
 			parts := strings.Split(tok, ".")
 			c := validClaims(t)
 			c.Generation = testGen + 1
@@ -175,7 +176,7 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 			return parts[0] + "." + b64(p) + "." + parts[2]
 		}},
 		{note: "tampered signature", want: fencecheck.ReasonSignature, token: func(t *testing.T) string {
-			tok := key.Issue(t, validClaims(t))
+			tok := key.Issue(validClaims(t))
 			parts := strings.Split(tok, ".")
 			sig, _ := base64.RawURLEncoding.DecodeString(parts[2])
 			sig[len(sig)/2] ^= 0x01
@@ -186,50 +187,50 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 		{note: "unknown extra claim", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["fcd_scope"] = "admin"
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 		{note: "missing required claim", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			delete(m, "fcd_generation")
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 		{note: "empty required claim", want: fencecheck.ReasonClaims, token: with(func(c *fencecheck.Claims) { c.Cluster = "" })},
 		{note: "duplicate claim", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			p, _ := json.Marshal(validClaims(t))
 			p = append(p[:len(p)-1], `,"aud":"other-pool"}`...)
-			return key.Issue(t, p)
+			return key.Issue(p)
 		}},
 		{note: "claim name in another case", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["AUD"] = m["aud"]
 			delete(m, "aud")
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 		{note: "missing fcd_admitted", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			delete(m, "fcd_admitted")
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 		{note: "zero fcd_admitted", want: fencecheck.ReasonClaims, token: with(func(c *fencecheck.Claims) { c.Admitted = 0 })},
 		{note: "empty fcd_recovery_of", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["fcd_recovery_of"] = ""
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 		{note: "fcd_recovery_of a number", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["fcd_recovery_of"] = 7
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 		{note: "fcd_admitted in seconds with a fraction", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["fcd_admitted"] = float64(testEpoch.Unix()) + 0.5
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 		{note: "claim of the wrong type", want: fencecheck.ReasonClaims, token: func(t *testing.T) string {
 			m := claimsMap(t, validClaims(t))
 			m["aud"] = []string{testPool}
-			return key.Issue(t, m)
+			return key.Issue(m)
 		}},
 
 		// Who and when.
@@ -287,7 +288,7 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 				c := validClaims(t)
 				c.ID = "lease-reused"
 				c.Formation = "formation-0"
-				if _, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs)); err != nil {
+				if _, err := v.Verify(context.Background(), key.Issue(c), testTool, json.RawMessage(testArgs)); err != nil {
 					t.Fatalf("first use: %v", err)
 				}
 			}},
@@ -341,13 +342,13 @@ func attackCorpus(t *testing.T, alg jwa.SignatureAlgorithm) {
 // replay check does not consume its jti, so a forged or misdirected copy
 // cannot burn the genuine call.
 func TestRejectedTokenKeepsJTI(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	forger := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(tokentest.PublicSet(t, key))
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	forger := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	v := newVerifier(fencechecktest.Keys(key))
 	ctx := context.Background()
 	c := validClaims(t)
-	genuine := key.Issue(t, c)
-	forged := forger.Issue(t, c)
+	genuine := key.Issue(c)
+	forged := forger.Issue(c)
 
 	for _, attempt := range []struct {
 		token, args string
@@ -370,8 +371,12 @@ func TestRejectedTokenKeepsJTI(t *testing.T) {
 }
 
 func TestVerifierConfiguration(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	set := tokentest.PublicSet(t, key)
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	set := fencechecktest.Keys(key)
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		note string
 		v    *fencecheck.Verifier
@@ -381,7 +386,13 @@ func TestVerifierConfiguration(t *testing.T) {
 		{"zero value", &fencecheck.Verifier{}, "Pool is required"},
 		{"no key source", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c"}, "key source"},
 		{"both key sources", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", Keys: set, JWKSURL: "http://x/jwks"}, "not both"},
-		{"no usable key", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", Keys: tokentest.PublicSet(t)}, "no usable"},
+		{"no usable key", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", Keys: fencechecktest.Keys()}, "no usable"},
+		{"a private key", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c",
+			Keys: map[string]crypto.PublicKey{"authzd-1": key.Private}}, "not an Ed25519 or P-256 public key"},
+		{"a P-384 key", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c",
+			Keys: map[string]crypto.PublicKey{"authzd-1": &p384.PublicKey}}, "not an Ed25519 or P-256 public key"},
+		{"a key without a kid", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c",
+			Keys: map[string]crypto.PublicKey{"": key.Public()}}, "without a kid"},
 		{"JWKS URL not http", &fencecheck.Verifier{Pool: "p", Artifact: "a", Config: "c", JWKSURL: "file:///etc/jwks"}, "http"},
 	}
 	for _, tc := range cases {
@@ -396,7 +407,7 @@ func TestVerifierConfiguration(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate = %v, want %q", err, tc.want)
 			}
-			_, err = tc.v.Verify(context.Background(), key.Issue(t, validClaims(t)), testTool, json.RawMessage(testArgs))
+			_, err = tc.v.Verify(context.Background(), key.Issue(validClaims(t)), testTool, json.RawMessage(testArgs))
 			if got := fencecheck.ReasonOf(err); got != fencecheck.ReasonMisconfigured {
 				t.Fatalf("Verify reason = %q, want %s", got, fencecheck.ReasonMisconfigured)
 			}
@@ -407,16 +418,16 @@ func TestVerifierConfiguration(t *testing.T) {
 // TestVerifyReplayStoreFull: a store that cannot record the jti refuses
 // the token rather than accept it unrecorded.
 func TestVerifyReplayStoreFull(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	v := newVerifier(tokentest.PublicSet(t, key))
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	v := newVerifier(fencechecktest.Keys(key))
 	store := fencecheck.NewMemoryReplay(1)
 	store.Now = v.Now
 	v.Replay = store
 	ctx := context.Background()
-	if _, err := v.Verify(ctx, key.Issue(t, validClaims(t)), testTool, json.RawMessage(testArgs)); err != nil {
+	if _, err := v.Verify(ctx, key.Issue(validClaims(t)), testTool, json.RawMessage(testArgs)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := v.Verify(ctx, key.Issue(t, validClaims(t)), testTool, json.RawMessage(testArgs))
+	_, err := v.Verify(ctx, key.Issue(validClaims(t)), testTool, json.RawMessage(testArgs))
 	if got := fencecheck.ReasonOf(err); got != fencecheck.ReasonReplayStore {
 		t.Fatalf("reason = %q (%v), want %s", got, err, fencecheck.ReasonReplayStore)
 	}
@@ -424,17 +435,17 @@ func TestVerifyReplayStoreFull(t *testing.T) {
 
 // TestVerifySkewSettings: zero skew is the default, a negative one none.
 func TestVerifySkewSettings(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	c := validClaims(t)
 	c.IssuedAt, c.NotBefore, c.Expiry = c.IssuedAt-20, c.NotBefore-20, testEpoch.Unix()-2 // expired 2 s ago
 	for _, tc := range []struct {
 		skew time.Duration
 		want fencecheck.Reason
 	}{{0, ""}, {-1, fencecheck.ReasonExpired}, {time.Second, fencecheck.ReasonExpired}, {3 * time.Second, ""}} {
-		v := newVerifier(tokentest.PublicSet(t, key))
+		v := newVerifier(fencechecktest.Keys(key))
 		v.Skew = tc.skew
 		c.ID = newJTI()
-		_, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs))
+		_, err := v.Verify(context.Background(), key.Issue(c), testTool, json.RawMessage(testArgs))
 		if got := fencecheck.ReasonOf(err); got != tc.want {
 			t.Errorf("skew %s: reason %q (%v), want %q", tc.skew, got, err, tc.want)
 		}
@@ -462,7 +473,7 @@ func TestClaimsValidateOrder(t *testing.T) {
 // before the process started (plus the skew) is refused: an earlier
 // process may have run it, and its replay memory is gone.
 func TestVerifyOffline(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	started := testEpoch.Add(-time.Minute)
 	cases := []struct {
 		note     string
@@ -481,12 +492,12 @@ func TestVerifyOffline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
-			v := newVerifier(tokentest.PublicSet(t, key))
+			v := newVerifier(fencechecktest.Keys(key))
 			v.Started = started
 			v.Skew = tc.skew
 			c := validClaims(t)
 			c.Admitted = tc.admitted.UnixMilli()
-			token := key.Issue(t, c)
+			token := key.Issue(c)
 			_, err := v.Verify(context.Background(), token, testTool, json.RawMessage(testArgs))
 			if got := fencecheck.ReasonOf(err); got != tc.want {
 				t.Fatalf("reason = %q (%v), want %q", got, err, tc.want)
@@ -507,9 +518,9 @@ func TestVerifyOffline(t *testing.T) {
 // TestVerifyOfflineStartedAtFirstUse: a zero Started is the verifier's
 // first use (Validate or Verify), by its clock.
 func TestVerifyOfflineStartedAtFirstUse(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
 	clk := newClock()
-	v := newVerifier(tokentest.PublicSet(t, key))
+	v := newVerifier(fencechecktest.Keys(key))
 	v.Started = time.Time{}
 	v.Now = clk.Now
 	if err := v.Validate(); err != nil { // first use, at testEpoch
@@ -528,7 +539,7 @@ func TestVerifyOfflineStartedAtFirstUse(t *testing.T) {
 		now := clk.Now().Unix()
 		c.IssuedAt, c.NotBefore, c.Expiry = now, now, now+30
 		c.Admitted = tc.admitted.UnixMilli()
-		_, err := v.Verify(context.Background(), key.Issue(t, c), testTool, json.RawMessage(testArgs))
+		_, err := v.Verify(context.Background(), key.Issue(c), testTool, json.RawMessage(testArgs))
 		if got := fencecheck.ReasonOf(err); got != tc.want {
 			t.Errorf("admitted %s after the first use: reason %q (%v), want %q", tc.admitted.Sub(testEpoch), got, err, tc.want)
 		}

@@ -38,11 +38,19 @@
 // session; the host may form the call again (with new arguments, after an
 // approval, after Retry-After) on the same session.
 //
-// A JSON-RPC batch that holds a tools/call is refused with
-// [ErrBatchedCall] before anything is sent: one request carries one
-// Fcd-Formation header, and the fence refuses batched calls anyway. The MCP
-// SDKs send no batches (protocol 2025-06-18 removed them); a batch
-// without a call passes untouched.
+// The transport reads each POST body with fencecheck.ReadMessage, the
+// strict reader authzd's gateway check and the backend's fence read it
+// with, so the call it forms is exactly the call they verify. A JSON-RPC
+// batch that holds a tools/call is refused with [ErrBatchedCall] before
+// anything is sent: one request carries one Fcd-Formation header, and the
+// fence refuses batched calls anyway. The MCP SDKs send no batches
+// (protocol 2025-06-18 removed them); a batch without a call passes
+// untouched. Any other body that reader refuses — a member twice, a name
+// fcd reads spelled in another case ("Method", "Arguments"), invalid
+// UTF-8, argument names that fold alike — ends with its
+// *fencecheck.RejectError (fencecheck.ReasonOf names the reason), and
+// nothing is sent: the gateway and the fence would refuse it. A body that
+// is not JSON at all holds no call and passes untouched.
 //
 // The transport never logs or prints the host credential ([Credential]
 // prints as "[redacted]").

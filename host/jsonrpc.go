@@ -1,8 +1,9 @@
 package host
 
 import (
-	"bytes"
 	"encoding/json"
+
+	"github.com/fcd-authz/fcd/fencecheck"
 )
 
 // toolCall is the part of a tools/call request the transport forms.
@@ -14,35 +15,27 @@ type toolCall struct {
 }
 
 // toolCallOf returns the tools/call a POST body holds, nil when it holds
-// none (another request, a notification, a response, or no JSON-RPC at
-// all: those pass untouched). A batch that holds a call is ErrBatchedCall.
+// none: another request, a notification, a response, a batch without a
+// call, or no JSON at all — those pass untouched. It reads the body with
+// [fencecheck.ReadMessage], the reader authzd's gateway check and the fence
+// read it with, so the call formed is the call they verify. A batch that
+// holds a call is [ErrBatchedCall]; any other body that reader refuses (a
+// member twice, a name fcd reads spelled in another case, invalid UTF-8,
+// names in the arguments that fold alike, …) is its *fencecheck.RejectError:
+// the gateway and the fence would refuse it, so it is not sent.
 func toolCallOf(body []byte) (*toolCall, error) {
-	type message struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"params"`
+	m, err := fencecheck.ReadMessage(body)
+	switch fencecheck.ReasonOf(err) {
+	case "":
+	case fencecheck.ReasonParse:
+		return nil, nil
+	case fencecheck.ReasonBatch:
+		return nil, ErrBatchedCall
+	default:
+		return nil, err
 	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		var batch []struct {
-			Method string `json:"method"`
-		}
-		if json.Unmarshal(trimmed, &batch) != nil {
-			return nil, nil
-		}
-		for _, m := range batch {
-			if m.Method == "tools/call" {
-				return nil, ErrBatchedCall
-			}
-		}
+	if !m.Call {
 		return nil, nil
 	}
-	var m message
-	if json.Unmarshal(trimmed, &m) != nil || m.Method != "tools/call" {
-		return nil, nil
-	}
-	return &toolCall{Name: m.Params.Name, Arguments: m.Params.Arguments}, nil
+	return &toolCall{Name: m.Name, Arguments: m.Arguments}, nil
 }

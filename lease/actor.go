@@ -25,21 +25,10 @@ func actorOf(ctx context.Context) string {
 	return id
 }
 
-// note is the value of a notes/ key: who made the change it is written
-// with, and the state, generation or revocation it made.
-type note struct {
-	By         string `json:"by,omitempty"`
-	State      string `json:"state,omitempty"`
-	Generation int64  `json:"generation,omitempty"`
-}
-
 // noteOp is the put of a note about subject (of kind: "epochs",
 // "certificates", "generations") in the transaction that makes the change.
-func (s *Store) noteOp(ctx context.Context, kind, subject string, n note) clientv3.Op {
-	n.By = actorOf(ctx)
-	b, _ := json.Marshal(n)
+func (s *Store) noteOp(ctx context.Context, kind, subject string, n storedNote) clientv3.Op {
+	n.ver, n.By = current, actorOf(ctx)
+	b, _ := json.Marshal(&n)
 	return clientv3.OpPut(s.k.note(kind, subject), string(b))
 }
-
-func (k keys) notes() string                    { return k.p + "notes/" }
-func (k keys) note(kind, subject string) string { return k.notes() + kind + "/" + subject }

@@ -2,12 +2,12 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -18,16 +18,16 @@ import (
 func (s *Store) RegisterCertificate(ctx context.Context, sc *manifest.SignedCertificate) (*record.Certificate, bool, error) {
 	c := sc.Certificate
 	rec := &record.Certificate{ID: sc.ID, Certificate: c, KeyID: sc.KeyID, JWS: sc.JWS, RegisteredAt: s.now().UTC()}
-	val, err := json.Marshal(rec)
+	val, err := encodeStored("certificate", toStoredCertificate(rec))
 	if err != nil {
-		return nil, false, fmt.Errorf("lease: encode certificate: %w", err)
+		return nil, false, err
 	}
 	key := s.k.certificate(c.Source, c.Tool, sc.ID)
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val)), clientv3.OpPut(s.k.certificateIndex(sc.ID), key)).
+		Then(clientv3.OpPut(key, val), clientv3.OpPut(s.k.certificateIndex(sc.ID), key)).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -37,17 +37,19 @@ func (s *Store) RegisterCertificate(ctx context.Context, sc *manifest.SignedCert
 		rec.Revision = resp.Header.Revision
 		return rec, true, nil
 	}
-	old, err := decodeCertificate(resp.Responses[0].GetResponseRange().Kvs[0].Value, resp.Responses[0].GetResponseRange().Kvs[0].ModRevision)
+	old, err := decodeCertificate(resp.Responses[0].GetResponseRange().Kvs[0])
 	return old, false, err
 }
 
-func decodeCertificate(b []byte, rev int64) (*record.Certificate, error) {
-	var rec record.Certificate
-	if err := json.Unmarshal(b, &rec); err != nil || rec.Certificate == nil {
-		return nil, fmt.Errorf("%w: certificate record", record.ErrCorrupt)
+func decodeCertificate(kv *mvccpb.KeyValue) (*record.Certificate, error) {
+	var rec storedCertificate
+	if err := decodeStored(kv.Key, kv.Value, &rec); err != nil {
+		return nil, err
 	}
-	rec.Revision = rev
-	return &rec, nil
+	if rec.Certificate == nil {
+		return nil, fmt.Errorf("%w: %s: no certificate", record.ErrCorrupt, kv.Key)
+	}
+	return rec.certificate(kv.ModRevision), nil
 }
 
 // GetCertificate returns a registered certificate, revoked or not, with
@@ -77,7 +79,7 @@ func (s *Store) getCertificate(ctx context.Context, id string) (*record.Certific
 	if len(got.Kvs) == 0 {
 		return nil, "", fmt.Errorf("%w: %s", record.ErrCertificateNotFound, id)
 	}
-	rec, err := decodeCertificate(got.Kvs[0].Value, got.Kvs[0].ModRevision)
+	rec, err := decodeCertificate(got.Kvs[0])
 	return rec, key, err
 }
 
@@ -97,14 +99,14 @@ func (s *Store) RevokeCertificate(ctx context.Context, id string) (*record.Certi
 		read := rec.Revision
 		now := s.now().UTC()
 		rec.Revoked, rec.RevokedAt = true, &now
-		val, err := json.Marshal(rec)
+		val, err := encodeStored("certificate", toStoredCertificate(rec))
 		if err != nil {
-			return nil, fmt.Errorf("lease: encode certificate: %w", err)
+			return nil, err
 		}
 		octx, cancel := s.op(ctx)
 		resp, err := s.cli.Txn(octx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", read)).
-			Then(clientv3.OpPut(key, string(val)), s.noteOp(ctx, "certificates", id, note{State: "revoked"})).
+			Then(clientv3.OpPut(key, val), s.noteOp(ctx, noteCertificates, id, storedNote{State: "revoked"})).
 			Commit()
 		cancel()
 		if err != nil {
@@ -132,7 +134,7 @@ func (s *Store) CertificatesFor(ctx context.Context, source, tool string) ([]*re
 	}
 	out := make([]*record.Certificate, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		rec, err := decodeCertificate(kv.Value, kv.ModRevision)
+		rec, err := decodeCertificate(kv)
 		if err != nil {
 			return nil, err
 		}
@@ -149,15 +151,3 @@ func (s *Store) certificateKey(rec *record.Certificate) string {
 
 // certificates is the prefix of the certificates of tool on source; of
 // every tool on source when tool is empty; of all when source is too.
-func (k keys) certificates(source, tool string) string {
-	p := k.p + "certificates/"
-	if source == "" {
-		return p
-	}
-	if p += source + "/"; tool == "" {
-		return p
-	}
-	return p + tool + "/"
-}
-func (k keys) certificate(source, tool, id string) string { return k.certificates(source, tool) + id }
-func (k keys) certificateIndex(id string) string          { return k.p + "certificate-ids/" + id }

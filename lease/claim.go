@@ -2,9 +2,7 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
@@ -63,9 +61,9 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 		at = s.now()
 	}
 	c := &record.Claim{ID: req.Claim, At: at.UTC()}
-	val, err := json.Marshal(&storedClaim{Claim: c, Epoch: req.Epoch, Admission: req.Revision})
+	val, err := encodeStored("claim", &storedClaim{ver: current, ID: c.ID, At: c.At, Epoch: req.Epoch, Admission: req.Revision})
 	if err != nil {
-		return nil, fmt.Errorf("lease: encode claim: %w", err)
+		return nil, err
 	}
 	mkey, ckey := s.k.marker(req.Epoch, req.Lease), s.k.claim(req.Lease, req.Claim)
 	resp, err := s.txn(ctx, txn{
@@ -73,7 +71,7 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 			clientv3.Compare(clientv3.ModRevision(mkey), "=", req.Revision),
 			clientv3.Compare(clientv3.CreateRevision(s.k.claims(req.Lease)), "=", 0).WithPrefix(),
 		},
-		then: []clientv3.Op{clientv3.OpPut(ckey, string(val))},
+		then: []clientv3.Op{clientv3.OpPut(ckey, val)},
 		els: []clientv3.Op{
 			clientv3.OpGet(s.k.claims(req.Lease), clientv3.WithPrefix()),
 			clientv3.OpGet(mkey),
@@ -89,15 +87,15 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 		return c, nil
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		var cur record.Claim
-		if err := json.Unmarshal(kvs[0].Value, &cur); err != nil {
-			return nil, fmt.Errorf("%w: claim of lease %s", record.ErrCorrupt, req.Lease)
+		stored, err := decodeClaim(kvs[0].Key, kvs[0].Value)
+		if err != nil {
+			return nil, err
 		}
-		if cur.ID == req.Claim {
+		if cur := stored.claim(); cur.ID == req.Claim {
 			// Our own claim, whose answer was lost; still open?
 			if m := resp.Responses[1].GetResponseRange().Kvs; len(m) > 0 && m[0].CreateRevision == req.Revision {
 				cur.Revision = kvs[0].ModRevision
-				return &cur, nil
+				return cur, nil
 			}
 		} else {
 			return nil, fmt.Errorf("%w: %s", record.ErrLeaseClaimed, req.Lease)
@@ -112,29 +110,10 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 	case m[0].CreateRevision != req.Revision:
 		return nil, fmt.Errorf("%w: %s (not admitted at revision %d)", record.ErrLeaseNotFound, req.Lease, req.Revision)
 	}
-	var l record.Lease
-	if json.Unmarshal(m[0].Value, &l) == nil && l.State == record.LeaseUncertain {
+	if l, err := decodeMarker(m[0].Key, m[0].Value); err != nil {
+		return nil, err
+	} else if l.State == record.LeaseUncertain {
 		return nil, fmt.Errorf("%w: %s", record.ErrLeaseUncertain, req.Lease)
 	}
 	return nil, fmt.Errorf("%w: lease %s", record.ErrConflict, req.Lease)
-}
-
-// claim is the key of a lease's claim under a claim id, written once by
-// ClaimLease and deleted when the lease closes; claims is the prefix of a
-// lease's claims, of which there is at most one. The id is in the key so
-// that a report's compare proves the claim is the reporter's without
-// reading it.
-func (k keys) allClaims() string          { return k.p + "claims/" }
-func (k keys) claims(lease string) string { return k.allClaims() + lease + "/" }
-func (k keys) claim(lease, claim string) string {
-	return k.claims(lease) + url.PathEscape(claim)
-}
-
-// storedClaim is a claim's value: the claim, and the epoch and admission
-// revision of the lease it claims (proven by the claim's compares), which
-// the audit trail records with it. Readers decode it as a record.Claim.
-type storedClaim struct {
-	*record.Claim
-	Epoch     string `json:"epoch"`
-	Admission int64  `json:"admission"`
 }

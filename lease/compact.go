@@ -24,17 +24,11 @@ import (
 // it), so that a replica removed for good does not pin the history.
 const DefaultCursorTTL = 24 * time.Hour
 
-// trailCursor is the value of a replica's trail-cursors/ key.
-type trailCursor struct {
-	Revision int64     `json:"revision"`
-	At       time.Time `json:"at"`
-}
-
 // SetTrailCursor records that replica's trail holds every event up to rev:
 // compaction is held back to it (Compact). It returns the revision of the
 // write itself.
 func (s *Store) SetTrailCursor(ctx context.Context, replica string, rev int64) (int64, error) {
-	b, _ := json.Marshal(trailCursor{Revision: rev, At: s.now().UTC()})
+	b, _ := json.Marshal(&storedCursor{ver: current, Revision: rev, At: s.now().UTC()})
 	octx, cancel := s.writeOp(ctx)
 	defer cancel()
 	resp, err := s.cli.Put(octx, s.k.trailCursor(replica), string(b))
@@ -56,9 +50,9 @@ func (s *Store) TrailCursor(ctx context.Context, replica string) (int64, bool, e
 	if len(resp.Kvs) == 0 {
 		return 0, false, nil
 	}
-	var c trailCursor
-	if err := json.Unmarshal(resp.Kvs[0].Value, &c); err != nil {
-		return 0, false, fmt.Errorf("lease: trail cursor of %s: %w", replica, err)
+	var c storedCursor
+	if err := decodeStored(resp.Kvs[0].Key, resp.Kvs[0].Value, &c); err != nil {
+		return 0, false, err
 	}
 	return c.Revision, true, nil
 }
@@ -80,8 +74,13 @@ func (s *Store) TrailFloor(ctx context.Context, ttl time.Duration) (int64, bool,
 	found := false
 	cutoff := s.now().Add(-ttl)
 	for _, kv := range resp.Kvs {
-		var c trailCursor
-		if json.Unmarshal(kv.Value, &c) != nil || c.At.Before(cutoff) {
+		// A cursor that does not decode fails the floor: compacting past
+		// a trail that may still need the history is not safe.
+		var c storedCursor
+		if err := decodeStored(kv.Key, kv.Value, &c); err != nil {
+			return 0, false, err
+		}
+		if c.At.Before(cutoff) {
 			continue
 		}
 		if !found || c.Revision+1 < floor {
@@ -214,9 +213,6 @@ func (s *Store) firstChange(ctx context.Context, from, until int64) (int64, erro
 		}
 	}
 }
-
-func (k keys) trailCursors() string              { return k.p + "trail-cursors/" }
-func (k keys) trailCursor(replica string) string { return k.trailCursors() + replica }
 
 // full reports whether the store has the NOSPACE alarm raised.
 func (s *Store) full(ctx context.Context) (bool, error) {

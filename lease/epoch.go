@@ -17,6 +17,7 @@ import (
 
 // epochRecord is the immutable stored part of an epoch.
 type epochRecord struct {
+	ver
 	ID           string             `json:"id"`
 	SignerKeyID  string             `json:"signerKid"`
 	RegisteredAt time.Time          `json:"registeredAt"`
@@ -75,8 +76,11 @@ func (r *epochRecord) epoch(rev int64, st record.State, withDoc bool) (*record.E
 
 func decodeRecord(kv *mvccpb.KeyValue) (*epochRecord, error) {
 	var r epochRecord
-	if err := json.Unmarshal(kv.Value, &r); err != nil || r.Manifest == nil {
-		return nil, fmt.Errorf("%w: epoch record %s", record.ErrCorrupt, kv.Key)
+	if err := decodeStored(kv.Key, kv.Value, &r); err != nil {
+		return nil, err
+	}
+	if r.Manifest == nil {
+		return nil, fmt.Errorf("%w: epoch record %s: no manifest", record.ErrCorrupt, kv.Key)
 	}
 	return &r, nil
 }
@@ -86,7 +90,7 @@ func decodeRecord(kv *mvccpb.KeyValue) (*epochRecord, error) {
 // same manifest again, even concurrently, returns the one existing epoch
 // with created false.
 func (s *Store) RegisterEpoch(ctx context.Context, sm *manifest.Signed) (ep *record.Epoch, created bool, err error) {
-	rec := epochRecord{ID: sm.Epoch, SignerKeyID: sm.KeyID, RegisteredAt: s.now().UTC(), Manifest: sm.Manifest, JWS: sm.JWS}
+	rec := epochRecord{ver: current, ID: sm.Epoch, SignerKeyID: sm.KeyID, RegisteredAt: s.now().UTC(), Manifest: sm.Manifest, JWS: sm.JWS}
 	val, err := json.Marshal(&rec)
 	if err != nil {
 		return nil, false, fmt.Errorf("lease: encode epoch: %w", err)
@@ -174,11 +178,12 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*record.Lease, er
 	}
 	claims := map[string]*record.Claim{}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		var c record.Claim
-		if json.Unmarshal(kv.Value, &c) == nil {
-			lease, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.k.allClaims()), "/")
-			claims[lease] = &c
+		c, err := decodeClaim(kv.Key, kv.Value)
+		if err != nil {
+			return nil, err
 		}
+		lease, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.k.allClaims()), "/")
+		claims[lease] = c.claim()
 	}
 	if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
 		return nil, fmt.Errorf("%w: %s", record.ErrEpochNotFound, id)
@@ -186,15 +191,16 @@ func (s *Store) EpochLeases(ctx context.Context, id string) ([]*record.Lease, er
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	out := make([]*record.Lease, 0, len(kvs))
 	for _, kv := range kvs {
-		var l record.Lease
-		if err := json.Unmarshal(kv.Value, &l); err != nil {
-			return nil, fmt.Errorf("%w: lease marker %s", record.ErrCorrupt, kv.Key)
+		m, err := decodeMarker(kv.Key, kv.Value)
+		if err != nil {
+			return nil, err
 		}
+		l := m.lease()
 		l.Revision, l.Cluster = kv.CreateRevision, clusterID(resp.Header.ClusterId)
 		if l.Claim = claims[l.ID]; l.Claim != nil && l.State == record.LeaseAdmitted {
 			l.State = record.LeaseRunning
 		}
-		out = append(out, &l)
+		out = append(out, l)
 	}
 	return out, nil
 }
@@ -393,7 +399,7 @@ func (s *Store) transition(ctx context.Context, op, id string, from, to record.S
 	defer cancel()
 	resp, err := s.cli.Txn(octx).
 		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.Value(skey), "=", string(from))}, conds...)...).
-		Then(clientv3.OpPut(skey, string(to)), s.noteOp(ctx, "epochs", id, note{State: string(to)})).
+		Then(clientv3.OpPut(skey, string(to)), s.noteOp(ctx, noteEpochs, id, storedNote{State: string(to)})).
 		Else(append([]clientv3.Op{clientv3.OpGet(skey)}, reads...)...).
 		Commit()
 	if err != nil {
@@ -436,16 +442,18 @@ func (s *Store) waitForChange(ctx context.Context, prefix string, rev int64, d t
 	}
 }
 
-// tallyMarkers counts markers by state. A marker that does not decode
-// counts as active: it still blocks retirement, which is the safe side.
+// tallyMarkers counts markers by state. A marker that does not decode, or
+// of a format version this build does not read, counts as active: it
+// still blocks retirement, which is the safe side.
 func tallyMarkers(kvs []*mvccpb.KeyValue) (active, uncertain int) {
 	for _, kv := range kvs {
 		// Only the state is read: this runs over every marker of an
 		// epoch (or of the cluster, for a listing).
 		var l struct {
+			ver
 			State record.LeaseState `json:"state"`
 		}
-		if json.Unmarshal(kv.Value, &l) == nil && l.State == record.LeaseUncertain {
+		if json.Unmarshal(kv.Value, &l) == nil && l.V <= storedVersion && l.State == record.LeaseUncertain {
 			uncertain++
 		} else {
 			active++

@@ -62,7 +62,7 @@ func (s *Store) Exposure(ctx context.Context) (Exposure, error) {
 	defer cli.Close()
 	pctx, pcancel := s.op(ctx)
 	defer pcancel()
-	_, err = cli.Get(pctx, s.k.p+"ping", clientv3.WithCountOnly())
+	_, err = cli.Get(pctx, s.k.ping(), clientv3.WithCountOnly())
 	if cerr := ctx.Err(); cerr != nil {
 		return e, fmt.Errorf("lease: exposure: %w", cerr)
 	}

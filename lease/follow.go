@@ -22,7 +22,7 @@ import (
 // that outlived its deadline, an answer lost on the way, a replica that
 // died between the commit and the answer). What only the request knew —
 // who asked, why, under which claim — is written into the values of the
-// change itself (closure, note, storedClaim, storedMarker, the formation's
+// change itself (closure, storedNote, storedClaim, storedMarker, the formation's
 // decision), so the history alone tells the whole story.
 
 // Commit is what one etcd revision changed in fcd's keyspace, as far as
@@ -262,79 +262,74 @@ func (s *Store) changes(rev int64, evs []*clientv3.Event) []Change {
 		if ev.Type != clientv3.EventTypePut {
 			continue
 		}
-		kv, key := ev.Kv, string(ev.Kv.Key)
-		rest, ok := strings.CutPrefix(key, s.k.p)
+		kv := ev.Kv
+		kind, id, ok := s.k.kind(string(kv.Key))
 		if !ok {
 			continue
 		}
-		kind, id, _ := strings.Cut(rest, "/")
 		switch kind {
-		case "epochs":
+		case segEpochs:
 			if kv.Version == 1 {
 				add(s.epochRegistered(kv))
 			}
-		case "notes":
-			if !strings.HasPrefix(id, "restores/") {
+		case segNotes:
+			if !strings.HasPrefix(id, noteRestores+"/") {
 				add(s.noted(id, kv, puts))
 			}
-		case "snapshots":
+		case segSnapshots:
 			if kv.Version == 1 {
-				var snap record.Snapshot
-				err := json.Unmarshal(kv.Value, &snap)
-				add(SnapshotCreated{Snapshot: &snap}, err)
+				var snap storedSnapshot
+				err := decodeStored(kv.Key, kv.Value, &snap)
+				add(SnapshotCreated{Snapshot: snap.snapshot()}, err)
 			}
-		case "formations":
+		case segFormations:
 			if kv.Version == 1 {
 				add(s.formationCreated(id, kv, puts))
 			}
-		case "formation-states":
+		case segFormationStates:
 			if kv.Version > 1 && ev.PrevKv != nil {
-				for _, c := range approvals(id, ev.PrevKv, kv) {
+				cs, err := approvals(id, ev.PrevKv, kv)
+				add(nil, err)
+				for _, c := range cs {
 					add(c, nil)
 				}
 			}
-		case "formation-outcomes":
+		case segFormationOutcomes:
 			add(s.leaseClosed(id, kv, puts))
-		case "markers":
+		case segMarkers:
 			if kv.Version == 1 {
-				var m storedMarker
-				err := json.Unmarshal(kv.Value, &m)
-				if err == nil && m.Lease == nil {
-					err = errors.New("empty marker")
+				m, err := decodeMarker(kv.Key, kv.Value)
+				if err != nil {
+					add(nil, err)
+					continue
 				}
-				if err == nil {
-					m.Lease.Revision = kv.ModRevision
-				}
-				add(LeaseAdmitted{Lease: m.Lease, Requires: m.Requires, Excludes: m.Exclusive}, err)
+				l := m.lease()
+				l.Revision = kv.ModRevision
+				add(LeaseAdmitted{Lease: l, Requires: m.Requires, Excludes: m.Exclusive}, nil)
 			}
-		case "claims":
+		case segClaims:
 			if kv.Version == 1 {
 				lid, _, _ := strings.Cut(id, "/")
-				var c storedClaim
-				err := json.Unmarshal(kv.Value, &c)
-				if err == nil && c.Claim == nil {
-					err = errors.New("empty claim")
-				}
-				if err == nil {
-					add(LeaseClaimed{Lease: lid, Claim: c.ID, Epoch: c.Epoch, Admission: c.Admission, At: c.At}, nil)
-				} else {
+				c, err := decodeClaim(kv.Key, kv.Value)
+				if err != nil {
 					add(nil, err)
+					continue
 				}
+				add(LeaseClaimed{Lease: lid, Claim: c.ID, Epoch: c.Epoch, Admission: c.Admission, At: c.At}, nil)
 			}
-		case "certificates":
+		case segCertificates:
 			if kv.Version == 1 {
-				var c record.Certificate
-				err := json.Unmarshal(kv.Value, &c)
-				c.Revision = kv.ModRevision
-				add(CertificateRegistered{Certificate: &c}, err)
+				var c storedCertificate
+				err := decodeStored(kv.Key, kv.Value, &c)
+				add(CertificateRegistered{Certificate: c.certificate(kv.ModRevision)}, err)
 			}
-		case "reissues":
-			var r reissue
-			err := json.Unmarshal(kv.Value, &r)
+		case segReissues:
+			var r storedReissue
+			err := decodeStored(kv.Key, kv.Value, &r)
 			add(LeaseReadmitted{Lease: id, Formation: r.Formation, At: r.At, Expires: r.Expires}, err)
-		case "policy-events":
-			var p policyEvent
-			err := json.Unmarshal(kv.Value, &p)
+		case segPolicyEvents:
+			var p storedPolicyEvent
+			err := decodeStored(kv.Key, kv.Value, &p)
 			add(PolicyRecorded{Replica: id, Kind: p.Kind, Data: p.Data}, err)
 		}
 	}
@@ -356,20 +351,20 @@ func (s *Store) epochRegistered(kv *mvccpb.KeyValue) (Change, error) {
 // noted turns a note into the change it was written with: a drain or
 // retire, a revocation, a generation.
 func (s *Store) noted(id string, kv *mvccpb.KeyValue, puts map[string]*mvccpb.KeyValue) (Change, error) {
-	var n note
-	if err := json.Unmarshal(kv.Value, &n); err != nil {
-		return nil, fmt.Errorf("note %s: %w", kv.Key, err)
+	var n storedNote
+	if err := decodeStored(kv.Key, kv.Value, &n); err != nil {
+		return nil, err
 	}
 	kind, subject, _ := strings.Cut(id, "/")
 	switch kind {
-	case "epochs":
+	case noteEpochs:
 		// Written with the state's put; a note is never rewritten alone.
 		if _, ok := puts[s.k.state(subject)]; ok {
 			return EpochChanged{Epoch: subject, State: record.State(n.State), By: n.By}, nil
 		}
-	case "certificates":
+	case noteCertificates:
 		return CertificateRevoked{Certificate: subject, By: n.By}, nil
-	case "generations":
+	case noteGenerations:
 		return GenerationSet{Pool: subject, Generation: n.Generation, By: n.By}, nil
 	}
 	return nil, nil
@@ -388,26 +383,29 @@ func (s *Store) formationCreated(id string, kv *mvccpb.KeyValue, puts map[string
 }
 
 // approvals are the approvals a state write added.
-func approvals(id string, prev, cur *mvccpb.KeyValue) []Change {
-	var before, after formationState
-	if json.Unmarshal(prev.Value, &before) != nil || json.Unmarshal(cur.Value, &after) != nil {
-		return nil
+func approvals(id string, prev, cur *mvccpb.KeyValue) ([]Change, error) {
+	var before, after storedFormationState
+	if err := decodeStored(prev.Key, prev.Value, &before); err != nil {
+		return nil, err
+	}
+	if err := decodeStored(cur.Key, cur.Value, &after); err != nil {
+		return nil, err
 	}
 	var out []Change
 	for _, a := range after.Approvals {
-		if !slices.ContainsFunc(before.Approvals, func(b record.Approval) bool {
+		if !slices.ContainsFunc(before.Approvals, func(b storedApproval) bool {
 			return b.Approver == a.Approver && b.Decision == a.Decision && b.Digest == a.Digest
 		}) {
-			out = append(out, FormationApproved{Formation: id, Approval: a, Status: after.Status})
+			out = append(out, FormationApproved{Formation: id, Approval: record.Approval(a), Status: after.Status})
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (s *Store) leaseClosed(fid string, kv *mvccpb.KeyValue, puts map[string]*mvccpb.KeyValue) (Change, error) {
-	var o formationOutcome
-	if err := json.Unmarshal(kv.Value, &o); err != nil {
-		return nil, fmt.Errorf("outcome %s: %w", kv.Key, err)
+	var o storedOutcome
+	if err := decodeStored(kv.Key, kv.Value, &o); err != nil {
+		return nil, err
 	}
 	c := LeaseClosed{Formation: fid, Outcome: o.Outcome, At: o.UpdatedAt}
 	if o.Closure != nil {
@@ -422,12 +420,6 @@ func (s *Store) leaseClosed(fid string, kv *mvccpb.KeyValue, puts map[string]*mv
 	return c, nil
 }
 
-// policyEvent is the value of a replica's policy-events key.
-type policyEvent struct {
-	Kind string          `json:"kind"`
-	Data json.RawMessage `json:"data"`
-}
-
 // RecordPolicy writes the policy event of a replica (a policy set put in
 // force or refused) into the store, for the audit trail: which set a
 // replica decides with is part of the history every replica's trail
@@ -437,10 +429,13 @@ func (s *Store) RecordPolicy(ctx context.Context, replica, kind string, data any
 	if err != nil {
 		return fmt.Errorf("lease: encode policy event: %w", err)
 	}
-	v, _ := json.Marshal(policyEvent{Kind: kind, Data: b})
+	v, err := encodeStored("policy event", &storedPolicyEvent{ver: current, Kind: kind, Data: b})
+	if err != nil {
+		return err
+	}
 	octx, cancel := s.writeOp(ctx)
 	defer cancel()
-	_, err = s.cli.Put(octx, s.k.policyEvent(replica), string(v))
+	_, err = s.cli.Put(octx, s.k.policyEvent(replica), v)
 	return s.wrap(ctx, "record policy", err)
 }
 
@@ -448,11 +443,9 @@ func (s *Store) RecordPolicy(ctx context.Context, replica, kind string, data any
 func (s *Store) Revision(ctx context.Context) (int64, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.p+"ping", clientv3.WithCountOnly())
+	resp, err := s.cli.Get(octx, s.k.ping(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, s.wrap(ctx, "revision", err)
 	}
 	return resp.Header.Revision, nil
 }
-
-func (k keys) policyEvent(replica string) string { return k.p + "policy-events/" + replica }

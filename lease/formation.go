@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,70 +52,20 @@ func randomID(prefix string) (string, error) {
 // reads them (everything but the common report) re-attaches them to a
 // lease that keeps them the retention from the close.
 
-// formationState is a formation's mutable part.
-type formationState struct {
-	Status    record.Status     `json:"status"`
-	Approvals []record.Approval `json:"approvals"`
-	Lease     string            `json:"lease,omitempty"`
-	UpdatedAt time.Time         `json:"updatedAt"`
-}
-
-// formationOutcome is the status a lease's outcome gave its formation.
-type formationOutcome struct {
-	Status    record.Status   `json:"status"`
-	Outcome   record.Outcome  `json:"outcome,omitempty"`
-	Failure   *record.Failure `json:"failure,omitempty"`
-	UpdatedAt time.Time       `json:"updatedAt"`
-	// Closure says how the lease closed; absent in values written before
-	// the audit trail followed the store.
-	Closure *closure `json:"closure,omitempty"`
-}
-
-// closure is what the audit trail records of a lease's close besides its
-// outcome: which lease, under which claim, by whom. It is written into the
-// outcome's value in the close's own transaction, so the trail, which
-// follows etcd's history (follow.go), records it whether or not the
-// request that closed the lease got its answer.
-type closure struct {
-	Lease string `json:"lease"`
-	Claim string `json:"claim,omitempty"`
-	// By is byBackend, byRelease, bySweep, byGeneration or byOperator.
-	By string `json:"by"`
-	// Operator and Reason: a resolution's.
-	Operator string `json:"operator,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	// Generation is the pool generation that released the lease.
-	Generation int64 `json:"generation,omitempty"`
-}
-
-// How a lease closed (closure.By).
-const (
-	byBackend    = "backend"    // a report under the claim
-	byRelease    = "release"    // a report without a claim: nothing ran
-	bySweep      = "sweep"      // never reported: marked uncertain
-	byGeneration = "generation" // released by a newer pool generation
-	byOperator   = "operator"   // an operator's resolution
-)
-
 // splitFormation encodes f's immutable part and its state.
-func splitFormation(f *record.Formation) (call, state []byte, err error) {
-	c := *f
-	c.Status, c.Approvals, c.Lease, c.Outcome, c.Failure, c.UpdatedAt = "", nil, "", "", nil, time.Time{}
-	if call, err = json.Marshal(&c); err != nil {
-		return nil, nil, fmt.Errorf("lease: encode formation: %w", err)
+func splitFormation(f *record.Formation) (call, state string, err error) {
+	if call, err = encodeStored("formation", toStoredCall(f)); err != nil {
+		return "", "", err
 	}
 	if state, err = encodeState(f); err != nil {
-		return nil, nil, err
+		return "", "", err
 	}
 	return call, state, nil
 }
 
-func encodeState(f *record.Formation) ([]byte, error) {
-	b, err := json.Marshal(&formationState{Status: f.Status, Approvals: f.Approvals, Lease: f.Lease, UpdatedAt: f.UpdatedAt})
-	if err != nil {
-		return nil, fmt.Errorf("lease: encode formation state: %w", err)
-	}
-	return b, nil
+func encodeState(f *record.Formation) (string, error) {
+	return encodeStored("formation state", &storedFormationState{ver: current, Status: f.Status,
+		Approvals: toStoredApprovals(f.Approvals), Lease: f.Lease, UpdatedAt: f.UpdatedAt})
 }
 
 // storedFormation is a formation as read: its keys' values and revisions.
@@ -127,23 +75,24 @@ type storedFormation struct {
 
 // decode joins the parts into one record.
 func (sf storedFormation) decode() (*record.Formation, error) {
-	var f record.Formation
-	if err := json.Unmarshal(sf.call.Value, &f); err != nil {
-		return nil, fmt.Errorf("%w: formation %s", record.ErrCorrupt, sf.call.Key)
+	var c storedCall
+	if err := decodeStored(sf.call.Key, sf.call.Value, &c); err != nil {
+		return nil, err
 	}
-	var st formationState
-	if err := json.Unmarshal(sf.state.Value, &st); err != nil {
-		return nil, fmt.Errorf("%w: formation state %s", record.ErrCorrupt, sf.state.Key)
+	var st storedFormationState
+	if err := decodeStored(sf.state.Key, sf.state.Value, &st); err != nil {
+		return nil, err
 	}
-	f.Status, f.Approvals, f.Lease, f.UpdatedAt = st.Status, st.Approvals, st.Lease, st.UpdatedAt
+	f := c.formation()
+	f.Status, f.Approvals, f.Lease, f.UpdatedAt = st.Status, recordApprovals(st.Approvals), st.Lease, st.UpdatedAt
 	if sf.outcome != nil {
-		var o formationOutcome
-		if err := json.Unmarshal(sf.outcome.Value, &o); err != nil {
-			return nil, fmt.Errorf("%w: formation outcome %s", record.ErrCorrupt, sf.outcome.Key)
+		var o storedOutcome
+		if err := decodeStored(sf.outcome.Key, sf.outcome.Value, &o); err != nil {
+			return nil, err
 		}
-		f.Status, f.Outcome, f.Failure, f.UpdatedAt = o.Status, o.Outcome, o.Failure, o.UpdatedAt
+		f.Status, f.Outcome, f.Failure, f.UpdatedAt = o.Status, o.Outcome, o.Failure.record(), o.UpdatedAt
 	}
-	return &f, nil
+	return f, nil
 }
 
 // outcomeRev is the revision of the outcome key (0: none yet).
@@ -168,8 +117,8 @@ func (s *Store) CreateFormation(ctx context.Context, f *record.Formation, keep t
 	}
 	key := s.k.formation(f.ID)
 	ops := []clientv3.Op{
-		clientv3.OpPut(key, string(call), clientv3.WithLease(lid)),
-		clientv3.OpPut(s.k.formationState(f.ID), string(state), clientv3.WithLease(lid)),
+		clientv3.OpPut(key, call, clientv3.WithLease(lid)),
+		clientv3.OpPut(s.k.formationState(f.ID), state, clientv3.WithLease(lid)),
 	}
 	if f.Status == record.StatusPendingApproval {
 		ops = append(ops, clientv3.OpPut(s.k.pendingApproval(f.ID), "", clientv3.WithLease(lid)))
@@ -273,7 +222,7 @@ func (s *Store) UpdateFormation(ctx context.Context, id string, change func(f *r
 		if err != nil {
 			return nil, 0, err
 		}
-		ops := []clientv3.Op{clientv3.OpPut(skey, string(state), clientv3.WithIgnoreLease())}
+		ops := []clientv3.Op{clientv3.OpPut(skey, state, clientv3.WithIgnoreLease())}
 		switch pending := f.Status == record.StatusPendingApproval; {
 		case was == record.StatusPendingApproval && !pending:
 			ops = append(ops, clientv3.OpDelete(s.k.pendingApproval(id)))
@@ -580,18 +529,3 @@ func (r *retention) cached(bucket int64) (clientv3.LeaseID, bool) {
 func bucketEnd(bucket int64) time.Time {
 	return time.Unix((bucket+1)*int64(retentionBucket/time.Second), 0)
 }
-
-func (k keys) formations() string                { return k.p + "formations/" }
-func (k keys) formation(id string) string        { return k.formations() + id }
-func (k keys) formationStates() string           { return k.p + "formation-states/" }
-func (k keys) formationState(id string) string   { return k.formationStates() + id }
-func (k keys) formationOutcomes() string         { return k.p + "formation-outcomes/" }
-func (k keys) formationOutcome(id string) string { return k.formationOutcomes() + id }
-
-// recovery is the key naming a formation's live recovery.
-func (k keys) recovery(id string) string         { return k.p + "recoveries/" + id }
-func (k keys) pendingApprovals() string          { return k.p + "pending-approval/" }
-func (k keys) pendingApproval(id string) string  { return k.pendingApprovals() + id }
-func (k keys) session(id string) string          { return k.p + "sessions/" + url.PathEscape(id) + "/" }
-func (k keys) sessionCompleted(id string) string { return k.session(id) + "completed/" }
-func (k keys) sessionAdmitted(id string) string  { return k.session(id) + "admitted/" }

@@ -65,6 +65,3 @@ func (s *Store) PublishedKeys(ctx context.Context) ([][]byte, error) {
 	}
 	return out, nil
 }
-
-func (k keys) jwks() string          { return k.p + "jwks/" }
-func (k keys) jwk(kid string) string { return k.jwks() + kid }

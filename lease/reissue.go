@@ -2,21 +2,12 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// reissue is the value of a lease's reissues/ key: the last dispatch
-// token issued again for its open admission.
-type reissue struct {
-	Formation string    `json:"formation"`
-	At        time.Time `json:"at"`
-	Expires   time.Time `json:"tokenExpires"`
-}
 
 // RecordReissue records, before a token is issued again for the open
 // admission l (a retried admission of an admitted formation), that it is:
@@ -26,14 +17,14 @@ type reissue struct {
 // ErrLeaseClosed once the lease is no longer admitted at its revision.
 // The key goes with the lease's release.
 func (s *Store) RecordReissue(ctx context.Context, l *record.Lease, expires time.Time) error {
-	b, err := json.Marshal(reissue{Formation: l.Formation, At: s.now().UTC(), Expires: expires.UTC()})
+	b, err := encodeStored("reissue", &storedReissue{ver: current, Formation: l.Formation, At: s.now().UTC(), Expires: expires.UTC()})
 	if err != nil {
-		return fmt.Errorf("lease: encode reissue: %w", err)
+		return err
 	}
 	mkey := s.k.marker(l.Target.Epoch, l.ID)
 	resp, err := s.txn(ctx, txn{
 		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mkey), "=", l.Revision)},
-		then: []clientv3.Op{clientv3.OpPut(s.k.reissue(l.ID), string(b))},
+		then: []clientv3.Op{clientv3.OpPut(s.k.reissue(l.ID), b)},
 	})
 	if err != nil {
 		return s.wrap(ctx, "record reissue", err)
@@ -43,5 +34,3 @@ func (s *Store) RecordReissue(ctx context.Context, l *record.Lease, expires time
 	}
 	return nil
 }
-
-func (k keys) reissue(lease string) string { return k.p + "reissues/" + lease }

@@ -44,6 +44,3 @@ func (s *Store) Resolution(ctx context.Context, leaseID string) (string, error) 
 	}
 	return string(resp.Kvs[0].Value), nil
 }
-
-// resolution is the key of a lease's signed resolution.
-func (k keys) resolution(lease string) string { return k.p + "resolutions/" + lease }

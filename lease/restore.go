@@ -221,10 +221,10 @@ func (e *Embedded) ClearRestored() error {
 // revisions in between never existed, and a trail that finds them
 // compacted has lost nothing there (Restores).
 func (s *Store) RecordRestore(ctx context.Context, r RestoreResult) error {
-	b, _ := json.Marshal(RestoreResult{Revision: r.Revision, Bump: r.Bump})
+	b, _ := json.Marshal(&storedRestore{ver: current, Revision: r.Revision, Bump: r.Bump})
 	octx, cancel := s.writeOp(ctx)
 	defer cancel()
-	_, err := s.cli.Put(octx, s.k.note("restores", fmt.Sprintf("%020d", r.Revision)), string(b))
+	_, err := s.cli.Put(octx, s.k.note(noteRestores, fmt.Sprintf("%020d", r.Revision)), string(b))
 	return s.wrap(ctx, "record restore", err)
 }
 
@@ -232,16 +232,17 @@ func (s *Store) RecordRestore(ctx context.Context, r RestoreResult) error {
 func (s *Store) Restores(ctx context.Context) ([]RestoreResult, error) {
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(octx, s.k.note("restores", ""), clientv3.WithPrefix())
+	resp, err := s.cli.Get(octx, s.k.note(noteRestores, ""), clientv3.WithPrefix())
 	if err != nil {
 		return nil, s.wrap(ctx, "restores", err)
 	}
 	var out []RestoreResult
 	for _, kv := range resp.Kvs {
-		var r RestoreResult
-		if json.Unmarshal(kv.Value, &r) == nil {
-			out = append(out, r)
+		var r storedRestore
+		if err := decodeStored(kv.Key, kv.Value, &r); err != nil {
+			return nil, err
 		}
+		out = append(out, RestoreResult{Revision: r.Revision, Bump: r.Bump})
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -65,16 +64,16 @@ func (s *Store) CreateSnapshot(ctx context.Context, servers []string) (*record.S
 	if snap.ID, err = manifest.Digest(snap.Tools); err != nil {
 		return nil, false, err
 	}
-	val, err := json.Marshal(&snap)
+	val, err := encodeStored("snapshot", toStoredSnapshot(&snap))
 	if err != nil {
-		return nil, false, fmt.Errorf("lease: encode snapshot: %w", err)
+		return nil, false, err
 	}
 	key := s.k.snapshot(snap.ID)
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val))).
+		Then(clientv3.OpPut(key, val)).
 		Commit()
 	if err != nil {
 		return nil, false, s.wrap(ctx, "create snapshot", err)
@@ -99,12 +98,16 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (*record.Snapshot, e
 	if len(resp.Kvs) == 0 {
 		return nil, fmt.Errorf("%w: %s", record.ErrSnapshotNotFound, id)
 	}
-	var snap record.Snapshot
-	if err := json.Unmarshal(resp.Kvs[0].Value, &snap); err != nil || snap.ID != id {
-		return nil, fmt.Errorf("%w: snapshot %s", record.ErrCorrupt, id)
+	var stored storedSnapshot
+	if err := decodeStored(resp.Kvs[0].Key, resp.Kvs[0].Value, &stored); err != nil {
+		return nil, err
 	}
-	s.cache.putSnapshot(&snap)
-	return &snap, nil
+	if stored.ID != id {
+		return nil, fmt.Errorf("%w: snapshot %s holds %s", record.ErrCorrupt, id, stored.ID)
+	}
+	snap := stored.snapshot()
+	s.cache.putSnapshot(snap)
+	return snap, nil
 }
 
 // GetSnapshotFull returns a snapshot with every tool's full descriptor,

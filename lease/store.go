@@ -180,7 +180,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cli: cli, k: keys{prefix}, opTimeout: op, writeTimeout: write, quota: cfg.Quota, tls: cfg.TLS, log: log, now: now, commits: commits,
 		reach: &reachability{endpoints: slices.Clone(cfg.Endpoints)}}
 	if len(cfg.Endpoints) > 1 && cfg.ProbeInterval >= 0 {
-		g, err := newEndpointGuard(cli, ccfg, prefix+"ping", cmp.Or(cfg.ProbeInterval, DefaultProbeInterval), cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout), log)
+		g, err := newEndpointGuard(cli, ccfg, keys{prefix}.ping(), cmp.Or(cfg.ProbeInterval, DefaultProbeInterval), cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout), log)
 		if err != nil {
 			cli.Close()
 			return nil, fmt.Errorf("lease: etcd probe client: %w", err)
@@ -331,27 +331,4 @@ func classify(err error) error {
 		}
 	}
 	return nil
-}
-
-// keys is the one place that builds etcd keys.
-type keys struct{ p string }
-
-func (k keys) epochs() string              { return k.p + "epochs/" }
-func (k keys) epoch(id string) string      { return k.epochs() + id }
-func (k keys) states() string              { return k.p + "states/" }
-func (k keys) state(id string) string      { return k.states() + id }
-func (k keys) allMarkers() string          { return k.p + "markers/" }
-func (k keys) markers(epoch string) string { return k.allMarkers() + epoch + "/" }
-func (k keys) marker(epoch, lease string) string {
-	return k.markers(epoch) + lease
-}
-func (k keys) snapshot(id string) string { return k.p + "snapshots/" + id }
-
-// epochOfMarker returns the epoch id a marker key sits under.
-func (k keys) epochOfMarker(key string) string {
-	rest := strings.TrimPrefix(key, k.allMarkers())
-	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
-		return rest[:i]
-	}
-	return ""
 }

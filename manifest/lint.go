@@ -189,7 +189,11 @@ type LintError struct {
 	Findings []Finding
 }
 
-func (e *LintError) Error() string {
+func (e *LintError) Error() string { return "manifest: " + e.Public() }
+
+// Public is the sentence a client reads: how many errors and warnings,
+// and each error's rule, member and message.
+func (e *LintError) Public() string {
 	var errs []Finding
 	for _, f := range e.Findings {
 		if f.Severity == SeverityError {
@@ -198,7 +202,7 @@ func (e *LintError) Error() string {
 	}
 	warnings := len(e.Findings) - len(errs)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "manifest: MCP+ lint found %d error(s)", len(errs))
+	fmt.Fprintf(&sb, "MCP+ lint found %d error(s)", len(errs))
 	if warnings > 0 {
 		fmt.Fprintf(&sb, ", %d warning(s)", warnings)
 	}

@@ -2,9 +2,10 @@ package manifest
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/fcd-authz/fcd/internal/public"
 )
 
 // Manifest is a registration manifest: one release of one MCP server, with
@@ -121,11 +122,11 @@ func (m *Manifest) Tool(name string) *Tool {
 
 // ErrMalformed is returned for a document that is not well-formed: invalid
 // JSON, an unknown or duplicated member, or trailing data.
-var ErrMalformed = errors.New("manifest: malformed document")
+var ErrMalformed = public.New("manifest", "malformed document")
 
 // ErrInvalid is returned for a well-formed document that violates the
 // structure fcd requires (a missing name, an unknown side effect, ...).
-var ErrInvalid = errors.New("manifest: invalid document")
+var ErrInvalid = public.New("manifest", "invalid document")
 
 // DecodeStrict decodes a JSON document into v, refusing unknown members,
 // duplicate members, members that only match a field case-insensitively,

@@ -2,13 +2,13 @@ package manifest
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 	"unicode"
 
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
 )
@@ -40,7 +40,7 @@ const (
 
 // ErrResolutionTime: the resolution's issuedAt is outside the window
 // around the verifier's clock (too far ahead, or too old).
-var ErrResolutionTime = errors.New("manifest: resolution issued outside the accepted window")
+var ErrResolutionTime = public.New("manifest", "resolution issued outside the accepted window")
 
 // Resolution is an operator's signed statement of what happened to the
 // call of one uncertain lease, whose backend could not tell: the only

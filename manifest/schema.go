@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -24,7 +25,7 @@ const schemaURL = "mem://fcd/schema.json"
 // ErrSchemaRefused is wrapped by the error of CompileSchema when a schema
 // refers to a resource outside itself (a remote or file URL, or a custom
 // meta-schema). fcd never loads schema resources from anywhere.
-var ErrSchemaRefused = errors.New("manifest: schema resource loading is disabled")
+var ErrSchemaRefused = public.New("manifest", "schema resource loading is disabled")
 
 // noLoader refuses every URL. The compiler still resolves the standard
 // meta-schemas of the JSON Schema drafts, which it embeds.
@@ -85,9 +86,13 @@ type ArgumentError struct {
 	Violations []Violation `json:"violations"`
 }
 
-func (e *ArgumentError) Error() string {
+func (e *ArgumentError) Error() string { return "manifest: " + e.Public() }
+
+// Public is the sentence a client reads: each violation's instance path
+// and message.
+func (e *ArgumentError) Public() string {
 	var sb strings.Builder
-	sb.WriteString("manifest: arguments do not satisfy the schema")
+	sb.WriteString("arguments do not satisfy the schema")
 	for i, v := range e.Violations {
 		if i == 0 {
 			sb.WriteString(": ")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
@@ -29,9 +30,9 @@ const (
 var (
 	// ErrBadSignature: the document's signature does not verify, or its
 	// header is not acceptable (algorithm, typ, missing kid).
-	ErrBadSignature = errors.New("manifest: signature invalid")
+	ErrBadSignature = public.New("manifest", "signature invalid")
 	// ErrUntrustedSigner: the document names a key that is not trusted.
-	ErrUntrustedSigner = errors.New("manifest: signer not trusted")
+	ErrUntrustedSigner = public.New("manifest", "signer not trusted")
 )
 
 // algorithmFor returns the one signature algorithm fcd uses with a key of

@@ -5,10 +5,12 @@
 //
 // The store (package lease) persists these records, the use cases
 // (package authz) and the policy engines (package authz/policy) read and
-// write them, and the transports (package api) render them: the REST
-// representation of a formation, an epoch or a lease is this package's
-// JSON encoding, deliberately, and the OpenAPI document describes it. The
-// package holds data and the rules that belong to the data alone (which
+// write them, and the transports render them through types of their own:
+// the REST representation of a formation, an epoch or a lease is package
+// api's (api/wire.go, as the OpenAPI document describes it), and the
+// audit trail's events are authz's (authz/trail.go, versioned), each
+// converted from these records, so a field renamed or added here changes
+// neither until it is mapped there. The package holds data and the rules that belong to the data alone (which
 // statuses expire, which states are valid, a call's digest); it imports no
 // store, engine or transport, so that evaluating a policy does not pull in
 // etcd, and it sits at the bottom of the server's import graph, above only

@@ -2,6 +2,7 @@ package record
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/fcd-authz/fcd/manifest"
@@ -58,6 +59,9 @@ type Target struct {
 	ConfigDigest string            `json:"configDigest"`
 }
 
+// Equal reports whether t and o are the same target.
+func (t Target) Equal(o Target) bool { return t == o }
+
 // Metadata is the MCP+ metadata of the formed tool, copied into the record
 // so that the record alone tells what was decided over.
 type Metadata struct {
@@ -66,6 +70,18 @@ type Metadata struct {
 	RequiresApproval bool                   `json:"requiresApproval"`
 	FailureModes     []manifest.FailureMode `json:"failureModes,omitempty"`
 	Dependencies     *manifest.Dependencies `json:"dependencies,omitempty"`
+}
+
+// Equal reports whether m and o are the same metadata, member by member
+// (a nil and an empty list, which convert alike, are equal).
+func (m Metadata) Equal(o Metadata) bool {
+	if m.Summary != o.Summary || m.SideEffects != o.SideEffects || m.RequiresApproval != o.RequiresApproval ||
+		!slices.Equal(m.FailureModes, o.FailureModes) || (m.Dependencies == nil) != (o.Dependencies == nil) {
+		return false
+	}
+	d, e := m.Dependencies, o.Dependencies
+	return d == nil || slices.Equal(d.Requires, e.Requires) && slices.Equal(d.ProducesInputFor, e.ProducesInputFor) &&
+		slices.Equal(d.ExclusiveWith, e.ExclusiveWith)
 }
 
 // Call is the immutable part of a formation record: exactly what the model

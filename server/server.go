@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
@@ -243,7 +244,7 @@ func (s *Server) openStore(ctx context.Context) error {
 		ec.Logger = s.log
 		member, err := lease.StartEmbedded(ctx, ec)
 		if err != nil {
-			if strings.Contains(err.Error(), "address already in use") {
+			if errors.Is(err, syscall.EADDRINUSE) {
 				return fmt.Errorf("%w: another etcd or authzd listens there; give --embedded-etcd-client-url and --embedded-etcd-peer-url free loopback ports, or leave them unset to pick free ones", err)
 			}
 			return err
@@ -553,7 +554,7 @@ type trailWriter struct{ *audit.Trail }
 func (w trailWriter) Append(ctx context.Context, evs []authz.TrailEvent) error {
 	entries := make([]audit.Entry, len(evs))
 	for i, e := range evs {
-		entries[i] = audit.Entry{Kind: e.Kind, Revision: e.Revision, Time: e.Time, Data: e.Data}
+		entries[i] = audit.Entry{Kind: e.Kind, Schema: e.Schema, Revision: e.Revision, Time: e.Time, Data: e.Data}
 	}
 	return w.Trail.Append(ctx, entries)
 }

@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,5 +170,26 @@ func TestShutdownOrder(t *testing.T) {
 	}
 	if err := s.store.Ping(context.Background()); err == nil {
 		t.Fatal("the store answers after Close")
+	}
+}
+
+// TestBusyEtcdPort: an embedded etcd whose client port is taken fails
+// with the advice to give free ports, found by the errno
+// (syscall.EADDRINUSE), not by the error's text.
+func TestBusyEtcdPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := testConfig(t, filepath.Join(t.TempDir(), "data"))
+	cfg.EmbeddedEtcdClientURL = "http://" + l.Addr().String()
+	s, err := New(context.Background(), cfg)
+	if err == nil {
+		s.Close()
+		t.Fatal("New on a busy etcd port succeeded")
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "another etcd or authzd listens there") {
+		t.Fatalf("New: %v, want EADDRINUSE with the advice", err)
 	}
 }

@@ -22,23 +22,11 @@ import (
 	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/internal/decisionlogtest"
 	"github.com/fcd-authz/fcd/internal/leaktest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
 	leaktest.VerifyTestMain(m, leaktest.IgnoreIdleHTTP()...)
-}
-
-// waitFor polls cond for up to 10 s: generous on a shared machine, and
-// the exporters below upload within tens of milliseconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // fast is a configuration that uploads and retries within milliseconds.
@@ -218,7 +206,7 @@ func TestRetriesWithoutLossOrDuplicates(t *testing.T) {
 			for _, id := range want {
 				x.Log(context.Background(), randomEvent(id))
 			}
-			waitFor(t, "all events", func() bool { return x.Stats().Sent == 30 })
+			testutil.Eventually(t, 10*time.Second, "all events", func() bool { return x.Stats().Sent == 30 })
 			if got := r.IDs(); !slices.Equal(got, want) {
 				t.Fatalf("received %v, want %v", got, want)
 			}
@@ -251,9 +239,9 @@ func TestReceiverDownDropsOldest(t *testing.T) {
 	// Two more failures after the last Log: the second began after the
 	// first ended, so it carried only events still buffered.
 	failed := x.Stats().FailedBatches
-	waitFor(t, "two failed uploads", func() bool { return x.Stats().FailedBatches >= failed+2 })
+	testutil.Eventually(t, 10*time.Second, "two failed uploads", func() bool { return x.Stats().FailedBatches >= failed+2 })
 	down.Store(false)
-	waitFor(t, "the kept events", func() bool { return x.Stats().Pending == 0 })
+	testutil.Eventually(t, 10*time.Second, "the kept events", func() bool { return x.Stats().Pending == 0 })
 	if got, want := r.IDs(), all[15:]; !slices.Equal(got, want) {
 		t.Fatalf("received %v, want the newest %v", got, want)
 	}
@@ -277,7 +265,7 @@ func TestRefusedBatchIsDropped(t *testing.T) {
 	x := start(t, cfg)
 	x.Log(context.Background(), randomEvent("a"))
 	x.Log(context.Background(), randomEvent("b"))
-	waitFor(t, "the refusal", func() bool { return x.Stats().FailedBatches == 1 })
+	testutil.Eventually(t, 10*time.Second, "the refusal", func() bool { return x.Stats().FailedBatches == 1 })
 	x.Log(context.Background(), randomEvent("c"))
 	closeWithin(t, x)
 	if got := r.IDs(); !slices.Equal(got, []string{"c"}) {
@@ -401,7 +389,7 @@ func TestCredential(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs, mu: &mu}, nil)).Info("as JSON", "config", cfg, "credential", cfg.Credential)
 	x := start(t, cfg)
 	x.Log(context.Background(), randomEvent("c1"))
-	waitFor(t, "the event", func() bool { return x.Stats().Sent == 1 })
+	testutil.Eventually(t, 10*time.Second, "the event", func() bool { return x.Stats().Sent == 1 })
 	closeWithin(t, x)
 	auth := r.Auth()
 	if len(auth) != 1 || auth[0] != "Bearer "+secret {

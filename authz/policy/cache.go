@@ -1,11 +1,9 @@
 package policy
 
 import (
-	"reflect"
-	"sync"
-
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/fcd-authz/fcd/internal/bounded"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -17,12 +15,15 @@ import (
 // decision. The inputs it returns share their slices, maps and converted
 // values with every other caller: read them, never modify them. The zero
 // value is ready to use; it is safe for concurrent use.
+//
+// Each part is kept in a bounded.Cache of bounded.DefaultMax entries: a
+// forgotten entry is converted again on its next use, which is only
+// slower.
 type InputCache struct {
-	mu       sync.Mutex
-	tools    map[string]ToolInput
-	epochs   map[string]EpochInput
-	metadata map[string]convertedPart[record.Metadata]
-	sources  map[string]convertedPart[record.Target]
+	tools    bounded.Cache[string, ToolInput]
+	epochs   bounded.Cache[string, EpochInput]
+	metadata bounded.Cache[string, convertedPart[record.Metadata]]
+	sources  bounded.Cache[string, convertedPart[record.Target]]
 }
 
 // convertedPart is a part of a call and its conversion.
@@ -35,53 +36,39 @@ type convertedPart[T any] struct {
 // digest): the call's MCP+ metadata converted once per descriptor digest
 // and its source target once per epoch — the parts that repeat from call
 // to call and made up most of the call's converted bytes. A part is taken
-// from the cache only when it equals the call's own (compared in full), so
-// a call whose metadata or source differs is converted as it is.
+// from the cache only when it equals the call's own (compared in full, by
+// the part's Equal), so a call whose metadata or source differs is
+// converted as it is.
 func (c *InputCache) Formation(call record.Call, digest string) FormationInput {
 	f := FormationInput{Call: call, Digest: digest}
-	f.metadata = cachedPart(c, &c.metadata, call.DescriptorDigest, call.Metadata)
-	f.source = cachedPart(c, &c.sources, call.Source.Epoch, call.Source)
+	f.metadata = cachedPart(&c.metadata, call.DescriptorDigest, call.Metadata)
+	f.source = cachedPart(&c.sources, call.Source.Epoch, call.Source)
 	return f
 }
 
 // cachedPart returns the conversion of part, cached under key; nil when
 // it cannot be converted (NewDocument then converts the whole call and
 // reports why).
-func cachedPart[T any](c *InputCache, m *map[string]convertedPart[T], key string, part T) ast.Value {
-	c.mu.Lock()
-	cp, ok := (*m)[key]
-	c.mu.Unlock()
-	if ok && reflect.DeepEqual(cp.part, part) {
+func cachedPart[T interface{ Equal(T) bool }](m *bounded.Cache[string, convertedPart[T]], key string, part T) ast.Value {
+	if cp, ok := m.Get(key); ok && cp.part.Equal(part) {
 		return cp.value
 	}
 	v, err := toAST(part)
 	if err != nil {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if *m == nil || len(*m) >= maxInputCache {
-		*m = map[string]convertedPart[T]{}
-	}
-	(*m)[key] = convertedPart[T]{part: part, value: v}
+	m.Put(key, convertedPart[T]{part: part, value: v})
 	return v
 }
-
-// maxInputCache bounds each map; a full map starts over (every entry is
-// converted again on its next use, which is only slower).
-const maxInputCache = 4096
 
 // Tool is [NewToolInput] of t, which digest names (the descriptor digest
 // its epoch records), converted once.
 func (c *InputCache) Tool(digest, server string, t *manifest.Tool) ToolInput {
 	key := digest + "\x00" + server
-	c.mu.Lock()
-	ti, ok := c.tools[key]
-	c.mu.Unlock()
-	if ok {
+	if ti, ok := c.tools.Get(key); ok {
 		return ti
 	}
-	ti = NewToolInput(server, t)
+	ti := NewToolInput(server, t)
 	v, err := toAST(ti)
 	if err != nil {
 		return ti // NewDocument converts it again and reports why
@@ -89,12 +76,7 @@ func (c *InputCache) Tool(digest, server string, t *manifest.Tool) ToolInput {
 	ti.value = v
 	ct := cedarToolAttributes(&ti)
 	ti.cedar = &ct
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.tools == nil || len(c.tools) >= maxInputCache {
-		c.tools = map[string]ToolInput{}
-	}
-	c.tools[key] = ti
+	c.tools.Put(key, ti)
 	return ti
 }
 
@@ -104,13 +86,10 @@ func (c *InputCache) Epoch(e *record.Epoch) EpochInput {
 	if e.Manifest == nil {
 		key += "\x00-" // described without its manifest
 	}
-	c.mu.Lock()
-	ei, ok := c.epochs[key]
-	c.mu.Unlock()
-	if ok {
+	if ei, ok := c.epochs.Get(key); ok {
 		return ei
 	}
-	ei = NewEpochInput(e)
+	ei := NewEpochInput(e)
 	v, err := toAST(ei)
 	if err != nil {
 		return ei
@@ -118,11 +97,6 @@ func (c *InputCache) Epoch(e *record.Epoch) EpochInput {
 	ei.value = v
 	ce := cedarEpoch(&ei)
 	ei.cedar = &ce
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.epochs == nil || len(c.epochs) >= maxInputCache {
-		c.epochs = map[string]EpochInput{}
-	}
-	c.epochs[key] = ei
+	c.epochs.Put(key, ei)
 	return ei
 }

@@ -147,8 +147,8 @@ func TestCachedDocumentMatches(t *testing.T) {
 			t.Errorf("input %d: the cached Cedar epoch differs", i)
 		}
 	}
-	if len(cache.epochs) != 3 { // ACTIVE pinned, ACTIVE unpinned, DRAINING
-		t.Errorf("%d epochs cached, want 3 (one per id and state)", len(cache.epochs))
+	if cache.epochs.Len() != 3 { // ACTIVE pinned, ACTIVE unpinned, DRAINING
+		t.Errorf("%d epochs cached, want 3 (one per id and state)", cache.epochs.Len())
 	}
 
 	// A call whose metadata or source differs from what the cache holds

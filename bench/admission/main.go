@@ -1,5 +1,5 @@
 // Command admission measures fcd's admission throughput side by side with
-// the two designs DESIGN.md ("What fast means here") compares it to, in one
+// the two designs docs/design.md ("What fast means here") compares it to, in one
 // process against one embedded etcd member:
 //
 //	(a) floor:  a bare etcd transaction loop of the same shape as admission
@@ -8,7 +8,7 @@
 //	(b) authzd: POST /v1/formations/{id}/admit over HTTP on loopback, through
 //	            the full api.New handler (auth, policy digest check, two
 //	            reads, the admission transaction, EdDSA token signing);
-//	(c) shared: the design DESIGN.md warns against, one per-epoch record
+//	(c) shared: the design docs/design.md warns against, one per-epoch record
 //	            updated by compare-and-swap per admission (get, modify,
 //	            Txn If ModRevision == rev, retry on conflict).
 //

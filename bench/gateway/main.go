@@ -69,8 +69,8 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
-	"github.com/fcd-authz/fcd/examples/gateways"
 	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/crypto/bcrypt"
@@ -245,13 +245,13 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return fmt.Errorf("stack: %w", err)
 	}
 	defer b.s.close()
-	user, err := gateways.NewUser(userName, userPassword, bcrypt.MinCost)
+	user, err := gatewayconf.NewUser(userName, userPassword, bcrypt.MinCost)
 	if err != nil {
 		return err
 	}
 	for _, g := range []struct {
 		d, name, upstream string
-		render            func(gateways.Data) ([]byte, error)
+		render            func(gatewayconf.Data) ([]byte, error)
 	}{
 		{designA, "fcd", b.s.guarded, renderFCD},
 		{designAT, "fcd-trail", b.s.guardedTrail, renderFCD},
@@ -263,12 +263,12 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		if g.d == designAT {
 			authzdURL = b.s.urlTrail
 		}
-		data, err := gateways.NewData("127.0.0.1:1", authzdURL, string(b.s.creds[api.RoleGateway]), map[string]string{poolV14: g.upstream}, poolV14)
+		data, err := gatewayconf.NewData("127.0.0.1:1", authzdURL, string(b.s.creds[api.RoleGateway]), map[string]string{poolV14: g.upstream}, poolV14)
 		if err != nil {
 			return err
 		}
 		if g.d != designB0 {
-			data.Users = []gateways.User{user}
+			data.Users = []gatewayconf.User{user}
 		}
 		if b.gw[g.d], err = startNginx(dir, g.name, data, g.render); err != nil {
 			return err

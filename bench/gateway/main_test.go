@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 )
 
 // TestSmoke runs both designs for a few calls at concurrency 1 and 4
@@ -106,8 +106,8 @@ func TestPlainConfig(t *testing.T) {
 	}
 }
 
-func gatewaysData() (gateways.Data, error) {
-	d, err := gateways.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", "cred", map[string]string{poolV14: "http://127.0.0.1:9001"}, poolV14)
-	d.Users = []gateways.User{{Name: "alice", Hash: "$2y$04$abcdefghijklmnopqrstuu5qrpJ0CSlPGVsdMqGJSUaqxL6vsbN7u"}}
+func gatewaysData() (gatewayconf.Data, error) {
+	d, err := gatewayconf.NewData("127.0.0.1:8080", "http://127.0.0.1:7070", "cred", map[string]string{poolV14: "http://127.0.0.1:9001"}, poolV14)
+	d.Users = []gatewayconf.User{{Name: "alice", Hash: "$2y$04$abcdefghijklmnopqrstuu5qrpJ0CSlPGVsdMqGJSUaqxL6vsbN7u"}}
 	return d, err
 }

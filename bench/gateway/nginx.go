@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/bench/internal/loadgen"
-	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 )
 
 // plainNginx is design B's nginx.conf: examples/gateways/nginx.conf with
@@ -116,10 +116,10 @@ func nginxVersion() string {
 
 // renderFCD renders examples/gateways/nginx.conf (design A), as
 // internal/gatewaytest does.
-func renderFCD(d gateways.Data) ([]byte, error) { return gateways.Render(gateways.Nginx, d) }
+func renderFCD(d gatewayconf.Data) ([]byte, error) { return gatewayconf.Render(gatewayconf.Nginx, d) }
 
 // renderPlain renders plainNginx (designs B and, without users, B0).
-func renderPlain(d gateways.Data) ([]byte, error) {
+func renderPlain(d gatewayconf.Data) ([]byte, error) {
 	tmpl, err := template.New("plain").Option("missingkey=error").Parse(plainNginx)
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func renderPlain(d gateways.Data) ([]byte, error) {
 // startNginx renders a configuration for a free loopback port into a new
 // directory under parent and runs nginx on it the way internal/gatewaytest
 // does: -p prefix, -e error log, daemon off, its own process group.
-func startNginx(parent, name string, data gateways.Data, render func(gateways.Data) ([]byte, error)) (*nginx, error) {
+func startNginx(parent, name string, data gatewayconf.Data, render func(gatewayconf.Data) ([]byte, error)) (*nginx, error) {
 	bin, err := nginxBinary()
 	if err != nil {
 		return nil, err
@@ -145,7 +145,7 @@ func startNginx(parent, name string, data gateways.Data, render func(gateways.Da
 	if err != nil {
 		return nil, err
 	}
-	if data.Listen, err = gateways.ParseEndpoint(addr); err != nil {
+	if data.Listen, err = gatewayconf.ParseEndpoint(addr); err != nil {
 		return nil, err
 	}
 	text, err := render(data)
@@ -156,11 +156,11 @@ func startNginx(parent, name string, data gateways.Data, render func(gateways.Da
 	if err := os.WriteFile(conf, text, 0o600); err != nil {
 		return nil, err
 	}
-	users, err := gateways.Htpasswd(data.Users)
+	users, err := gatewayconf.Htpasswd(data.Users)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, gateways.NginxUsers), users, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, gatewayconf.NginxUsers), users, 0o600); err != nil {
 		return nil, err
 	}
 	global := fmt.Sprintf("daemon off; worker_processes %d;", nginxWorkers)

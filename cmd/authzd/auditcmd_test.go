@@ -104,3 +104,16 @@ func TestAuditVerifyKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditVerifyReadsTrailsOfSchemaV1: `audit verify` passes a trail
+// written before the events had a schema member (audit/testdata/trail-v1,
+// never regenerated), with its operator keys.
+func TestAuditVerifyReadsTrailsOfSchemaV1(t *testing.T) {
+	dir := filepath.Join("..", "..", "audit", "testdata", "trail-v1")
+	var out bytes.Buffer
+	code := run(t.Context(), []string{"audit", "verify", "--jwks", filepath.Join(dir, "jwks.json"),
+		"--operator-keys", filepath.Join(dir, "operator-keys.json"), filepath.Join(dir, "trails")}, nil, &out, &out)
+	if code != 0 || !strings.Contains(out.String(), "chain r1: 31 events") || !strings.Contains(out.String(), "ok: ") {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+}

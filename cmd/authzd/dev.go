@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -125,22 +124,11 @@ const devEnvFile = "dev-credentials.env"
 
 func devGenerate(dir, credFile, alg string) (devCredentials, error) {
 	dc := devCredentials{Credentials: map[api.Role]api.Secret{}, Keys: map[string]string{}}
-	key, err := manifest.GenerateKey(jwa.EdDSA)
+	kp, err := generateKey(dir, "registrar", jwa.EdDSA, true)
 	if err != nil {
 		return dc, err
 	}
-	pub, err := manifest.PublicSet(key)
-	if err != nil {
-		return dc, err
-	}
-	dc.Keys["registrar"] = filepath.Join(dir, "keys", "registrar.jwk")
-	dc.RegistrarKeys = filepath.Join(dir, "keys", "registrar-jwks.json")
-	if err := writeJSONFile(dc.Keys["registrar"], key, 0o600); err != nil {
-		return dc, err
-	}
-	if err := writeJSONFile(dc.RegistrarKeys, pub, 0o644); err != nil {
-		return dc, err
-	}
+	dc.Keys["registrar"], dc.RegistrarKeys = kp.private, kp.public
 	if err := devDispatchKey(&dc, dir, alg); err != nil {
 		return dc, err
 	}
@@ -196,40 +184,18 @@ func devAddSecondApprover(dc *devCredentials, credFile string) error {
 // devIssuerKey generates a compatibility-issuer key pair, so that a
 // newcomer can sign certificates with `authzd cert sign`.
 func devIssuerKey(dc *devCredentials, dir string) error {
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		return err
-	}
-	pub, err := manifest.PublicSet(key)
-	if err != nil {
-		return err
-	}
-	dc.Keys["issuer"] = filepath.Join(dir, "keys", "issuer.jwk")
-	dc.IssuerKeys = filepath.Join(dir, "keys", "issuer-jwks.json")
-	if err := writeJSONFile(dc.Keys["issuer"], key, 0o600); err != nil {
-		return err
-	}
-	return writeJSONFile(dc.IssuerKeys, pub, 0o644)
+	kp, err := generateKey(dir, "issuer", jwa.EdDSA, true)
+	dc.Keys["issuer"], dc.IssuerKeys = kp.private, kp.public
+	return err
 }
 
 // devOperatorKey generates an operator key pair, so that the dev server
 // requires signed resolutions of uncertain leases and a newcomer can sign
 // them with `authzd lease resolve`.
 func devOperatorKey(dc *devCredentials, dir string) error {
-	key, err := manifest.GenerateKey(jwa.EdDSA)
-	if err != nil {
-		return err
-	}
-	pub, err := manifest.PublicSet(key)
-	if err != nil {
-		return err
-	}
-	dc.Keys["operator"] = filepath.Join(dir, "keys", "operator.jwk")
-	dc.OperatorKeys = filepath.Join(dir, "keys", "operator-jwks.json")
-	if err := writeJSONFile(dc.Keys["operator"], key, 0o600); err != nil {
-		return err
-	}
-	return writeJSONFile(dc.OperatorKeys, pub, 0o644)
+	kp, err := generateKey(dir, "operator", jwa.EdDSA, true)
+	dc.Keys["operator"], dc.OperatorKeys = kp.private, kp.public
+	return err
 }
 
 // devDispatchKey generates the dispatch-token signing key.
@@ -238,12 +204,9 @@ func devDispatchKey(dc *devCredentials, dir, alg string) error {
 	if alg == "ES256" {
 		a = jwa.ES256
 	}
-	key, err := manifest.GenerateKey(a)
-	if err != nil {
-		return err
-	}
-	dc.Keys["dispatch"] = filepath.Join(dir, "keys", "dispatch.jwk")
-	return writeJSONFile(dc.Keys["dispatch"], key, 0o600)
+	kp, err := generateKey(dir, "dispatch", a, false)
+	dc.Keys["dispatch"] = kp.private
+	return err
 }
 
 // writeEnvFile writes shell exports for the README walkthrough:

@@ -9,13 +9,13 @@ import (
 	"os"
 	"strings"
 
-	"github.com/fcd-authz/fcd/examples/gateways"
 	"github.com/fcd-authz/fcd/internal/cli"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 )
 
 // gatewayCommand runs `authzd gateway config KIND [flags]`: the example
-// gateway configuration of examples/gateways rendered for the flags, by
-// gateways.Configure, the function internal/gatewaytest renders the
+// gateway configuration of examples/gateways rendered for the flags (internal/gatewayconf), by
+// gatewayconf.Configure, the function internal/gatewaytest renders the
 // end-to-end tests' gateways with. The credential comes from a file or
 // $FCD_GATEWAY, never from a flag's value, which ps would show.
 func gatewayCommand(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -23,18 +23,18 @@ func gatewayCommand(args []string, getenv func(string) string, stdin io.Reader, 
 		return gatewayUser(args[1:], stdin, stderr)
 	}
 	if len(args) == 0 || args[0] != "config" {
-		return fmt.Errorf("%w: gateway needs config KIND (KIND: %s) or user NAME", cli.ErrUsage, strings.Join(gateways.Kinds(), ", "))
+		return fmt.Errorf("%w: gateway needs config KIND (KIND: %s) or user NAME", cli.ErrUsage, strings.Join(gatewayconf.Kinds(), ", "))
 	}
 	if len(args) < 2 || strings.HasPrefix(args[1], "-") {
 		if len(args) >= 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "-help") {
-			fmt.Fprint(stdout, gateways.Usage)
+			fmt.Fprint(stdout, gatewayconf.Usage)
 			return nil
 		}
-		return fmt.Errorf("%w: gateway config needs the gateway kind first: %s", cli.ErrUsage, strings.Join(gateways.Kinds(), ", "))
+		return fmt.Errorf("%w: gateway config needs the gateway kind first: %s", cli.ErrUsage, strings.Join(gatewayconf.Kinds(), ", "))
 	}
-	out, err := gateways.Configure(args[1], args[2:], getenv, stdout)
+	out, err := gatewayconf.Configure(args[1], args[2:], getenv, stdout)
 	if err != nil {
-		if errors.Is(err, gateways.ErrFlag) {
+		if errors.Is(err, gatewayconf.ErrFlag) {
 			return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 		}
 		return err
@@ -43,8 +43,8 @@ func gatewayCommand(args []string, getenv func(string) string, stdin io.Reader, 
 		return err
 	}
 	switch {
-	case out.Out == "" && out.Kind == gateways.KindNginx:
-		fmt.Fprintf(stderr, "authzd: nginx reads its users from %s beside nginx.conf: install your --users file there (or use --out DIR, which writes both)\n", gateways.NginxUsers)
+	case out.Out == "" && out.Kind == gatewayconf.KindNginx:
+		fmt.Fprintf(stderr, "authzd: nginx reads its users from %s beside nginx.conf: install your --users file there (or use --out DIR, which writes both)\n", gatewayconf.NginxUsers)
 	case out.Out != "":
 		for _, f := range out.Files {
 			fmt.Fprintf(stderr, "authzd: wrote %s\n", strings.TrimPrefix(out.Out+string(os.PathSeparator)+f.Name, "./"))
@@ -95,11 +95,11 @@ func gatewayUser(args []string, stdin io.Reader, stderr io.Writer) error {
 			return fmt.Errorf("%w: %s already has a user %q", errUserExists, *users, name)
 		}
 	}
-	u, err := gateways.NewUser(name, password, 0)
+	u, err := gatewayconf.NewUser(name, password, 0)
 	if err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
-	entry, err := gateways.Htpasswd([]gateways.User{u})
+	entry, err := gatewayconf.Htpasswd([]gatewayconf.User{u})
 	if err != nil {
 		return err
 	}

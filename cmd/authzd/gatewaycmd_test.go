@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fcd-authz/fcd/examples/gateways"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -23,15 +23,15 @@ func gatewayFiles(t *testing.T) (credFile, usersFile, credential string) {
 	if err := os.WriteFile(credFile, []byte(credential+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var users []gateways.User
+	var users []gatewayconf.User
 	for _, name := range []string{"alice", "bob"} {
-		u, err := gateways.NewUser(name, name+"-pw", bcrypt.MinCost)
+		u, err := gatewayconf.NewUser(name, name+"-pw", bcrypt.MinCost)
 		if err != nil {
 			t.Fatal(err)
 		}
 		users = append(users, u)
 	}
-	text, err := gateways.Htpasswd(users)
+	text, err := gatewayconf.Htpasswd(users)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestGatewayConfigFlags(t *testing.T) {
 		{note: "traefik needs --out", args: append([]string{"config", "traefik"}, with("--pool", "a=127.0.0.1:1")...), code: 2, want: "--out DIR is required for traefik"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			t.Setenv(gateways.CredentialEnv, tc.env)
+			t.Setenv(gatewayconf.CredentialEnv, tc.env)
 			t.Setenv("FCD_URL", "")
 			var out, errb bytes.Buffer
 			code := run(context.Background(), append([]string{"gateway"}, tc.args...), nil, &out, &errb)
@@ -140,7 +140,7 @@ func TestGatewayConfigFlags(t *testing.T) {
 // stdout, the other files beside it, all 0600; the credential never on
 // stderr.
 func TestGatewayConfigRenders(t *testing.T) {
-	t.Setenv(gateways.CredentialEnv, "")
+	t.Setenv(gatewayconf.CredentialEnv, "")
 	credFile, usersFile, credential := gatewayFiles(t)
 	common := []string{"--credential-file", credFile, "--authzd", "http://127.0.0.1:7070", "--listen", "127.0.0.1:8000",
 		"--pool", "github-v1-4=127.0.0.1:9014,127.0.0.1:9015", "--pool", "github-v1-3=http://127.0.0.1:9013", "--default", "github-v1-4"}

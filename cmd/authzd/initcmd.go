@@ -14,7 +14,6 @@ import (
 
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/internal/cli"
-	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
@@ -71,18 +70,7 @@ func initCommand(args []string, stdout io.Writer) error {
 	}
 	keys := map[string]string{} // kind → public JWKS path, relative to dir
 	for _, kind := range []string{"registrar", "issuer", "signing", "operator"} {
-		key, err := manifest.GenerateKey(jwa.EdDSA)
-		if err != nil {
-			return err
-		}
-		pub, err := manifest.PublicSet(key)
-		if err != nil {
-			return err
-		}
-		if err := writeJSONFile(filepath.Join(dir, "keys", kind+".jwk"), key, 0o600); err != nil {
-			return err
-		}
-		if err := writeJSONFile(filepath.Join(dir, "keys", kind+"-jwks.json"), pub, 0o644); err != nil {
+		if _, err := generateKey(dir, kind, jwa.EdDSA, true); err != nil {
 			return err
 		}
 		keys[kind] = filepath.Join("keys", kind+"-jwks.json")

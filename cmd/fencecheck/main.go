@@ -25,7 +25,6 @@ import (
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/cli"
-	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 const usage = `usage:
@@ -105,11 +104,13 @@ func (f *verifierFlags) verifier(claimer fencecheck.Claimer, started time.Time) 
 		Issuer: f.issuer, JWKSURL: f.jwks, Claimer: claimer, Started: started,
 	}
 	if f.keys != "" {
-		set, err := jwk.ReadFile(f.keys)
+		data, err := os.ReadFile(f.keys)
 		if err != nil {
+			return nil, fmt.Errorf("keys: %w", err)
+		}
+		if v.Keys, err = fencecheck.ParseJWKS(data); err != nil {
 			return nil, fmt.Errorf("keys %s: %w", f.keys, err)
 		}
-		v.Keys = set
 	}
 	if err := v.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", cli.ErrUsage, err)

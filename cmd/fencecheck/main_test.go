@@ -21,22 +21,21 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
-	"github.com/fcd-authz/fcd/internal/tokentest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 )
 
 // issuer stands in for authzd's token signing: an Ed25519 key and the
 // JWKS of its public half.
 type issuer struct {
-	key  *tokentest.Key
+	key  *fencechecktest.Key
 	jwks []byte
 }
 
 func newIssuer(t *testing.T) *issuer {
 	t.Helper()
-	key := tokentest.NewKey(t, jwa.EdDSA, "authzd-1")
-	return &issuer{key: key, jwks: tokentest.JWKS(t, key)}
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "authzd-1")
+	return &issuer{key: key, jwks: fencechecktest.JWKS(key)}
 }
 
 var jti atomic.Int64
@@ -62,7 +61,7 @@ func (is *issuer) sign(t *testing.T, id, tool, args string, admitted time.Time) 
 		t.Fatal(err)
 	}
 	now := time.Now().Unix()
-	return is.key.Issue(t, fencecheck.Claims{
+	return is.key.Issue(fencecheck.Claims{
 		Issuer: "https://authzd.test", Audience: "github-prod", Subject: "s-1", ID: id,
 		IssuedAt: now, NotBefore: now, Expiry: now + 30,
 		Formation: "f-1", Tool: tool, ArgumentDigest: digest, Epoch: "sha256:e1",

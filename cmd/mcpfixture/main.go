@@ -49,7 +49,6 @@ import (
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/internal/fixtures"
-	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 const usage = `usage:
@@ -139,11 +138,13 @@ func (f *fenceFlags) guard(h http.Handler, rel fixtures.Release, log *slog.Logge
 		}
 	}
 	if f.keys != "" {
-		set, err := jwk.ReadFile(f.keys)
+		data, err := os.ReadFile(f.keys)
 		if err != nil {
+			return nil, nil, fmt.Errorf("keys: %w", err)
+		}
+		if v.Keys, err = fencecheck.ParseJWKS(data); err != nil {
 			return nil, nil, fmt.Errorf("keys %s: %w", f.keys, err)
 		}
-		v.Keys = set
 	}
 	opts := fencecheck.MiddlewareConfig{Server: rel.Server, MaxBodyBytes: f.maxBody, Timeout: f.timeout, Logger: log}
 	closeFn := func() {}

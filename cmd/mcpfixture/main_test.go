@@ -17,11 +17,10 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/leaktest"
-	"github.com/fcd-authz/fcd/internal/tokentest"
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -127,9 +126,9 @@ func TestServe(t *testing.T) {
 // A fixture guarded in-process by fencecheck, offline, with a static key
 // set and tokens signed here.
 func TestServeFenced(t *testing.T) {
-	key := tokentest.NewKey(t, jwa.EdDSA, "k1")
+	key := fencechecktest.NewKey(fencechecktest.EdDSA, "k1")
 	keys := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(keys, tokentest.JWKS(t, key), 0o600); err != nil {
+	if err := os.WriteFile(keys, fencechecktest.JWKS(key), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	base := start(t, "serve", "--server", "azure", "--release", "v1.1", "--keys", keys, "--issuer", "fcd-test",
@@ -144,7 +143,7 @@ func TestServeFenced(t *testing.T) {
 		now := time.Now().Unix()
 		var id [9]byte
 		rand.Read(id[:])
-		return key.Issue(t, fencecheck.Claims{
+		return key.Issue(fencecheck.Claims{
 			Issuer: "fcd-test", Audience: rel.Pool, Subject: "s1", ID: base64.RawURLEncoding.EncodeToString(id[:]),
 			IssuedAt: now, NotBefore: now, Expiry: now + 30, Formation: "f1", Tool: "azure/create_storage_account",
 			ArgumentDigest: digest, Epoch: "sha256:e", Artifact: rel.Artifact, Config: rel.Config, Generation: gen,

@@ -38,7 +38,7 @@ type TrailWriter struct{ *audit.Trail }
 func (w TrailWriter) Append(ctx context.Context, evs []authz.TrailEvent) error {
 	entries := make([]audit.Entry, len(evs))
 	for i, e := range evs {
-		entries[i] = audit.Entry{Kind: e.Kind, Revision: e.Revision, Time: e.Time, Data: e.Data}
+		entries[i] = audit.Entry{Kind: e.Kind, Schema: e.Schema, Revision: e.Revision, Time: e.Time, Data: e.Data}
 	}
 	return w.Trail.Append(ctx, entries)
 }

@@ -127,7 +127,7 @@ func connectFront(t *testing.T, url, token string) *frontClient {
 }
 
 // approvePending approves, as the approver, the one pending formation of
-// tool, once it exists.
+// tool, once it exists, and returns its id ("" if none came in 30 s).
 func (s *stack) approvePending(tool string) string {
 	s.t.Helper()
 	status := client.FormationStatusPendingApproval
@@ -142,7 +142,10 @@ func (s *stack) approvePending(tool string) string {
 			}
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("no formation of %s waits for approval", tool)
+			// Errorf, not Fatalf: this runs beside the call, in a
+			// goroutine of its own.
+			s.t.Errorf("no formation of %s waits for approval", tool)
+			return ""
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -442,4 +445,78 @@ func (s *stack) formationCount() int {
 	r, err := s.as(api.RoleApprover).ListFormationsWithResponse(s.t.Context(), &client.ListFormationsParams{Limit: &limit})
 	s.must("list formations", err)
 	return len(r.JSON200.Formations)
+}
+
+// TestFrontRecovery: after a call whose tool declares failure modes
+// answered an error, the same call made again in the session is formed as
+// its recovery — linked to it, and run under the recovery's lease with
+// Fcd-Recovery-Of — and a mode that does not allow it (abort) is a
+// refusal the model reads, with nothing run.
+func TestFrontRecovery(t *testing.T) {
+	s := startStack(t, nil)
+	url, _ := startFront(t, s)
+	fc := connectFront(t, url, "alice-token")
+	ctx := t.Context()
+	var mu sync.Mutex
+	failNext := ""
+	s.setFail(func(_ context.Context, tool string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		code := failNext
+		failNext = ""
+		return code
+	})
+	fail := func(code string) {
+		mu.Lock()
+		failNext = code
+		mu.Unlock()
+	}
+	read := &mcp.CallToolParams{Name: "get_repository", Arguments: map[string]any{"owner": "octo-org", "repo": "hello-world"}}
+
+	// retry: rate_limited, then the same call again.
+	fail("rate_limited")
+	res, err := fc.cs.CallTool(ctx, read)
+	if err != nil || !res.IsError {
+		t.Fatalf("the injected failure: %v %+v", err, res)
+	}
+	res, err = fc.cs.CallTool(ctx, read)
+	if err != nil || res.IsError {
+		t.Fatalf("the retry: %v %+v", err, res)
+	}
+	reads := s.Rec.Effects(fixtures.Filter{Tool: "get_repository", Kind: fixtures.KindRead})
+	if len(reads) != 1 || reads[0].RecoveryOf == "" {
+		t.Fatalf("get_repository ran %+v, want once, as the recovery of the failed call", reads)
+	}
+	if r := s.record(reads[0].RecoveryOf); r.Status != client.FormationStatusFailed {
+		t.Fatalf("the recovered formation is %s, want failed", r.Status)
+	}
+	// A later call after the success is a new call, not a recovery.
+	res, err = fc.cs.CallTool(ctx, read)
+	if err != nil || res.IsError {
+		t.Fatalf("a new read: %v %+v", err, res)
+	}
+	if reads := s.Rec.Effects(fixtures.Filter{Tool: "get_repository", Kind: fixtures.KindRead}); len(reads) != 2 || reads[1].RecoveryOf != "" {
+		t.Fatalf("reads %+v: the third call is no recovery", reads)
+	}
+
+	// abort: validation_failed; the same write again is refused.
+	fail("validation_failed")
+	done := make(chan string, 1)
+	go func() { done <- s.approvePending("create_repository") }()
+	write := &mcp.CallToolParams{Name: "create_repository", Arguments: map[string]any{"name": "bad-name"}}
+	res, err = fc.cs.CallTool(ctx, write)
+	<-done
+	if err != nil || !res.IsError {
+		t.Fatalf("the injected write failure: %v %+v", err, res)
+	}
+	res, err = fc.cs.CallTool(ctx, write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := frontRefusal(t, res); r.Problem != "recovery-not-allowed" {
+		t.Fatalf("the write again after validation_failed: %+v %q", r, textOf(res))
+	}
+	if es := effectsOf(s.Rec, "bad-name"); len(es) != 0 {
+		t.Fatalf("the refused write ran: %+v", es)
+	}
 }

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
-	"github.com/fcd-authz/fcd/examples/gateways"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 )
 
@@ -58,7 +58,7 @@ type seenRequest struct {
 //   - a stock MCP host's admitted call runs once, private, on v1.4;
 //   - a tools/call without a formation is refused formation-required
 //     (Fcd-Problem and a problem+json body of that type), reaching no pool;
-//   - every Fcd-* header a client sends (gateways.ClientHeaders) is removed
+//   - every Fcd-* header a client sends (gatewayconf.ClientHeaders) is removed
 //     before a pool, on session traffic and on an admitted call, which
 //     carries only authzd's token (for its formation) and target;
 //   - once the source drains, authzd's refusal reaches the client with
@@ -115,7 +115,7 @@ func TestGatewayConfigCommand(t *testing.T) {
 			}
 			forged := func() map[string]string {
 				h := map[string]string{}
-				for _, name := range gateways.ClientHeaders() {
+				for _, name := range gatewayconf.ClientHeaders() {
 					h[name] = "forged"
 				}
 				delete(h, "Fcd-Formation")

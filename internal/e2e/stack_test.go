@@ -147,6 +147,9 @@ func (s *stack) bareFixture(t *testing.T, name string, opts fixtures.Config) str
 type stackOptions struct {
 	// TokenLifetime is the lifetime of dispatch tokens; zero means 30 s.
 	TokenLifetime time.Duration
+	// GatewayCaller is authzd's gateway caller binding; empty means the
+	// default (principal).
+	GatewayCaller string
 }
 
 // prefixSeq gives each stack its own key prefix on a shared etcd member,
@@ -238,7 +241,7 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		FormationRate: server.NoFormationLimit,
 		Registrars:    registrar.Verifier, Issuers: issuer.Verifier, Operators: operator.Verifier, Auth: auth,
 		Signer: sigKey, Issuer: issuerName, TokenLifetime: opts.TokenLifetime,
-		AuditDir: trailRoot, Replica: "e2e", Logger: log,
+		AuditDir: trailRoot, Replica: "e2e", Logger: log, GatewayCaller: opts.GatewayCaller,
 	})
 	s.URL = srv.URL()
 	// Before the server closes it, the trail (which follows the store's

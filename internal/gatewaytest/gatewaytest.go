@@ -1,6 +1,6 @@
 // Package gatewaytest runs real gateways (nginx, Caddy) for tests, with the
 // example configurations of examples/gateways rendered by `authzd gateway
-// config` (its function, gateways.Configure, or with Config.Command the
+// config` (its function, gatewayconf.Configure, or with Config.Command the
 // built command itself, given the same flags): the files an operator gets
 // are the files the tests run. A gateway is rendered into a temporary
 // directory, started on a free loopback port with no root-owned or global
@@ -47,8 +47,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fcd-authz/fcd/examples/gateways"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
+	"github.com/fcd-authz/fcd/internal/gatewayconf"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -90,7 +90,7 @@ type Config struct {
 	// Command, when set, is the path of a built authzd: the configuration
 	// is then written by running `authzd gateway config KIND --out DIR`
 	// with the flags [Config.Args] makes, as an operator would. Unset, the
-	// same flags go to gateways.Configure in this process, which is what
+	// same flags go to gatewayconf.Configure in this process, which is what
 	// the command runs: either way the gateway runs what the command
 	// renders.
 	Command string
@@ -109,15 +109,15 @@ func (cfg Config) Args(listen, dir, out string) ([]string, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	var users []gateways.User
+	var users []gatewayconf.User
 	for _, name := range names {
-		u, err := gateways.NewUser(name, cfg.Users[name], bcrypt.MinCost)
+		u, err := gatewayconf.NewUser(name, cfg.Users[name], bcrypt.MinCost)
 		if err != nil {
 			return nil, err
 		}
 		users = append(users, u)
 	}
-	htpasswd, err := gateways.Htpasswd(users)
+	htpasswd, err := gatewayconf.Htpasswd(users)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func Start(t testing.TB, kind string, cfg Config) *Gateway {
 func StartNginx(t testing.TB, cfg Config) *Gateway {
 	t.Helper()
 	bin := binary(t, Nginx, "/usr/sbin/nginx")
-	return start(t, Nginx, gateways.Nginx, cfg, func(dir, conf string) *exec.Cmd {
+	return start(t, Nginx, gatewayconf.Nginx, cfg, func(dir, conf string) *exec.Cmd {
 		// -p: relative paths in the file (pid, logs, temporary files) are
 		// inside dir. -e: the log nginx writes before it has read the
 		// file. daemon off: stay in the foreground, a child of the test.
@@ -206,7 +206,7 @@ func StartNginx(t testing.TB, cfg Config) *Gateway {
 func StartCaddy(t testing.TB, cfg Config) *Gateway {
 	t.Helper()
 	bin := binary(t, Caddy, "/usr/bin/caddy")
-	return start(t, Caddy, gateways.Caddyfile, cfg, func(dir, conf string) *exec.Cmd {
+	return start(t, Caddy, gatewayconf.Caddyfile, cfg, func(dir, conf string) *exec.Cmd {
 		cmd := exec.Command(bin, "run", "--config", conf, "--adapter", "caddyfile")
 		// Caddy keeps its state (autosaved config, certificates, locks)
 		// under HOME and the XDG directories: all inside dir. The
@@ -228,7 +228,7 @@ func ValidateCaddyfile(t testing.TB, cfg Config) {
 	t.Helper()
 	bin := binary(t, Caddy, "/usr/bin/caddy")
 	dir := t.TempDir()
-	conf := render(t, Caddy, gateways.Caddyfile, cfg, FreeAddr(t), dir)
+	conf := render(t, Caddy, gatewayconf.Caddyfile, cfg, FreeAddr(t), dir)
 	cmd := exec.Command(bin, "validate", "--adapter", "caddyfile", "--config", conf)
 	cmd.Env = append(filteredEnv("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"),
 		"HOME="+dir, "XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "XDG_DATA_HOME="+filepath.Join(dir, "data"))
@@ -383,7 +383,7 @@ func render(t testing.TB, kind, file string, cfg Config, addr, dir string) strin
 			t.Fatalf("gatewaytest: %s gateway config %s %s: %v\n%s", cfg.Command, kind, strings.Join(args, " "), err, out)
 		}
 	} else {
-		out, err := gateways.Configure(kind, args, func(string) string { return "" }, io.Discard)
+		out, err := gatewayconf.Configure(kind, args, func(string) string { return "" }, io.Discard)
 		if err != nil {
 			t.Fatalf("gatewaytest: gateway config %s %s: %v", kind, strings.Join(args, " "), err)
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // FormationMetaKey is where an MCP call may carry its formation id:
-// params._meta["dev.fcd/formation"] (shared API.md).
+// params._meta["dev.fcd/formation"] (docs/mcp-sessions.md).
 const FormationMetaKey = "dev.fcd/formation"
 
 // FormationHeader is the header a forward-auth gateway reads the formation

@@ -20,9 +20,18 @@
 //                  Fcd-Problem, Retry-After and Fcd-Formation headers, and
 //                  what the body names (a problem's "type", or a JSON-RPC
 //                  error's data.type and data.formation)
+//
+// Each request waits REQUEST_TIMEOUT_MS for its answer, not the SDK's 60 s:
+// a gateway that ends an SSE answer early (as Caddy 2.6 did without
+// buffer_requests) leaves the SDK waiting for a response that never comes.
+// Then "unanswered" names the request (initialize, tools/list, tools/call or
+// DELETE) and "error" or "callError" says so; mcpjs_test.go fails on it.
 import { existsSync, writeFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
+
+const REQUEST_TIMEOUT_MS = 20000;
 
 const [url, headerJSON, tool, args, optionList = ""] = process.argv.slice(2);
 const options = new Map(optionList.split(",").filter(Boolean).map((o) => {
@@ -76,10 +85,21 @@ if (send !== fetch) {
 }
 const transport = new StreamableHTTPClientTransport(new URL(url), transportOptions);
 const client = new Client({ name: "fcd-e2e-ts", version: "0" });
+const requestOptions = { timeout: REQUEST_TIMEOUT_MS };
+// why returns e's message, naming the request when it went unanswered.
+const why = (request, e) => {
+  if (e?.code === ErrorCode.RequestTimeout) {
+    out.unanswered = request;
+    return `${request}: no answer in ${REQUEST_TIMEOUT_MS / 1000} s (did the gateway end the answer early? see its log): ${e.message}`;
+  }
+  return String(e?.message ?? e);
+};
+let request = "initialize";
 try {
-  await client.connect(transport);
+  await client.connect(transport, requestOptions);
   out.session = transport.sessionId ?? "";
-  out.tools = (await client.listTools()).tools.map((t) => t.name);
+  request = "tools/list";
+  out.tools = (await client.listTools(undefined, requestOptions)).tools.map((t) => t.name);
   if (options.has("wait")) {
     const file = options.get("wait");
     writeFileSync(file + ".ready", "");
@@ -89,17 +109,27 @@ try {
   }
   try {
     out.progress = 0;
-    const callOptions = options.has("progress") ? { onprogress: () => { out.progress++; } } : undefined;
+    const callOptions = { ...requestOptions };
+    if (options.has("progress")) {
+      callOptions.onprogress = () => { out.progress++; };
+    }
     const res = await client.callTool({ name: tool, arguments: JSON.parse(args) }, undefined, callOptions);
     out.isError = res.isError === true;
     out.text = (res.content ?? []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
   } catch (e) {
-    out.callError = String(e?.message ?? e);
+    out.callError = why("tools/call", e);
   }
-  await transport.terminateSession();
+  request = "DELETE";
+  let timer;
+  await Promise.race([
+    transport.terminateSession(),
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new McpError(ErrorCode.RequestTimeout, "Request timed out")), REQUEST_TIMEOUT_MS);
+    }),
+  ]).finally(() => clearTimeout(timer));
   out.terminated = true;
 } catch (e) {
-  out.error = String(e?.message ?? e);
+  out.error = why(request, e);
 }
 await client.close().catch(() => {});
 console.log(JSON.stringify(out));
