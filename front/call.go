@@ -60,9 +60,13 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 			Message: fmt.Sprintf("unknown tool %q: it is not in the catalog this session was shown; list the tools again", req.Params.Name)}
 	}
 	snapshot := s.formedAgainst().snapshot
+	// An HTTP request carries its bearer's principal; a stdio request
+	// carries nothing (no Extra): the session's principal is its caller.
 	p := s.principal
-	if tp, ok := principalOf(req.Extra.TokenInfo); ok {
-		p = tp
+	if req.Extra != nil {
+		if tp, ok := principalOf(req.Extra.TokenInfo); ok {
+			p = tp
+		}
 	}
 	args := req.Params.Arguments
 	if len(bytes.TrimSpace(args)) == 0 {

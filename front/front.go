@@ -223,7 +223,7 @@ func (f *Front) Handler() (http.Handler, error) {
 	bearer := auth.RequireBearerToken(verifier(f.cfg.Auth), &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: metaURL, Scopes: f.cfg.Scopes})
 	mux := http.NewServeMux()
-	mux.Handle(MCPPath, bearer(f.catalogFirst(streamable)))
+	mux.Handle(MCPPath, bearer(answerDiscoverAsLegacy(f.catalogFirst(streamable))))
 	mux.Handle(ResourceMetadataPath, auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: f.cfg.Resource, AuthorizationServers: f.cfg.AuthorizationServers,
 		ScopesSupported: f.cfg.Scopes, BearerMethodsSupported: []string{"header"}, ResourceName: "fcd MCP front",

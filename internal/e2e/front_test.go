@@ -26,19 +26,47 @@ var frontUsers = front.StaticTokens{
 	"bob-token":   {ID: "bob", Attributes: map[string]any{"groups": []any{"dev"}}},
 }
 
+// frontResource is the resource identifier of the fronts of these tests:
+// their resource metadata's resource and, with JWTs, the audience.
+const frontResource = "http://front.test/mcp"
+
+// frontOptions are startFrontWith's.
+type frontOptions struct {
+	// Issuer, if set, is the only issuer whose JWTs for frontResource the
+	// front accepts (front.NewJWTAuthenticator); nil means frontUsers'
+	// static tokens.
+	Issuer *testIssuer
+}
+
 // startFront starts an MCP front (front → fence: it admits each call and
 // sends it to the pool's fixture with its token) before the stack, over
 // real HTTP, and returns the URL of its MCP endpoint.
 func startFront(t *testing.T, s *stack) (string, *front.Front) {
 	t.Helper()
+	return startFrontWith(t, s, frontOptions{})
+}
+
+// startFrontWith is startFront with options.
+func startFrontWith(t *testing.T, s *stack, opts frontOptions) (string, *front.Front) {
+	t.Helper()
 	pools := map[string]string{}
 	for pool, url := range s.Fixture {
 		pools[pool] = url + "/mcp"
 	}
+	var authn front.Authenticator = frontUsers
+	var servers []string
+	if opts.Issuer != nil {
+		a, err := front.NewJWTAuthenticator(t.Context(), front.JWTAuthenticator{Issuer: opts.Issuer.Name, Audience: frontResource,
+			JWKSURL: opts.Issuer.JWKS, AttributeClaims: []string{"groups"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		authn, servers = a, []string{opts.Issuer.Name}
+	}
 	f, err := front.New(t.Context(), front.Config{
 		AuthzdURL: s.URL, Credential: string(s.creds[api.RoleHost]), Servers: []string{"github"},
-		Pools: pools, Auth: frontUsers, ApprovalWait: 60 * time.Second, PollInterval: 50 * time.Millisecond,
-		RelistInterval: 100 * time.Millisecond, Resource: "http://front.test/mcp",
+		Pools: pools, Auth: authn, AuthorizationServers: servers, ApprovalWait: 60 * time.Second, PollInterval: 50 * time.Millisecond,
+		RelistInterval: 100 * time.Millisecond, Resource: frontResource,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +131,7 @@ func connectFront(t *testing.T, url, token string) *frontClient {
 func (s *stack) approvePending(tool string) string {
 	s.t.Helper()
 	status := client.FormationStatusPendingApproval
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a client launched per call (a CLI) starts slowly on a busy machine
 	for {
 		r, err := s.as(api.RoleApprover).ListFormationsWithResponse(s.t.Context(), &client.ListFormationsParams{Status: &status})
 		s.must("list pending formations", err)
@@ -308,7 +336,7 @@ func TestFrontGoSDKClient(t *testing.T) {
 func (s *stack) approvePendingAfter(tool string, before func()) {
 	s.t.Helper()
 	status := client.FormationStatusPendingApproval
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		r, err := s.as(api.RoleApprover).ListFormationsWithResponse(s.t.Context(), &client.ListFormationsParams{Status: &status})
 		s.must("list pending formations", err)
 		for _, f := range r.JSON200.Formations {
@@ -368,7 +396,7 @@ func TestFrontRefusesBadClients(t *testing.T) {
 	var meta struct{ Resource string }
 	err = json.NewDecoder(resp.Body).Decode(&meta)
 	resp.Body.Close()
-	if err != nil || meta.Resource != "http://front.test/mcp" {
+	if err != nil || meta.Resource != frontResource {
 		t.Fatalf("resource metadata: %v %+v", err, meta)
 	}
 

@@ -65,7 +65,7 @@ func runNodeHost(t *testing.T, url string, headers map[string]string, tool, args
 		t.Fatalf("node is needed for the TypeScript SDK tests (.ci/run installs Debian's nodejs and npm)")
 	}
 	installJS.Do(func() {
-		if _, err := os.Stat(filepath.Join(mcpjsDir, "node_modules", "@modelcontextprotocol", "sdk")); err == nil {
+		if jsInstalled() {
 			return
 		}
 		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts")
@@ -82,6 +82,25 @@ func runNodeHost(t *testing.T, url string, headers map[string]string, tool, args
 		t.Fatal(err)
 	}
 	return out
+}
+
+// jsInstalled says whether every package package.json names is in
+// node_modules (a checkout whose lockfile gained a package needs npm ci).
+func jsInstalled() bool {
+	raw, err := os.ReadFile(filepath.Join(mcpjsDir, "package.json"))
+	if err != nil {
+		return false
+	}
+	var pkg struct{ Dependencies map[string]string }
+	if json.Unmarshal(raw, &pkg) != nil || len(pkg.Dependencies) == 0 {
+		return false
+	}
+	for name := range pkg.Dependencies {
+		if _, err := os.Stat(filepath.Join(mcpjsDir, "node_modules", filepath.FromSlash(name), "package.json")); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // execNodeHost runs client.mjs once and decodes what it printed.
