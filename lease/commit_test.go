@@ -1,9 +1,11 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -304,5 +306,83 @@ func TestGroupCommitFailsClosedWhileEtcdIsDown(t *testing.T) {
 	}
 	if _, err := e.s.OpenLease(ctx, pending.req.Lease.ID); !errors.Is(err, record.ErrLeaseNotFound) {
 		t.Errorf("the admission made while etcd was down: %v, want none", err)
+	}
+}
+
+// TestCloseAnswersGroupCommits: Close waits for the batches under way,
+// which keep etcd's answer, fails the writes still queued with ErrClosed
+// (an ErrUnavailable) instead of leaving them waiting, refuses writes
+// after it, and leaves no flush goroutine behind.
+func TestCloseAnswersGroupCommits(t *testing.T) {
+	e := newClaimEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Writes queued while every slot is held: nothing sends them.
+	s := e.m.Store(t, "/claims/")
+	queued, release := lease.HoldCommitsForTest(s)
+	waiting := []*pendingAdmission{e.prepare(t, "close-q1", "github/get_repository"), e.prepare(t, "close-q2", "github/get_repository")}
+	errs := make([]error, len(waiting))
+	var wg sync.WaitGroup
+	for i, p := range waiting {
+		wg.Go(func() { errs[i] = s.Admit(ctx, p.req) })
+	}
+	eventually(t, "both writes queued", func() bool { return queued() == len(waiting) })
+	if err := s.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, lease.ErrClosed) || !errors.Is(err, record.ErrUnavailable) {
+			t.Errorf("write %d queued at Close: %v, want ErrClosed (an ErrUnavailable)", i, err)
+		}
+	}
+	release() // starts no flush: the store is closed
+	if err := s.Admit(ctx, e.prepare(t, "close-after", "github/get_repository").req); !errors.Is(err, lease.ErrClosed) {
+		t.Errorf("write after Close: %v, want ErrClosed", err)
+	}
+	assertNoFlush(t)
+
+	// Writes handed to flush goroutines when Close comes: each is either
+	// committed (etcd's answer) or refused with ErrClosed, never lost to
+	// the closed connection.
+	s = e.m.Store(t, "/claims/")
+	queued, release = lease.HoldCommitsForTest(s)
+	var inFlight []*pendingAdmission
+	for i := range 8 {
+		inFlight = append(inFlight, e.prepare(t, fmt.Sprint("close-f", i), "github/get_repository"))
+	}
+	errs = make([]error, len(inFlight))
+	for i, p := range inFlight {
+		wg.Go(func() { errs[i] = s.Admit(ctx, p.req) })
+	}
+	eventually(t, "every write queued", func() bool { return queued() == len(inFlight) })
+	release()
+	if err := s.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	assertNoFlush(t) // at once: Close joined them
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, lease.ErrClosed) {
+			t.Errorf("write %d under way at Close: %v, want its commit or ErrClosed", i, err)
+		}
+	}
+}
+
+// assertNoFlush fails t if a goroutine of the group committer is running.
+func assertNoFlush(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	if i := bytes.Index(buf, []byte("lease.(*committer).flush")); i >= 0 {
+		t.Errorf("a flush goroutine is left after Close:\n%s", buf[max(0, bytes.LastIndex(buf[:i], []byte("goroutine "))):min(len(buf), i+200)])
 	}
 }
