@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -33,7 +34,7 @@ func concurrently(t *testing.T, s *lease.Store, ops ...func(context.Context) err
 	for i, op := range ops {
 		wg.Go(func() { errs[i] = op(ctx) })
 	}
-	eventually(t, "every write queued", func() bool { return queued() == len(ops) })
+	testutil.Eventually(t, 30*time.Second, "every write queued", func() bool { return queued() == len(ops) })
 	release()
 	wg.Wait()
 	return errs
@@ -297,7 +298,7 @@ func TestGroupCommitFailsClosedWhileEtcdIsDown(t *testing.T) {
 	}
 
 	e.m.Restart()
-	eventually(t, "the store to reach etcd again", func() bool { return e.s.Ping(ctx) == nil })
+	testutil.Eventually(t, 30*time.Second, "the store to reach etcd again", func() bool { return e.s.Ping(ctx) == nil })
 	if st, claim, err := e.state(t, running.ID); err != nil || st != record.LeaseRunning || claim != "cl_run" {
 		t.Errorf("the reported lease is %s %q %v, want still running", st, claim, err)
 	}
@@ -327,7 +328,7 @@ func TestCloseAnswersGroupCommits(t *testing.T) {
 	for i, p := range waiting {
 		wg.Go(func() { errs[i] = s.Admit(ctx, p.req) })
 	}
-	eventually(t, "both writes queued", func() bool { return queued() == len(waiting) })
+	testutil.Eventually(t, 30*time.Second, "both writes queued", func() bool { return queued() == len(waiting) })
 	if err := s.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
@@ -356,7 +357,7 @@ func TestCloseAnswersGroupCommits(t *testing.T) {
 	for i, p := range inFlight {
 		wg.Go(func() { errs[i] = s.Admit(ctx, p.req) })
 	}
-	eventually(t, "every write queued", func() bool { return queued() == len(inFlight) })
+	testutil.Eventually(t, 30*time.Second, "every write queued", func() bool { return queued() == len(inFlight) })
 	release()
 	if err := s.Close(); err != nil {
 		t.Errorf("close: %v", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -51,19 +53,14 @@ func TestServeJoinsEveryGoroutine(t *testing.T) {
 	}
 	// Ready, and the token key published: the publisher's etcd lease and
 	// its keep-alive stream are running.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		code, _ := get("/readyz")
+	var code, jcode int
+	var body []byte
+	testutil.EventuallyState(t, time.Minute, "ready with a published key", func() bool {
+		code, _ = get("/readyz")
 		var jwks struct{ Keys []json.RawMessage }
-		jcode, body := get("/.well-known/jwks.json")
-		if code == http.StatusOK && jcode == http.StatusOK && json.Unmarshal(body, &jwks) == nil && len(jwks.Keys) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready with a published key after a minute: /readyz %d, jwks %d %s", code, jcode, body)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not ordering events
-	}
+		jcode, body = get("/.well-known/jwks.json")
+		return code == http.StatusOK && jcode == http.StatusOK && json.Unmarshal(body, &jwks) == nil && len(jwks.Keys) == 1
+	}, func() string { return fmt.Sprintf("/readyz %d, jwks %d %s", code, jcode, body) })
 	tr.CloseIdleConnections()
 
 	// Every loop and server runs in a goroutine of run's errgroup, which
