@@ -1,15 +1,15 @@
 package lease_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/leaktest"
 	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
@@ -374,16 +374,9 @@ func TestCloseAnswersGroupCommits(t *testing.T) {
 // assertNoFlush fails t if a goroutine of the group committer is running.
 func assertNoFlush(t *testing.T) {
 	t.Helper()
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
+	for _, g := range leaktest.Goroutines() {
+		if strings.Contains(g, "lease.(*committer).flush") {
+			t.Errorf("a flush goroutine is left after Close:\n%s", g)
 		}
-		buf = make([]byte, 2*len(buf))
-	}
-	if i := bytes.Index(buf, []byte("lease.(*committer).flush")); i >= 0 {
-		t.Errorf("a flush goroutine is left after Close:\n%s", buf[max(0, bytes.LastIndex(buf[:i], []byte("goroutine "))):min(len(buf), i+200)])
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/leaktest"
 	"github.com/fcd-authz/fcd/internal/testutil"
 	"go.uber.org/goleak"
 )
@@ -103,7 +103,7 @@ func loopGoroutines(t *testing.T, old map[string]bool) map[string]string {
 	for _, fn := range servedLoops {
 		found[fn] = ""
 	}
-	for id, g := range goroutines() {
+	for id, g := range leaktest.Goroutines() {
 		if old[id] || !strings.Contains(g, serverType) {
 			continue // not serve's: e.g. the embedded etcd's own HTTP and gRPC servers
 		}
@@ -120,28 +120,9 @@ func loopGoroutines(t *testing.T, old map[string]bool) map[string]string {
 	return found
 }
 
-// goroutines returns the stack of every goroutine, by id.
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
-		out[id] = g
-	}
-	return out
-}
-
 func goroutineIDs() map[string]bool {
 	ids := map[string]bool{}
-	for id := range goroutines() {
+	for id := range leaktest.Goroutines() {
 		ids[id] = true
 	}
 	return ids
