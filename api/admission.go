@@ -17,7 +17,7 @@ func (s *server) admitFormation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, newWireAdmission(a))
+	writeJSON(w, http.StatusOK, newWireGrant(a))
 }
 
 type claimRequest struct {

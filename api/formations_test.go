@@ -17,6 +17,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/internal/servertest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	fcdserver "github.com/fcd-authz/fcd/server"
@@ -398,22 +399,16 @@ func TestReadyzAndMetricsShowStoreHealth(t *testing.T) {
 				t.Fatalf("checks.store %v, want %s", checks["store"], wantStore)
 			}
 			// The gauges are read at most every 5 s: wait for this state.
-			deadline := time.Now().Add(15 * time.Second)
-			for {
-				m := string(f.do("GET", "/metrics", "", nil).Raw)
-				if strings.Contains(m, `fcd_etcd_alarm{alarm="NOSPACE"} `+st.nospace+"\n") {
-					for _, want := range []string{"fcd_etcd_status_up 1\n", fmt.Sprintf("fcd_etcd_quota_bytes %g\n", float64(quota)),
-						"fcd_etcd_db_size_bytes ", "fcd_etcd_db_size_in_use_bytes ", `fcd_etcd_alarm{alarm="CORRUPT"} 0` + "\n"} {
-						if !strings.Contains(m, want) {
-							t.Fatalf("metrics lack %q", want)
-						}
-					}
-					break
+			var m string
+			testutil.Eventually(t, 15*time.Second, `fcd_etcd_alarm{alarm="NOSPACE"} to be `+st.nospace, func() bool {
+				m = string(f.do("GET", "/metrics", "", nil).Raw)
+				return strings.Contains(m, `fcd_etcd_alarm{alarm="NOSPACE"} `+st.nospace+"\n")
+			})
+			for _, want := range []string{"fcd_etcd_status_up 1\n", fmt.Sprintf("fcd_etcd_quota_bytes %g\n", float64(quota)),
+				"fcd_etcd_db_size_bytes ", "fcd_etcd_db_size_in_use_bytes ", `fcd_etcd_alarm{alarm="CORRUPT"} 0` + "\n"} {
+				if !strings.Contains(m, want) {
+					t.Fatalf("metrics lack %q", want)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("fcd_etcd_alarm{alarm=\"NOSPACE\"} never became %s", st.nospace)
-				}
-				time.Sleep(500 * time.Millisecond)
 			}
 		})
 	}

@@ -162,9 +162,9 @@ func (s *server) gatewayHTTP(w http.ResponseWriter, r *http.Request, c gatewayCa
 	}
 	h.Set("Cache-Control", "no-store")
 	switch {
-	case d.Admission != nil:
-		h.Set(headerToken, d.Admission.Token)
-		h.Set(headerTarget, d.Admission.Target.Pool)
+	case d.Grant != nil:
+		h.Set(headerToken, d.Grant.Token)
+		h.Set(headerTarget, d.Grant.Target.Pool)
 	case c.transport == "ext_authz":
 		// Session traffic goes on without a token: make sure none that the
 		// client sent itself goes with it. (Envoy overrides these headers
@@ -186,8 +186,8 @@ func (s *server) gate(ctx context.Context, c gatewayCall) (authz.GateDecision, e
 	case err != nil:
 		// 5xx causes are logged where the problem is rendered.
 		s.log.Info("gateway deny", append(attrs, "problem", problemSlug(err))...)
-	case d.Admission != nil:
-		s.log.Info("gateway allow", append(attrs, "lease", d.Admission.Lease, "pool", d.Admission.Target.Pool)...)
+	case d.Grant != nil:
+		s.log.Info("gateway allow", append(attrs, "lease", d.Grant.Lease, "pool", d.Grant.Target.Pool)...)
 	default:
 		s.log.Debug("gateway pass", attrs...)
 	}

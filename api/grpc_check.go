@@ -104,10 +104,10 @@ func (c *checkService) Check(ctx context.Context, req *authv3.CheckRequest) (*au
 		return c.deny(ctx, err, d.Formation)
 	}
 	ok := &authv3.OkHttpResponse{}
-	if d.Admission != nil {
+	if d.Grant != nil {
 		ok.Headers = []*corev3.HeaderValueOption{
-			setHeader(headerToken, d.Admission.Token),
-			setHeader(headerTarget, d.Admission.Target.Pool),
+			setHeader(headerToken, d.Grant.Token),
+			setHeader(headerTarget, d.Grant.Target.Pool),
 		}
 	} else {
 		// Session traffic goes on without a token, and without any the

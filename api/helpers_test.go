@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -37,13 +38,7 @@ func etcdWatchers(t testing.TB) float64 {
 // waitPublished waits until the signing key is published in etcd.
 func (f *fixture) waitPublished() {
 	f.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !f.issuer.Published() {
-		if time.Now().After(deadline) {
-			f.t.Fatal("signing key not published")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(f.t, 30*time.Second, "the signing key to be published", f.issuer.Published)
 }
 
 // newReadyFixture is newFixture(t, 0) ready to form and admit calls: the

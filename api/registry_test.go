@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/internal/servertest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 	fcdserver "github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -484,13 +486,11 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 	}
 
 	f.member.Restart()
-	deadline := time.Now().Add(30 * time.Second)
-	for f.do("GET", "/readyz", "", nil).Status != http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready 30s after etcd came back")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var ready reply
+	testutil.EventuallyState(t, 30*time.Second, "/readyz to answer 200 once etcd is back", func() bool {
+		ready = f.do("GET", "/readyz", "", nil)
+		return ready.Status == http.StatusOK
+	}, func() string { return fmt.Sprintf("%d %s", ready.Status, ready.Raw) })
 	// Nothing lost, nothing half-done: v1.3 is still ACTIVE, v1.4 was
 	// never registered, and both calls now work.
 	shown := f.do("GET", "/v1/epochs/"+id, api.RoleOperator, nil)

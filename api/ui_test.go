@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 )
 
@@ -227,13 +228,8 @@ func uiEval[T any](u *uiTab, expr string) T {
 // page's CSP refuses, so this polls from Go.
 func (u *uiTab) waitFor(expr string) {
 	u.t.Helper()
-	deadline := time.Now().Add(uiWait)
-	for !uiEval[bool](u, "Boolean("+expr+")") {
-		if time.Now().After(deadline) {
-			u.t.Fatalf("waited %s for %s; page text:\n%s", uiWait, expr, uiEval[string](u, "document.body.innerText"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.EventuallyState(u.t, uiWait, expr, func() bool { return uiEval[bool](u, "Boolean("+expr+")") },
+		func() string { return "page text:\n" + uiEval[string](u, "document.body.innerText") })
 }
 
 // text is the textContent of the first element matching a CSS selector
@@ -276,18 +272,13 @@ func (f *fixture) pending(body []byte, approvals float64) (id, digest string) {
 // waitStatus waits until the formation has status over REST and returns it.
 func (f *fixture) waitStatus(id, status string) map[string]any {
 	f.t.Helper()
-	deadline := time.Now().Add(uiWait)
-	for {
-		r := f.do("GET", "/v1/formations/"+id, api.RoleApprover, nil)
+	var r reply
+	testutil.EventuallyState(f.t, uiWait, "formation "+id+" to be "+status, func() bool {
+		r = f.do("GET", "/v1/formations/"+id, api.RoleApprover, nil)
 		f.expect(r, http.StatusOK, "")
-		if r.Body["status"] == status {
-			return r.Body
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("formation %s: %s, want status %s", id, r.Raw, status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return r.Body["status"] == status
+	}, func() string { return string(r.Raw) })
+	return r.Body
 }
 
 func approvalsOf(body map[string]any) []map[string]any {

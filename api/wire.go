@@ -240,9 +240,9 @@ type wireCertificate struct {
 	RevokedAt    *time.Time            `json:"revokedAt,omitempty"`
 }
 
-// wireAdmission is components/schemas/Admission: the dispatch token and
-// where it admits the call.
-type wireAdmission struct {
+// wireGrant is components/schemas/Grant: the dispatch token and where it
+// admits the call.
+type wireGrant struct {
 	Token  string `json:"token"`
 	Lease  string `json:"lease"`
 	Target struct {
@@ -373,8 +373,8 @@ func newWireCertificate(c *record.Certificate) *wireCertificate {
 		Revoked: c.Revoked, RevokedAt: c.RevokedAt}
 }
 
-func newWireAdmission(a *authz.Grant) wireAdmission {
-	out := wireAdmission{Token: a.Token, Lease: a.Lease, ExpiresAt: a.ExpiresAt}
+func newWireGrant(a *authz.Grant) wireGrant {
+	out := wireGrant{Token: a.Token, Lease: a.Lease, ExpiresAt: a.ExpiresAt}
 	out.Target.Epoch, out.Target.Pool = a.Target.Epoch, a.Target.Pool
 	return out
 }

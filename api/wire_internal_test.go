@@ -40,7 +40,7 @@ var wireCases = []struct {
 	{"snapshot", &record.Snapshot{}, func(v any) any { return newWireSnapshot(v.(*record.Snapshot)) }},
 	{"full-tool", &record.FullTool{}, func(v any) any { return newWireFullTool(*v.(*record.FullTool)) }},
 	{"certificate", &record.Certificate{}, func(v any) any { return newWireCertificate(v.(*record.Certificate)) }},
-	{"admission", &authz.Grant{}, func(v any) any { return newWireAdmission(v.(*authz.Grant)) }},
+	{"grant", &authz.Grant{}, func(v any) any { return newWireGrant(v.(*authz.Grant)) }},
 }
 
 // TestWireMapsEveryRecordField: every field of every record a REST answer

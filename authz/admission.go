@@ -65,7 +65,7 @@ type Admissions struct {
 }
 
 // Grant is a granted admission: the dispatch token and where it goes. Its
-// JSON is the REST answer of an admission (the API's Admission schema).
+// JSON is the REST answer of an admission (the API's Grant schema).
 // (An admission's facts as its token states them are record.Admission.)
 type Grant struct {
 	Token     string    `json:"token"`

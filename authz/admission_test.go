@@ -13,6 +13,7 @@ import (
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -62,13 +63,7 @@ func newIssuer(t testing.TB, store *lease.Store, alg jwa.SignatureAlgorithm) (jw
 	// Cleanups run last in, first out: the publisher stops before the
 	// store it publishes in is closed.
 	t.Cleanup(func() { cancel(); <-stopped })
-	deadline := time.Now().Add(30 * time.Second)
-	for !iss.Published() {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, "the signing key to be published", iss.Published)
 	return key, iss
 }
 
@@ -553,16 +548,7 @@ func TestAdmissionFailsClosedWithoutEtcd(t *testing.T) {
 	e.member.Restart()
 	// Retry until the store reaches etcd again (the client reconnects
 	// with backoff); a bound for a slow machine, not a timed assertion.
-	var a *authz.Grant
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if a, err = e.forms.Admissions.Admit(ctx, f.ID); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := testutil.Await(t, 30*time.Second, "the admission once etcd is back", func() (*authz.Grant, error) { return e.forms.Admissions.Admit(ctx, f.ID) })
 	ep, _ := e.store.GetEpoch(ctx, f.Source.Epoch)
 	if ep.ActiveLeases != 1 || a.Lease == "" {
 		t.Fatalf("after the outage: %d markers, lease %q", ep.ActiveLeases, a.Lease)
@@ -611,24 +597,14 @@ func TestKeyRotation(t *testing.T) {
 		}
 		return out
 	}
-	waitUntil := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited 30s for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	stopOld, old := start()
 	_, fresh := start()
-	waitUntil("both keys", func() bool { k := kids(); return k[old.KeyID()] && k[fresh.KeyID()] })
+	testutil.EventuallyState(t, 30*time.Second, "both keys", func() bool { k := kids(); return k[old.KeyID()] && k[fresh.KeyID()] }, kids)
 	stopOld()
 	if !kids()[old.KeyID()] {
 		t.Fatal("the old key vanished at once; its unexpired tokens could no longer be verified")
 	}
-	waitUntil("the old key to expire", func() bool { k := kids(); return !k[old.KeyID()] && k[fresh.KeyID()] })
+	testutil.EventuallyState(t, 30*time.Second, "the old key to expire", func() bool { k := kids(); return !k[old.KeyID()] && k[fresh.KeyID()] }, kids)
 }
 
 // formsClaimer is a fencecheck.Claimer over the use case itself, mapping
@@ -889,20 +865,15 @@ func TestRunSweeperMarksOnItsOwn(t *testing.T) {
 	defer cancel() // a failed test stops the sweeper too
 	done := make(chan struct{})
 	go func() { e.forms.Leases.RunSweeper(sctx, 10*time.Millisecond); close(done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var state record.LeaseState
+	testutil.EventuallyState(t, 30*time.Second, "the sweeper to mark the unreported lease uncertain", func() bool {
 		l, err := e.store.OpenLease(ctx, a.Lease)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.State == record.LeaseUncertain {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper never marked the unreported lease")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		state = l.State
+		return state == record.LeaseUncertain
+	}, func() record.LeaseState { return state })
 	cancel()
 	select {
 	case <-done:

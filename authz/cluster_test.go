@@ -10,6 +10,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
@@ -42,16 +43,18 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 	}
 	// admit retries while the cluster settles (a leader election, the
 	// signing key published again after the outage).
+	// A draining source is an answer: it is returned, not retried.
 	admit := func(id string) (*authz.Grant, error) {
-		var a *authz.Grant
-		var err error
-		for range 300 {
-			if a, err = forms.Admissions.Admit(ctx, id); err == nil || errors.Is(err, authz.ErrSourceDraining) {
-				return a, err
+		t.Helper()
+		var answer error
+		a := testutil.Await(t, 2*time.Minute, "the admission of "+id+" while the cluster settles", func() (*authz.Grant, error) {
+			a, err := forms.Admissions.Admit(ctx, id)
+			if answer = err; errors.Is(err, authz.ErrSourceDraining) {
+				return nil, nil
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return a, err
+			return a, err
+		})
+		return a, answer
 	}
 
 	first, err := form("first")
@@ -97,15 +100,9 @@ func TestAdmissionOnAClusterFailsClosedWithoutQuorum(t *testing.T) {
 	}
 
 	c.Members[2].Restart()
-	var drained record.State
-	for range 300 {
-		if drained, err = storeB.Drain(ctx, epoch); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil || drained != record.StateDraining {
-		t.Fatalf("drain through member 2: %s %v", drained, err)
+	drained := testutil.Await(t, 2*time.Minute, "the drain through member 2", func() (record.State, error) { return storeB.Drain(ctx, epoch) })
+	if drained != record.StateDraining {
+		t.Fatalf("drain through member 2: %s", drained)
 	}
 	if _, err := admit(late.ID); !errors.Is(err, authz.ErrSourceDraining) {
 		t.Fatalf("admission through member 0 after a drain through member 2: %v, want ErrSourceDraining", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/authztest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
@@ -586,15 +587,9 @@ func TestFormationsFailClosedWithoutEtcd(t *testing.T) {
 		t.Fatalf("approve with etcd down: %v", err)
 	}
 	e.member.Restart()
-	var got *record.Formation
-	for range 100 {
-		if got, err = approve(e, w, "bob", "approve"); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil || got.Status != record.StatusReady || len(got.Approvals) != 1 {
-		t.Fatalf("approval after the outage: %+v %v", got, err)
+	got := testutil.Await(t, 30*time.Second, "the approval once etcd is back", func() (*record.Formation, error) { return approve(e, w, "bob", "approve") })
+	if got.Status != record.StatusReady || len(got.Approvals) != 1 {
+		t.Fatalf("approval after the outage: %+v", got)
 	}
 	if all, err := e.forms.Formations.List(ctx, authz.ListRequest{}); err != nil || len(all.Formations) != 1 {
 		t.Fatalf("%+v, %v after the outage, want 1 formation (nothing recorded while down)", all, err)

@@ -72,12 +72,12 @@ type GateRequest struct {
 }
 
 // GateDecision is what the gateway does with the request. With a nil
-// error and a nil Admission the request goes on without a dispatch token:
+// error and a nil Grant the request goes on without a dispatch token:
 // it is MCP session traffic, not a call.
 type GateDecision struct {
-	// Admission is the granted admission of a call; its token and pool go
+	// Grant is the granted admission of a call; its token and pool go
 	// with the request.
-	Admission *Grant
+	Grant *Grant
 	// Formation is the id of the formation decided on: the one the request
 	// named, or the one formed in one step (also when that one was refused:
 	// pending approval or denied). Empty for session traffic.
@@ -156,7 +156,7 @@ func (g *Gate) Check(ctx context.Context, req GateRequest) (GateDecision, error)
 			check = func(rec *record.Formation) error { return checkCaller(req.Caller, rec.Principal.ID) }
 		}
 		a, err := g.admissions.admitChecked(ctx, d.Formation, check)
-		d.Admission = a
+		d.Grant = a
 		return d, err
 	}
 	if !d.Call {
@@ -188,7 +188,7 @@ func (g *Gate) Check(ctx context.Context, req GateRequest) (GateDecision, error)
 	if rec != nil {
 		d.Formation, d.Formed = rec.ID, true
 	}
-	d.Admission = a
+	d.Grant = a
 	return d, err
 }
 

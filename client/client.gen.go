@@ -699,76 +699,6 @@ func (e GetSnapshotParamsView) Valid() bool {
 	}
 }
 
-// Admission A granted admission: the dispatch token, the lease it opened and
-// where the call may go. The gateway forwards `token` to the backend
-// in the `Fcd-Dispatch-Token` header (and may route on `target.pool`,
-// sent as `Fcd-Target`); the backend's `fencecheck` verifies it before
-// the effect runs, and the backend then reports the outcome with
-// `POST /v1/leases/{lease}/complete`.
-//
-// The token is a JWT in JWS compact serialization. Its protected
-// header has exactly `typ` `fcd-dispatch+jwt`, `alg` `EdDSA` (Ed25519
-// key, the default) or `ES256` (P-256 key), as the signing key's kind
-// dictates, and `kid`, always present, naming a key of
-// `/.well-known/jwks.json`. A verifier refuses another `typ` or
-// `alg`, an algorithm that does not fit the key, and a token without
-// `kid`. Its claims are exactly these, each required; a token with a
-// claim missing, empty, duplicated or not listed is refused:
-//
-//   - `iss`: the issuer name (`fcd` by default).
-//   - `aud`: the admitted backend pool (`target.pool`).
-//   - `sub`: the session the call was formed in.
-//   - `jti`: the lease id (`lease`); a backend accepts each once.
-//   - `iat`, `nbf`, `exp`: seconds since 1970; `exp` is `iat` plus the
-//     token lifetime (30 s by default, at most 5 minutes) and is
-//     `expiresAt` here.
-//   - `fcd_formation`: the formation id.
-//   - `fcd_tool`: `server/tool`.
-//   - `fcd_args`: the formation's `argumentDigest`; the backend
-//     recomputes it from the arguments it received.
-//   - `fcd_epoch`: the admitted epoch (`target.epoch`).
-//   - `fcd_artifact`: the admitted code: its artifact digest when the
-//     manifest pins one, else its image reference.
-//   - `fcd_config`: the admitted configuration digest.
-//   - `fcd_generation`: the pool's backend generation at admission (0
-//     when none was recorded).
-//   - `fcd_revision`, `fcd_cluster`: the etcd revision of the admission
-//     and the etcd cluster id (hex): together the fencing token.
-//   - `fcd_admitted`: when the lease was admitted, milliseconds since
-//     1970; the same in every token of the lease. A fence without
-//     authzd (offline) refuses leases admitted before it started.
-//
-// A re-admission of the same formation while its lease is admitted
-// and unclaimed returns the same `lease` and `jti` with fresh `iat`,
-// `nbf` and `exp`; once a backend claimed the lease, none
-// (`lease-claimed`).
-type Admission struct {
-	// ExpiresAt When the token expires (its `exp`, whole seconds, UTC). The lease itself stays open until its outcome is reported.
-	ExpiresAt time.Time `json:"expiresAt"`
-
-	// Lease The lease id (`ls_` and 26 base32 characters), also the token's `jti`.
-	//
-	// Examples: ls_7xq2guseygvspgfq3z5bzlql4a
-	Lease string `json:"lease"`
-
-	// Target Where the call was admitted — the formation's `source`, or, once the source is STALE, the successor captured at formation (a draining source never substitutes).
-	Target Admission_Target `json:"target"`
-
-	// Token The dispatch token (JWS compact serialization). A credential; do not log it.
-	Token string `json:"token"`
-}
-
-// Admission_Target Where the call was admitted — the formation's `source`, or, once the source is STALE, the successor captured at formation (a draining source never substitutes).
-type Admission_Target struct {
-	// Epoch `sha256:` and the 64 lowercase hex digits of a SHA-256.
-	//
-	// Examples: sha256:3f1c0a5e9b7d2c4f6a8e0b1d3c5e7f9a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e
-	Epoch Digest `json:"epoch"`
-
-	// Pool The backend pool that may run the call (the token's `aud`).
-	Pool string `json:"pool"`
-}
-
 // AdmissionFacts What a dispatch token states of its lease's admission, repeated in
 // an outcome report so that authzd applies it without reading the
 // lease first. authzd trusts none of it: each fact is a compare in
@@ -1384,6 +1314,77 @@ type GenerationResponse struct {
 
 	// Released The ids of the uncertain leases of older generations this call released; empty when none.
 	Released []string `json:"released"`
+}
+
+// Grant The grant of an admission: the dispatch token, the lease it opened
+// and where the call may go (what the token states of the admission
+// is `AdmissionFacts`). The gateway forwards `token` to the backend
+// in the `Fcd-Dispatch-Token` header (and may route on `target.pool`,
+// sent as `Fcd-Target`); the backend's `fencecheck` verifies it before
+// the effect runs, and the backend then reports the outcome with
+// `POST /v1/leases/{lease}/complete`.
+//
+// The token is a JWT in JWS compact serialization. Its protected
+// header has exactly `typ` `fcd-dispatch+jwt`, `alg` `EdDSA` (Ed25519
+// key, the default) or `ES256` (P-256 key), as the signing key's kind
+// dictates, and `kid`, always present, naming a key of
+// `/.well-known/jwks.json`. A verifier refuses another `typ` or
+// `alg`, an algorithm that does not fit the key, and a token without
+// `kid`. Its claims are exactly these, each required; a token with a
+// claim missing, empty, duplicated or not listed is refused:
+//
+//   - `iss`: the issuer name (`fcd` by default).
+//   - `aud`: the admitted backend pool (`target.pool`).
+//   - `sub`: the session the call was formed in.
+//   - `jti`: the lease id (`lease`); a backend accepts each once.
+//   - `iat`, `nbf`, `exp`: seconds since 1970; `exp` is `iat` plus the
+//     token lifetime (30 s by default, at most 5 minutes) and is
+//     `expiresAt` here.
+//   - `fcd_formation`: the formation id.
+//   - `fcd_tool`: `server/tool`.
+//   - `fcd_args`: the formation's `argumentDigest`; the backend
+//     recomputes it from the arguments it received.
+//   - `fcd_epoch`: the admitted epoch (`target.epoch`).
+//   - `fcd_artifact`: the admitted code: its artifact digest when the
+//     manifest pins one, else its image reference.
+//   - `fcd_config`: the admitted configuration digest.
+//   - `fcd_generation`: the pool's backend generation at admission (0
+//     when none was recorded).
+//   - `fcd_revision`, `fcd_cluster`: the etcd revision of the admission
+//     and the etcd cluster id (hex): together the fencing token.
+//   - `fcd_admitted`: when the lease was admitted, milliseconds since
+//     1970; the same in every token of the lease. A fence without
+//     authzd (offline) refuses leases admitted before it started.
+//
+// A re-admission of the same formation while its lease is admitted
+// and unclaimed returns the same `lease` and `jti` with fresh `iat`,
+// `nbf` and `exp`; once a backend claimed the lease, none
+// (`lease-claimed`).
+type Grant struct {
+	// ExpiresAt When the token expires (its `exp`, whole seconds, UTC). The lease itself stays open until its outcome is reported.
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// Lease The lease id (`ls_` and 26 base32 characters), also the token's `jti`.
+	//
+	// Examples: ls_7xq2guseygvspgfq3z5bzlql4a
+	Lease string `json:"lease"`
+
+	// Target Where the call was admitted — the formation's `source`, or, once the source is STALE, the successor captured at formation (a draining source never substitutes).
+	Target Grant_Target `json:"target"`
+
+	// Token The dispatch token (JWS compact serialization). A credential; do not log it.
+	Token string `json:"token"`
+}
+
+// Grant_Target Where the call was admitted — the formation's `source`, or, once the source is STALE, the successor captured at formation (a draining source never substitutes).
+type Grant_Target struct {
+	// Epoch `sha256:` and the 64 lowercase hex digits of a SHA-256.
+	//
+	// Examples: sha256:3f1c0a5e9b7d2c4f6a8e0b1d3c5e7f9a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e
+	Epoch Digest `json:"epoch"`
+
+	// Pool The backend pool that may run the call (the token's `aud`).
+	Pool string `json:"pool"`
 }
 
 // Health defines model for Health.
@@ -12486,7 +12487,7 @@ type AdmitFormationResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Admission
+	JSON200 *Grant
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -12514,7 +12515,7 @@ type AdmitFormationResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r AdmitFormationResponse) GetJSON200() *Admission {
+func (r AdmitFormationResponse) GetJSON200() *Grant {
 	return r.JSON200
 }
 
@@ -19001,7 +19002,7 @@ func ParseAdmitFormationResponse(rsp *http.Response) (*AdmitFormationResponse, e
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest Admission
+		var dest Grant
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fcd-authz/fcd/record"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -89,6 +91,10 @@ type committer struct {
 	mu      sync.Mutex
 	queue   []*pending
 	running int // slots in use
+	closed  bool
+	// flushing counts the slots a flush holds, the caller's own and those
+	// handed to a goroutine: close waits for it to reach zero.
+	flushing sync.WaitGroup
 
 	transactions, items, batched, split atomic.Int64
 }
@@ -113,6 +119,10 @@ func (c *committer) stats() CommitStats {
 	}
 }
 
+// ErrClosed is the answer of a write the store did not send because it
+// was closed first. It is an [record.ErrUnavailable]: callers fail closed.
+var ErrClosed = fmt.Errorf("%w: the store is closed", record.ErrUnavailable)
+
 // commit runs t, alone or in a batch, and returns its own response: its
 // compares' verdict (Succeeded), its branch's responses, and the header of
 // the transaction that carried it. An error means etcd did not answer (or
@@ -131,10 +141,19 @@ func (c *committer) commitAll(ctx context.Context, ts []txn) ([]*clientv3.TxnRes
 		ps[i] = newPending(ctx, t)
 	}
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		errs := make([]error, len(ts))
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return make([]*clientv3.TxnResponse, len(ts)), errs
+	}
 	c.queue = append(c.queue, ps...)
 	lead := c.running < c.maxSlots
 	if lead {
 		c.running++
+		c.flushing.Add(1)
 	}
 	c.mu.Unlock()
 	if lead {
@@ -155,13 +174,14 @@ func (c *committer) commitAll(ctx context.Context, ts []txn) ([]*clientv3.TxnRes
 // flush sends the queue's head while the queue holds items, then frees
 // its slot. A caller flushes once (its own item is usually the head) and
 // hands what queued meanwhile to a goroutine, so that it answers without
-// waiting for others' batches.
+// waiting for others' batches; the goroutine takes over the caller's slot
+// and its count in flushing.
 func (c *committer) flush(caller bool) {
 	for {
 		c.mu.Lock()
 		batch := c.takeLocked()
 		if batch == nil {
-			c.running--
+			c.freeLocked()
 			c.mu.Unlock()
 			return
 		}
@@ -170,7 +190,7 @@ func (c *committer) flush(caller bool) {
 		if caller {
 			c.mu.Lock()
 			if len(c.queue) == 0 {
-				c.running--
+				c.freeLocked()
 				c.mu.Unlock()
 				return
 			}
@@ -179,6 +199,28 @@ func (c *committer) flush(caller bool) {
 			return
 		}
 	}
+}
+
+// freeLocked frees a flush's slot.
+func (c *committer) freeLocked() {
+	c.running--
+	c.flushing.Done()
+}
+
+// close stops the committer: the writes still queued fail with ErrClosed,
+// later ones at once, and close returns when the batches under way have
+// their answers and no flush is left. The client must stay open until
+// then; a batch under way ends within the committer's timeout.
+func (c *committer) close() {
+	c.mu.Lock()
+	c.closed = true
+	queued := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	for _, p := range queued {
+		p.finish(nil, ErrClosed)
+	}
+	c.flushing.Wait()
 }
 
 // takeLocked removes the next batch from the queue: items in arrival

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/leaktest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
 )
@@ -31,7 +34,7 @@ func concurrently(t *testing.T, s *lease.Store, ops ...func(context.Context) err
 	for i, op := range ops {
 		wg.Go(func() { errs[i] = op(ctx) })
 	}
-	eventually(t, "every write queued", func() bool { return queued() == len(ops) })
+	testutil.Eventually(t, 30*time.Second, "every write queued", func() bool { return queued() == len(ops) })
 	release()
 	wg.Wait()
 	return errs
@@ -295,7 +298,7 @@ func TestGroupCommitFailsClosedWhileEtcdIsDown(t *testing.T) {
 	}
 
 	e.m.Restart()
-	eventually(t, "the store to reach etcd again", func() bool { return e.s.Ping(ctx) == nil })
+	testutil.Eventually(t, 30*time.Second, "the store to reach etcd again", func() bool { return e.s.Ping(ctx) == nil })
 	if st, claim, err := e.state(t, running.ID); err != nil || st != record.LeaseRunning || claim != "cl_run" {
 		t.Errorf("the reported lease is %s %q %v, want still running", st, claim, err)
 	}
@@ -304,5 +307,76 @@ func TestGroupCommitFailsClosedWhileEtcdIsDown(t *testing.T) {
 	}
 	if _, err := e.s.OpenLease(ctx, pending.req.Lease.ID); !errors.Is(err, record.ErrLeaseNotFound) {
 		t.Errorf("the admission made while etcd was down: %v, want none", err)
+	}
+}
+
+// TestCloseAnswersGroupCommits: Close waits for the batches under way,
+// which keep etcd's answer, fails the writes still queued with ErrClosed
+// (an ErrUnavailable) instead of leaving them waiting, refuses writes
+// after it, and leaves no flush goroutine behind.
+func TestCloseAnswersGroupCommits(t *testing.T) {
+	e := newClaimEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Writes queued while every slot is held: nothing sends them.
+	s := e.m.Store(t, "/claims/")
+	queued, release := lease.HoldCommitsForTest(s)
+	waiting := []*pendingAdmission{e.prepare(t, "close-q1", "github/get_repository"), e.prepare(t, "close-q2", "github/get_repository")}
+	errs := make([]error, len(waiting))
+	var wg sync.WaitGroup
+	for i, p := range waiting {
+		wg.Go(func() { errs[i] = s.Admit(ctx, p.req) })
+	}
+	testutil.Eventually(t, 30*time.Second, "both writes queued", func() bool { return queued() == len(waiting) })
+	if err := s.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, lease.ErrClosed) || !errors.Is(err, record.ErrUnavailable) {
+			t.Errorf("write %d queued at Close: %v, want ErrClosed (an ErrUnavailable)", i, err)
+		}
+	}
+	release() // starts no flush: the store is closed
+	if err := s.Admit(ctx, e.prepare(t, "close-after", "github/get_repository").req); !errors.Is(err, lease.ErrClosed) {
+		t.Errorf("write after Close: %v, want ErrClosed", err)
+	}
+	assertNoFlush(t)
+
+	// Writes handed to flush goroutines when Close comes: each is either
+	// committed (etcd's answer) or refused with ErrClosed, never lost to
+	// the closed connection.
+	s = e.m.Store(t, "/claims/")
+	queued, release = lease.HoldCommitsForTest(s)
+	var inFlight []*pendingAdmission
+	for i := range 8 {
+		inFlight = append(inFlight, e.prepare(t, fmt.Sprint("close-f", i), "github/get_repository"))
+	}
+	errs = make([]error, len(inFlight))
+	for i, p := range inFlight {
+		wg.Go(func() { errs[i] = s.Admit(ctx, p.req) })
+	}
+	testutil.Eventually(t, 30*time.Second, "every write queued", func() bool { return queued() == len(inFlight) })
+	release()
+	if err := s.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	assertNoFlush(t) // at once: Close joined them
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, lease.ErrClosed) {
+			t.Errorf("write %d under way at Close: %v, want its commit or ErrClosed", i, err)
+		}
+	}
+}
+
+// assertNoFlush fails t if a goroutine of the group committer is running.
+func assertNoFlush(t *testing.T) {
+	t.Helper()
+	for _, g := range leaktest.Goroutines() {
+		if strings.Contains(g, "lease.(*committer).flush") {
+			t.Errorf("a flush goroutine is left after Close:\n%s", g)
+		}
 	}
 }

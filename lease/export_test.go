@@ -47,7 +47,7 @@ func ClaimKeyForTest(t testing.TB, s *Store, lease string) (string, bool) {
 
 // HoldCommitsForTest takes every commit slot of s, so that writes queue
 // instead of going to etcd. queued tells how many wait; release frees the
-// slots, and the queued writes go as batches.
+// slots, and the queued writes go as batches (none once s is closed).
 func HoldCommitsForTest(s *Store) (queued func() int, release func()) {
 	c := s.commits
 	c.mu.Lock()
@@ -63,8 +63,9 @@ func HoldCommitsForTest(s *Store) (queued func() int, release func()) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.running -= held
-		for c.running < c.maxSlots {
+		for c.running < c.maxSlots && !c.closed {
 			c.running++
+			c.flushing.Add(1)
 			go c.flush(false)
 		}
 	}

@@ -221,8 +221,12 @@ func (s *Store) txn(ctx context.Context, t txn) (*clientv3.TxnResponse, error) {
 	return s.commits.commit(ctx, t)
 }
 
-// Close releases the connection to etcd.
+// Close releases the connection to etcd. The writes of a group commit
+// under way get etcd's answer first; those still queued, and any write
+// after Close, fail with [ErrClosed]. No goroutine of the store is left
+// when Close returns.
 func (s *Store) Close() error {
+	s.commits.close()
 	if s.guard != nil {
 		s.stopGuard()
 		<-s.guardDone
@@ -260,6 +264,9 @@ func (s *Store) wrap(ctx context.Context, op string, err error) error {
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("lease: %s: %w", op, cerr)
+	}
+	if errors.Is(err, ErrClosed) {
+		return fmt.Errorf("lease: %s: %w", op, err)
 	}
 	switch kind := classify(err); kind {
 	case record.ErrTooLarge:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -190,7 +191,7 @@ func TestRetireWaitsForLeaseMarkers(t *testing.T) {
 	if _, err := s.Retire(ctx, ep.ID, 200*time.Millisecond); !errors.As(err, &blocked) {
 		t.Fatalf("retire with expiring wait: %v", err)
 	}
-	eventually(t, "the watch of the expired wait to end", func() bool { return etcdWatchers(t) == idle })
+	testutil.Eventually(t, 30*time.Second, "the watch of the expired wait to end", func() bool { return etcdWatchers(t) == idle })
 
 	// Release the markers one by one while Retire waits; it must return
 	// STALE once the last one is gone. A Retire that missed the releases
@@ -207,16 +208,14 @@ func TestRetireWaitsForLeaseMarkers(t *testing.T) {
 	// Retire is waiting once it watches the markers: it read them (both
 	// there) at some revision, and its watch reports every release after
 	// that revision.
-	for deadline := time.Now().Add(30 * time.Second); etcdWatchers(t) == idle; time.Sleep(10 * time.Millisecond) {
+	testutil.Eventually(t, 30*time.Second, "retire to watch the markers", func() bool {
 		select {
 		case r := <-done:
 			t.Fatalf("retire returned %q, %v before any marker was released", r.st, r.err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("retire never watched the markers")
-		}
-	}
+		return etcdWatchers(t) != idle
+	})
 	cli := rawClient(t, m)
 	markerKey := func(l string) string { return "/wait/markers/" + ep.ID + "/" + l }
 	deleted := func(l string) int64 {
@@ -269,16 +268,6 @@ func rawClient(t *testing.T, m *etcdtest.Member) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
-}
-
-// eventually polls cond until it holds, failing the test after 30s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 30s for %s", what)
-		}
-	}
 }
 
 func TestSnapshotsAreImmutable(t *testing.T) {
@@ -387,7 +376,7 @@ func TestFailsClosedWhileEtcdIsDown(t *testing.T) {
 
 	m.Restart()
 	// The client reconnects with backoff.
-	eventually(t, "the store to reach etcd again", func() bool { return s.Ping(ctx) == nil })
+	testutil.Eventually(t, 30*time.Second, "the store to reach etcd again", func() bool { return s.Ping(ctx) == nil })
 	got, err := s.GetEpoch(ctx, ep.ID)
 	if err != nil || got.State != record.StateActive {
 		t.Fatalf("epoch after restart: %+v %v", got, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 )
@@ -109,13 +110,7 @@ func TestShutdownOrder(t *testing.T) {
 	go func() { ran <- s.run(ctx) }()
 
 	// The publisher runs before the request: wait for the key.
-	deadline := time.Now().Add(time.Minute)
-	for !s.issuer.Published() {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published after a minute")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
+	testutil.Eventually(t, time.Minute, "the signing key to be published", s.issuer.Published)
 	type result struct {
 		code int
 		body string
@@ -139,18 +134,14 @@ func TestShutdownOrder(t *testing.T) {
 
 	// New connections are refused while the request is in flight.
 	addr := s.httpLn.Addr().String()
-	deadline = time.Now().Add(time.Minute)
-	for {
+	testutil.Eventually(t, time.Minute, "new connections to be refused once shutdown began", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
-			break
+			return true
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting connections a minute after shutdown began")
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition
-	}
+		return false
+	})
 	select {
 	case err := <-ran:
 		t.Fatalf("run returned (%v) with a request in flight", err)

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/policies"
 )
 
@@ -242,13 +244,7 @@ func TestWatch(t *testing.T) {
 
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; status %+v", what, m.Status())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testutil.EventuallyState(t, 30*time.Second, what, cond, func() string { return fmt.Sprintf("status %+v", m.Status()) })
 	}
 	db := digestOf(t, b)
 	writeSet(t, dir, b)

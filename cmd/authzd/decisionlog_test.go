@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/decisionlogtest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 )
 
@@ -61,13 +63,7 @@ func TestServeExportsDecisionLogs(t *testing.T) {
 	c.must("form", err)
 	f := formed.JSON201
 
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.Events()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no decision reached the receiver")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "a decision to reach the receiver", func() bool { return len(r.Events()) > 0 })
 	events, rawEvents := r.Events(), r.Raw()
 	ev := events[0]
 	fcd, _ := ev.Custom["fcd"].(map[string]any)
@@ -86,18 +82,15 @@ func TestServeExportsDecisionLogs(t *testing.T) {
 	// The exporter's counts are on /metrics once the upload's answer is in.
 	want := []string{"fcd_decision_log_events_sent_total 1\n", `fcd_decision_log_uploads_total{result="ok"} 1` + "\n",
 		"fcd_decision_log_events_pending 0\n", "fcd_decision_log_events_dropped_total 0\n"}
-	for metrics := ""; ; time.Sleep(10 * time.Millisecond) {
+	var metrics string
+	var missing []string
+	testutil.EventuallyState(t, 10*time.Second, "the exporter's counts on /metrics", func() bool {
 		resp, err := c.as("").GetMetricsWithResponse(t.Context())
 		c.must("metrics", err)
 		metrics = string(resp.Body)
-		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(metrics, w) })
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %q:\n%s", missing, metrics)
-		}
-	}
+		missing = slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(metrics, w) })
+		return len(missing) == 0
+	}, func() string { return fmt.Sprintf("/metrics lacks %q:\n%s", missing, metrics) })
 	stop()
 	stopped = true
 	if !strings.Contains(log, "decision logs exported") || !strings.Contains(log, ev.Labels["id"]) {

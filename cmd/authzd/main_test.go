@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 )
 
@@ -489,9 +490,7 @@ func TestSecondServerOnOneDataDir(t *testing.T) {
 	if err != nil || !strings.Contains(string(raw), "https://127.0.0.1:") || strings.Contains(string(raw), ":2379\"") {
 		t.Fatalf("recorded endpoints %s (%v)", raw, err)
 	}
-	if code, body := readyz(t, url, http.StatusOK); code != http.StatusOK {
-		t.Fatalf("readyz %d %s", code, body)
-	}
+	readyz(t, url, http.StatusOK)
 }
 
 // startServerDefaultPorts starts `serve --dev` without naming the embedded
@@ -585,22 +584,28 @@ func approverID(t *testing.T, url, secret string) string {
 	return r.JSON200.Id
 }
 
-// readyz polls url's /readyz until it answers want, or 30 s pass, and
-// returns the last answer's status and body: a server is ready once its
-// signing key is published, a moment after it listens.
-func readyz(t *testing.T, url string, want int) (int, []byte) {
+// readyz polls url's /readyz until it answers want and returns that
+// answer's body (a server is ready once its signing key is published, a
+// moment after it listens); after 30 s it fails t with the last answer.
+func readyz(t *testing.T, url string, want int) []byte {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == want || time.Now().After(deadline) {
-			return resp.StatusCode, body
-		}
-		time.Sleep(50 * time.Millisecond)
+	var code int
+	var body []byte
+	testutil.EventuallyState(t, 30*time.Second, fmt.Sprintf("/readyz to answer %d", want), func() bool {
+		code, body = getReadyz(t, url)
+		return code == want
+	}, func() string { return fmt.Sprintf("%d %s", code, body) })
+	return body
+}
+
+// getReadyz asks url's /readyz once.
+func getReadyz(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/policies"
 )
 
@@ -102,13 +104,13 @@ func startPolicyServer(t *testing.T, poll string) (url, pol string, stop func())
 // must answer ready.
 func readyPolicies(t *testing.T, url string) map[string]any {
 	t.Helper()
-	code, raw := readyz(t, url, http.StatusOK)
+	raw := readyz(t, url, http.StatusOK)
 	var out struct {
 		Status string
 		Checks struct{ Policies map[string]any }
 	}
-	if err := json.Unmarshal(raw, &out); err != nil || code != 200 || out.Status != "ready" {
-		t.Fatalf("readyz %d: %s", code, raw)
+	if err := json.Unmarshal(raw, &out); err != nil || out.Status != "ready" {
+		t.Fatalf("readyz: %s", raw)
 	}
 	return out.Checks.Policies
 }
@@ -130,17 +132,9 @@ func TestPolicyDirectoryReload(t *testing.T) {
 
 	waitFor := func(what string, ok func(p map[string]any) bool) map[string]any {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			p := readyPolicies(t, url)
-			if ok(p) {
-				return p
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waited a minute for %s; policies: %v", what, p)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var p map[string]any
+		testutil.EventuallyState(t, time.Minute, what, func() bool { p = readyPolicies(t, url); return ok(p) }, func() string { return fmt.Sprintf("policies: %v", p) })
+		return p
 	}
 	first := readyPolicies(t, url)
 	if first["source"] != pol || first["lastError"] != nil {
@@ -171,11 +165,5 @@ func TestSIGHUPReloadsPolicies(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for digest() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("SIGHUP did not reload the policies within a minute")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, time.Minute, "SIGHUP to reload the policies", func() bool { return digest() != before })
 }

@@ -2,14 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/leaktest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"go.uber.org/goleak"
 )
 
@@ -51,19 +53,14 @@ func TestServeJoinsEveryGoroutine(t *testing.T) {
 	}
 	// Ready, and the token key published: the publisher's etcd lease and
 	// its keep-alive stream are running.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		code, _ := get("/readyz")
+	var code, jcode int
+	var body []byte
+	testutil.EventuallyState(t, time.Minute, "ready with a published key", func() bool {
+		code, _ = get("/readyz")
 		var jwks struct{ Keys []json.RawMessage }
-		jcode, body := get("/.well-known/jwks.json")
-		if code == http.StatusOK && jcode == http.StatusOK && json.Unmarshal(body, &jwks) == nil && len(jwks.Keys) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready with a published key after a minute: /readyz %d, jwks %d %s", code, jcode, body)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, not ordering events
-	}
+		jcode, body = get("/.well-known/jwks.json")
+		return code == http.StatusOK && jcode == http.StatusOK && json.Unmarshal(body, &jwks) == nil && len(jwks.Keys) == 1
+	}, func() string { return fmt.Sprintf("/readyz %d, jwks %d %s", code, jcode, body) })
 	tr.CloseIdleConnections()
 
 	// Every loop and server runs in a goroutine of run's errgroup, which
@@ -106,7 +103,7 @@ func loopGoroutines(t *testing.T, old map[string]bool) map[string]string {
 	for _, fn := range servedLoops {
 		found[fn] = ""
 	}
-	for id, g := range goroutines() {
+	for id, g := range leaktest.Goroutines() {
 		if old[id] || !strings.Contains(g, serverType) {
 			continue // not serve's: e.g. the embedded etcd's own HTTP and gRPC servers
 		}
@@ -123,28 +120,9 @@ func loopGoroutines(t *testing.T, old map[string]bool) map[string]string {
 	return found
 }
 
-// goroutines returns the stack of every goroutine, by id.
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
-		out[id] = g
-	}
-	return out
-}
-
 func goroutineIDs() map[string]bool {
 	ids := map[string]bool{}
-	for id := range goroutines() {
+	for id := range leaktest.Goroutines() {
 		ids[id] = true
 	}
 	return ids

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/etcdtest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -69,11 +71,8 @@ func TestServeWarnsOfAnOpenExternalCluster(t *testing.T) {
 					t.Errorf("storeAccess %s, want a warning %q", body, w)
 				}
 			}
-			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(c.Stderr.String(), warned); time.Sleep(50 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no warning logged:\n%s", c.Stderr.String())
-				}
-			}
+			testutil.EventuallyState(t, 10*time.Second, "the warning logged", func() bool { return strings.Contains(c.Stderr.String(), warned) },
+				func() string { return "log:\n" + c.Stderr.String() })
 			if n := strings.Count(c.Stderr.String(), warned); n != 1 {
 				t.Errorf("the warning logged %d times", n)
 			}
@@ -86,16 +85,14 @@ func TestServeWarnsOfAnOpenExternalCluster(t *testing.T) {
 // returns it.
 func readyStoreAccess(t *testing.T, url string) any {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		code, body := readyz(t, url, http.StatusOK)
-		var r struct{ Checks map[string]any }
-		if code == http.StatusOK && json.Unmarshal(body, &r) == nil && r.Checks["storeAccess"] != nil && r.Checks["storeAccess"] != "unchecked" {
-			return r.Checks["storeAccess"]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz %d %s", code, body)
-		}
-	}
+	var code int
+	var body []byte
+	var r struct{ Checks map[string]any }
+	testutil.EventuallyState(t, 30*time.Second, "/readyz to answer 200 with storeAccess checked", func() bool {
+		code, body = getReadyz(t, url)
+		return code == http.StatusOK && json.Unmarshal(body, &r) == nil && r.Checks["storeAccess"] != nil && r.Checks["storeAccess"] != "unchecked"
+	}, func() string { return fmt.Sprintf("%d %s", code, body) })
+	return r.Checks["storeAccess"]
 }
 
 // TestServeEmbeddedAcceptsOnlyItself: `serve --dev` on a data directory
@@ -126,9 +123,7 @@ func TestServeEmbeddedAcceptsOnlyItself(t *testing.T) {
 
 	url, stop := startServerDefaultPorts(t, dataDir)
 	defer stop()
-	if code, body := readyz(t, url, http.StatusOK); code != http.StatusOK {
-		t.Fatalf("readyz after the upgrade %d %s", code, body)
-	}
+	readyz(t, url, http.StatusOK) // after the upgrade
 	cfg := Config{DataDir: dataDir}
 	acc, err := cfg.storeAccess()
 	if err != nil {

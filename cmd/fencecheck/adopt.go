@@ -13,15 +13,16 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
+	"github.com/fcd-authz/fcd/internal/bounded"
 )
 
 // sessionHeader is the MCP streamable-HTTP session header.
 const sessionHeader = "Mcp-Session-Id"
 
-// maxAdopted bounds the sessions a proxy remembers (issued or adopted);
-// past it the oldest half is forgotten. A forgotten session the upstream
-// issued is adopted anew on its next call; an adopted one gets a new
-// upstream session.
+// maxAdopted bounds the sessions a proxy remembers, issued and adopted
+// each; past it the least recently used is forgotten. A forgotten session
+// the upstream issued is adopted anew on its next call; an adopted one
+// gets a new upstream session.
 const maxAdopted = 1 << 16
 
 // sessionAdopter lets a verified call reach an upstream that never saw its
@@ -49,9 +50,11 @@ type sessionAdopter struct {
 	idle time.Duration
 	now  func() time.Time
 
+	// mu makes a lookup and what follows it (an adopted session's last
+	// request, closeIdle's choice) one step.
 	mu      sync.Mutex
-	issued  map[string]bool         // ids the upstream issued through this proxy
-	adopted map[string]*adoptedSess // by the host's id
+	issued  bounded.Cache[string, struct{}]     // ids the upstream issued through this proxy
+	adopted bounded.Cache[string, *adoptedSess] // by the host's id
 }
 
 // adoptedSess is an upstream session opened for a host's session.
@@ -67,8 +70,10 @@ type adoptedSess struct {
 const defaultAdoptedIdle = 10 * time.Minute
 
 func newSessionAdopter(next http.Handler, target *url.URL, log *slog.Logger) *sessionAdopter {
-	return &sessionAdopter{next: next, target: target, log: log, client: &http.Client{Timeout: 30 * time.Second},
-		idle: defaultAdoptedIdle, now: time.Now, issued: map[string]bool{}, adopted: map[string]*adoptedSess{}}
+	a := &sessionAdopter{next: next, target: target, log: log, client: &http.Client{Timeout: 30 * time.Second},
+		idle: defaultAdoptedIdle, now: time.Now}
+	a.issued.Max, a.adopted.Max = maxAdopted, maxAdopted
+	return a
 }
 
 // run closes adopted sessions idle for longer than the idle time, every
@@ -93,10 +98,10 @@ func (a *sessionAdopter) closeIdle(ctx context.Context, idle time.Duration) {
 	now := a.now()
 	var gone []*adoptedSess
 	a.mu.Lock()
-	for host, s := range a.adopted {
+	for host, s := range a.adopted.All() {
 		if idle < 0 || now.Sub(s.last) > idle {
 			gone = append(gone, s)
-			delete(a.adopted, host)
+			a.adopted.Delete(host)
 		}
 	}
 	a.mu.Unlock()
@@ -139,11 +144,11 @@ func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mu.Lock()
-	s, adopted := a.adopted[host]
+	s, adopted := a.adopted.Get(host)
 	if adopted {
 		s.last = a.now()
 	}
-	issued := a.issued[host]
+	_, issued := a.issued.Get(host)
 	a.mu.Unlock()
 	if !adopted && !issued {
 		if _, verified := fencecheck.ClaimsFromContext(r.Context()); !verified {
@@ -160,7 +165,7 @@ func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		a.mu.Lock()
-		remember(a.adopted, host, s)
+		a.adopted.Put(host, s)
 		a.mu.Unlock()
 		a.log.Info("fencecheck: adopted the host's session for a call", "session", host, "upstream", s.upstream)
 		adopted = true
@@ -174,7 +179,7 @@ func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.next.ServeHTTP(sw, r)
 	if r.Method == http.MethodDelete && sw.status/100 == 2 {
 		a.mu.Lock()
-		delete(a.adopted, host)
+		a.adopted.Delete(host)
 		a.mu.Unlock()
 	}
 }
@@ -182,22 +187,7 @@ func (a *sessionAdopter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (a *sessionAdopter) noteIssued(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	remember(a.issued, id, true)
-}
-
-// remember stores k in m, forgetting half of m when it is full.
-func remember[V any](m map[string]V, k string, v V) {
-	if len(m) >= maxAdopted {
-		n := 0
-		for old := range m {
-			if n >= maxAdopted/2 {
-				break
-			}
-			delete(m, old)
-			n++
-		}
-	}
-	m[k] = v
+	a.issued.Put(id, struct{}{})
 }
 
 // open initializes an upstream session for the call r, speaking the

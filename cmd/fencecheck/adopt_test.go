@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/fixtures"
+	"github.com/fcd-authz/fcd/internal/testutil"
 )
 
 // TestProxyAdoptsTheHostsSession: a host whose MCP session began on one
@@ -130,15 +136,75 @@ func TestProxyAdoptsTheHostsSession(t *testing.T) {
 	}
 	effects = successor.Recorder().Effects(fixtures.Filter{Tool: "get_repository"})
 	adopted := effects[len(effects)-1].Session
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, "the proxy to close the idle adopted session "+adopted, func() bool {
 		resp, _ := do("POST", upstream.URL+"/mcp", adopted, "", `{"jsonrpc":"2.0","id":9,"method":"ping"}`)
-		if resp.StatusCode/100 != 2 {
-			break // closed
+		return resp.StatusCode/100 != 2
+	})
+}
+
+// TestAdopterForgetsTheLeastRecentlyUsed: the adopter keeps at most
+// maxAdopted sessions of each kind and forgets the least recently used
+// (one at a time, not half); closeIdle closes upstream exactly the
+// adopted sessions idle for longer than the idle time, and all of them
+// for a negative one.
+func TestAdopterForgetsTheLeastRecentlyUsed(t *testing.T) {
+	var mu sync.Mutex
+	var deleted []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			mu.Lock()
+			deleted = append(deleted, r.Header.Get(sessionHeader))
+			mu.Unlock()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the idle adopted session %s was not closed", adopted)
+	}))
+	defer upstream.Close()
+	closed := func() []string { // and forget
+		mu.Lock()
+		defer mu.Unlock()
+		d := slices.Sorted(slices.Values(deleted))
+		deleted = nil
+		return d
+	}
+	target, err := url.Parse(upstream.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	a := newSessionAdopter(http.NotFoundHandler(), target, slog.New(slog.DiscardHandler))
+	a.now = func() time.Time { return now }
+
+	for i := range maxAdopted {
+		a.noteIssued(fmt.Sprint("is-", i))
+	}
+	a.issued.Get("is-0") // used: is-1 is now the least recent
+	a.noteIssued("is-new")
+	if _, ok := a.issued.Get("is-1"); ok {
+		t.Error("the least recently used issued session is still kept")
+	}
+	for _, id := range []string{"is-0", "is-2", "is-new"} {
+		if _, ok := a.issued.Get(id); !ok {
+			t.Errorf("issued session %s was forgotten", id)
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	if n := a.issued.Len(); n != maxAdopted {
+		t.Errorf("issued sessions kept: %d, want %d", n, maxAdopted)
+	}
+
+	for _, s := range []struct {
+		host string
+		idle time.Duration
+	}{{"old", time.Hour}, {"fresh", time.Second}, {"older", 2 * time.Hour}} {
+		a.adopted.Put(s.host, &adoptedSess{upstream: "up-" + s.host, path: "/mcp", version: "2025-06-18", last: now.Add(-s.idle)})
+	}
+	a.closeIdle(t.Context(), time.Minute)
+	if got, want := closed(), []string{"up-old", "up-older"}; !slices.Equal(got, want) {
+		t.Errorf("closed upstream %v, want %v", got, want)
+	}
+	if _, ok := a.adopted.Get("fresh"); !ok || a.adopted.Len() != 1 {
+		t.Errorf("the fresh session should be the one left (%d kept)", a.adopted.Len())
+	}
+	a.closeIdle(t.Context(), -1)
+	if got, want := closed(), []string{"up-fresh"}; !slices.Equal(got, want) || a.adopted.Len() != 0 {
+		t.Errorf("closing all closed %v (%d kept), want %v", got, a.adopted.Len(), want)
 	}
 }

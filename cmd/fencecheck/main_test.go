@@ -23,6 +23,7 @@ import (
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/fencecheck/fencechecktest"
 	"github.com/fcd-authz/fcd/internal/cmdtest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 )
 
 // issuer stands in for authzd's token signing: an Ed25519 key and the
@@ -324,7 +325,7 @@ func TestProxy(t *testing.T) {
 		if s.note == "valid token" {
 			// The replay at the other instance must find the lease closed:
 			// wait for the outcome report.
-			waitFor(t, func() bool { return slices.Contains(authzd.events(), "complete "+lease+" effect claimed") }, authzd.events)
+			testutil.EventuallyState(t, 10*time.Second, "the effect reported (outcomes are reported asynchronously)", func() bool { return slices.Contains(authzd.events(), "complete "+lease+" effect claimed") }, authzd.events)
 		}
 	}
 	// Outcomes from the backend's answer: a result with isError is failed,
@@ -424,17 +425,6 @@ func TestProxyCommandLine(t *testing.T) {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), append(base, tc.extra...), nil, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.extra, code, stderr.String(), tc.want)
-		}
-	}
-}
-
-// waitFor polls cond for up to 10 s (outcomes are reported
-// asynchronously); state describes what was seen, for the failure.
-func waitFor[T any](t *testing.T, cond func() bool, state func() T) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met in 10s; state %v", state())
 		}
 	}
 }

@@ -6,6 +6,7 @@
 package bounded
 
 import (
+	"iter"
 	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -48,3 +49,16 @@ func (c *Cache[K, V]) Delete(k K) { c.entries().Remove(k) }
 
 // Len is the number of entries kept.
 func (c *Cache[K, V]) Len() int { return c.entries().Len() }
+
+// All yields the entries kept when it is called, least recently used
+// first, without making them more recent. An entry deleted or forgotten
+// meanwhile is skipped; the loop may Delete entries as it goes.
+func (c *Cache[K, V]) All() iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		for _, k := range c.entries().Keys() {
+			if v, ok := c.entries().Peek(k); ok && !yield(k, v) {
+				return
+			}
+		}
+	}
+}

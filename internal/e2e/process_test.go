@@ -19,6 +19,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/cmdtest"
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 )
 
 // proc is a program started as a separate process.
@@ -244,15 +245,12 @@ func TestSidecarProcessPerRelease(t *testing.T) {
 	// lease stays and blocks retirement until resolved), which a loaded
 	// machine can produce; it is logged, not failed. Either way exactly one
 	// effect ran.
-	deadline := time.Now().Add(10 * time.Second)
-	for st := s.status(f.ID); st != "completed"; st = s.status(f.ID) {
-		if st == "uncertain" {
-			t.Logf("formation %s reported uncertain (relay aborted after the answer)", f.ID)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("formation %s is %s, want completed or uncertain", f.ID, st)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var st string
+	testutil.EventuallyState(t, 10*time.Second, "formation "+f.ID+" to be completed or uncertain", func() bool {
+		st = s.status(f.ID)
+		return st == "completed" || st == "uncertain"
+	}, func() string { return st })
+	if st == "uncertain" {
+		t.Logf("formation %s reported uncertain (relay aborted after the answer)", f.ID)
 	}
 }

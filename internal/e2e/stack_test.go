@@ -26,6 +26,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/internal/servertest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -634,17 +635,9 @@ func (s *stack) status(id string) string {
 // outcomes asynchronously).
 func (s *stack) waitStatus(id, want string) {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := s.status(id)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("formation %s is %s, want %s", id, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var got string
+	testutil.EventuallyState(s.t, 10*time.Second, "formation "+id+" to be "+want, func() bool { got = s.status(id); return got == want },
+		func() string { return got })
 }
 
 // gateway starts a gateway of kind in front of the stack; pools maps each

@@ -7,6 +7,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/etcdtest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/internal/servertest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
@@ -162,16 +164,11 @@ func TestFrozenFollowerIsRoutedAround(t *testing.T) {
 
 	frozen.Thaw()
 	thawed = true
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if answering, _ := c.s.Endpoints(); len(answering) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the thawed member was not used again")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.EventuallyState(t, 10*time.Second, "the thawed member to be used again", func() bool { answering, _ := c.s.Endpoints(); return len(answering) == 3 },
+		func() string {
+			answering, all := c.s.Endpoints()
+			return fmt.Sprintf("answering %v of %v", answering, all)
+		})
 }
 
 // TestWritesFailClosedWithoutQuorum: with two of three members frozen no
@@ -209,16 +206,7 @@ func TestWritesFailClosedWithoutQuorum(t *testing.T) {
 			p.Thaw()
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := c.write(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no write succeeded after the quorum came back")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Await(t, 20*time.Second, "a write to succeed after the quorum came back", c.write)
 }
 
 // readyz asks /readyz of an authzd API on the cluster's store.

@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/fixtures"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/internal/servertest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/server"
@@ -364,15 +365,7 @@ func TestKeyPublicationOutlivesAQuorumLoss(t *testing.T) {
 		}
 		return false
 	}
-	waitFor := func(what string, d time.Duration, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not within %s", what, d)
-			}
-		}
-	}
-	waitFor("the key published", 30*time.Second, func() bool { return iss.Published() && published() })
+	testutil.Eventually(t, 30*time.Second, "the key published", func() bool { return iss.Published() && published() })
 
 	leader := leaderOf(t, members)
 	for i, m := range members {
@@ -380,12 +373,12 @@ func TestKeyPublicationOutlivesAQuorumLoss(t *testing.T) {
 			m.Freeze()
 		}
 	}
-	waitFor("the issuer noticing the loss", 15*time.Second, func() bool { return !iss.Published() })
+	testutil.Eventually(t, 15*time.Second, "the issuer noticing the loss", func() bool { return !iss.Published() })
 	time.Sleep(6 * time.Second) // past the key's lease
 	for i, m := range members {
 		if i != leader {
 			m.Thaw()
 		}
 	}
-	waitFor("the key published again", 30*time.Second, func() bool { return iss.Published() && published() })
+	testutil.Eventually(t, 30*time.Second, "the key published again", func() bool { return iss.Published() && published() })
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/fcd-authz/fcd/internal/testutil"
 )
 
 // TestFaultRounds runs FCD_FAULT_ROUNDS randomized fault rounds (none by
@@ -96,16 +98,7 @@ func TestFaultRounds(t *testing.T) {
 		if kind != "quorum" {
 			stalls[kind] = append(stalls[kind], stall)
 		}
-		healed := time.Now()
-		for {
-			if _, err := c.write(); err == nil {
-				break
-			}
-			if time.Since(healed) > 15*time.Second {
-				t.Fatalf("round %d (%s): no write succeeded 15 s after healing", r, kind)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testutil.Await(t, 15*time.Second, fmt.Sprintf("round %d (%s): a write to succeed after healing", r, kind), c.write)
 		t.Logf("round %d: %s (leader %d, other %d), stall %s", r, kind, leader, other, stall.Round(time.Millisecond))
 	}
 	for _, kind := range faultKinds() {

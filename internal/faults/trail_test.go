@@ -19,6 +19,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/internal/authztest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
@@ -78,11 +79,7 @@ func (c *cluster) startReplica(name, root string, decider authz.Decider) *trailR
 	stopped := make(chan struct{})
 	go func() { iss.Publish(ctx, s); close(stopped) }()
 	t.Cleanup(func() { cancel(); <-stopped })
-	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published")
-		}
-	}
+	testutil.Eventually(t, 30*time.Second, "the signing key to be published", iss.Published)
 	return r
 }
 
@@ -286,15 +283,7 @@ func TestTrailUnderFaults(t *testing.T) {
 	wg.Wait()
 
 	// Every change is in the store's history; the trails catch up with it.
-	var head int64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if head, err = rs[0].store.Revision(ctx); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := testutil.Await(t, 30*time.Second, "the store's revision", func() (int64, error) { return rs[0].store.Revision(ctx) })
 	for _, r := range rs {
 		r.closeTrail(t, head)
 	}
@@ -338,11 +327,7 @@ func restart(t *testing.T, r *trailReplica, decider authz.Decider) {
 	stopped := make(chan struct{})
 	go func() { iss.Publish(ctx, r.store); close(stopped) }()
 	t.Cleanup(func() { cancel(); <-stopped })
-	for deadline := time.Now().Add(30 * time.Second); !iss.Published(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("signing key not published")
-		}
-	}
+	testutil.Eventually(t, 30*time.Second, "the signing key to be published", iss.Published)
 	r.uc.Store(authztest.New(t, authz.Config{Store: r.store, Decider: decider, Logger: slog.New(slog.DiscardHandler), Issuer: iss, Trail: r.follower}))
 }
 
@@ -380,12 +365,13 @@ func trailLeases(t *testing.T, dir string) map[string]map[string]bool {
 // a fault takes a few seconds).
 func (c *cluster) waitLeader() int {
 	c.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if i, ok := c.findLeader(); ok {
-			return i
-		}
-	}
-	return c.leader() // fails the test, naming it
+	var leader int
+	testutil.Eventually(c.t, 30*time.Second, "a leader", func() bool {
+		var ok bool
+		leader, ok = c.findLeader()
+		return ok
+	})
+	return leader
 }
 
 // findLeader is the index of the member that is leader, if one is.

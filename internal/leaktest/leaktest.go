@@ -4,6 +4,8 @@
 package leaktest
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,4 +48,25 @@ func (s settled) Run() int {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return code
+}
+
+// Goroutines returns the stack of every goroutine now, by goroutine id:
+// for a test that looks for a goroutine of its own by name while others
+// run.
+func Goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+		out[id] = g
+	}
+	return out
 }

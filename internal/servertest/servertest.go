@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/server"
 )
 
@@ -51,13 +52,7 @@ func Start(t testing.TB, cfg server.Config) *server.Server {
 		}
 	})
 	if iss := s.Issuer(); iss != nil {
-		deadline := time.Now().Add(time.Minute)
-		for !iss.Published() {
-			if time.Now().After(deadline) {
-				t.Fatal("servertest: signing key not published after a minute")
-			}
-			time.Sleep(5 * time.Millisecond) // polling a condition
-		}
+		testutil.Eventually(t, time.Minute, "servertest: the signing key to be published", iss.Published)
 	}
 	return s
 }

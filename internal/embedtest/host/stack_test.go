@@ -20,6 +20,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/internal/servertest"
+	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/server"
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -170,15 +171,9 @@ func (s *stack) formation(id string) *client.Formation {
 // outcomes asynchronously).
 func (s *stack) waitStatus(id, want string) {
 	s.t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		got := s.formation(id).Status
-		if string(got) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("formation %s is %v, want %s", id, got, want)
-		}
-	}
+	var got string
+	testutil.EventuallyState(s.t, 15*time.Second, "formation "+id+" to be "+want, func() bool { got = string(s.formation(id).Status); return got == want },
+		func() string { return got })
 }
 
 // sent is one request as it left the host transport for the gateway.
