@@ -10,17 +10,21 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -32,8 +36,9 @@ import (
 // bundle's tree), an object whose members are file names (*.cedar,
 // *.cases.json) and whose values are the files' contents as strings. OPA's
 // bundle format carries only Rego, data and Wasm; data is its one way to
-// carry other text, and keeping each file's bytes as a string keeps the
-// policy digest of a set the same from a directory and from a bundle.
+// carry other text, and a string keeps each file's bytes exactly (the
+// policy digest names them; `opa build` formats the Rego modules, so
+// theirs are the formatted ones).
 var BundleCedarPath = []string{"fcd", "cedar"}
 
 // Defaults of a [BundleSource].
@@ -242,7 +247,9 @@ func readBundle(data []byte, vc *bundle.VerificationConfig, limit int64) (*polic
 	pf := newPolicyFiles()
 	pf.revision = b.Manifest.Revision
 	for _, m := range b.Modules {
-		name := strings.TrimPrefix(m.Path, "/")
+		// By base name, as a directory's files: the module's path in the
+		// bundle is where it was built from (opa build -b DIR keeps DIR).
+		name := path.Base(m.Path)
 		into := pf.rego
 		if strings.HasSuffix(name, suffixRegoTest) {
 			into = pf.regoTests
@@ -388,4 +395,34 @@ func pemAlgorithm(block *pem.Block) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("a %T key: OPA verifies RSA and ECDSA (P-256, P-384, P-521) signatures", pub)
+}
+
+// BundleCedarData is the data document that carries the Cedar files and
+// cases at the top level of fsys (a policy directory) in a bundle: the
+// JSON of a data.json to put at fcd/cedar/ in the bundle's tree (e.g.
+// DIR/fcd/cedar/data.json before `opa build -b DIR`), each file's
+// contents as a string. A directory's loader reads only its top level,
+// so the file does not change the directory as a policy set.
+func BundleCedarData(fsys fs.FS) ([]byte, error) {
+	pf, err := readPolicyFiles(fsys)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]string{}
+	for _, m := range []map[string][]byte{pf.cedar, pf.cases} {
+		for name, data := range m {
+			if !utf8.Valid(data) {
+				return nil, fmt.Errorf("%w: %s is not UTF-8 text", ErrInvalidPolicy, name)
+			}
+			files[name] = string(data)
+		}
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false) // Cedar compares with < and >
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(files); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
