@@ -306,7 +306,7 @@ func TestLoadBundleKeys(t *testing.T) {
 		{note: "a PEM public key", file: key.Public, wantKID: "default", wantAlg: "RS256"},
 		{note: "a PEM public key, named and PS256", file: key.Public, keyID: "k1", alg: "PS256", wantKID: "k1", wantAlg: "PS256"},
 		{note: "an HMAC secret", file: file("secret", "s3cret"), wantKID: "default", wantAlg: "HS256"},
-		{note: "OPA's keys object", file: file("keys.json", `{"k2": {"key": ` + quote(string(pub)) + `, "algorithm": "RS512"}}`),
+		{note: "OPA's keys object", file: file("keys.json", `{"k2": {"key": `+quote(string(pub))+`, "algorithm": "RS512"}}`),
 			keyID: "k2", wantKID: "k2", wantAlg: "RS512"},
 		{note: "OPA's keys object, an unknown key id", file: file("keys2.json", `{"k2": {"key": "x"}}`), keyID: "k9", wantErr: true},
 		{note: "a private key", file: key.Private, wantErr: true},
