@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/fcd-authz/fcd/authz/decisionlog"
@@ -21,7 +22,8 @@ type DecisionLogger interface {
 // logDecision hands d, decided over in for rec, to l (nil: none). The
 // event's input is the document the engines saw, its result the combined
 // decision (verdict, approvals, each engine's verdict, rules and reasons,
-// the successor's verdict), its revision the policy set digest; fcd's ids
+// the successor's verdict), its revision the revision of the bundle the
+// policy set came from, or the set's digest when it has none; fcd's ids
 // go under custom.fcd, which masks do not touch, so a consumer can find
 // the formation even when the input is masked.
 func logDecision(ctx context.Context, l DecisionLogger, in *policy.Input, d record.Decision, rec *record.Formation) {
@@ -33,7 +35,7 @@ func logDecision(ctx context.Context, l DecisionLogger, in *policy.Input, d reco
 		ids["status"], ids["approvalsRequired"] = rec.Status, rec.ApprovalsRequired
 	}
 	l.Log(ctx, decisionlog.Event{
-		Path: decisionlog.DefaultPath, Input: in, Result: d, Revision: d.PolicyDigest,
+		Path: decisionlog.DefaultPath, Input: in, Result: d, Revision: cmp.Or(d.PolicyRevision, d.PolicyDigest),
 		Timestamp: d.DecidedAt, Custom: map[string]any{"fcd": ids},
 	})
 }

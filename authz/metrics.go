@@ -56,6 +56,9 @@ func (u *UseCases) Collectors() []prometheus.Collector {
 	if c, ok := u.decisions.(interface{ Collector() prometheus.Collector }); ok {
 		cs = append(cs, c.Collector())
 	}
+	if c, ok := u.decider.(interface{ Collector() prometheus.Collector }); ok {
+		cs = append(cs, c.Collector()) // a policy.Manager's reloads
+	}
 	return cs
 }
 

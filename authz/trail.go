@@ -371,12 +371,17 @@ type revocationEvent struct {
 
 // policyLoadedEvent and policyRefusedEvent are a replica's policy events:
 // the policy manager's (authz/policy) data and the replica it names.
+// Revision, a set from an OPA bundle's only, is its .manifest's revision:
+// an optional member, absent from every event of a directory's set, so
+// such events are version 1's byte for byte and version 1's readers pass
+// it by (docs/audit.md, on versions).
 type (
 	policyLoadedEvent struct {
-		Source  string   `json:"source"`
-		Digest  string   `json:"digest"`
-		Files   []string `json:"files"`
-		Replica string   `json:"replica"`
+		Source   string   `json:"source"`
+		Digest   string   `json:"digest"`
+		Revision string   `json:"revision,omitempty"`
+		Files    []string `json:"files"`
+		Replica  string   `json:"replica"`
 	}
 	policyRefusedEvent struct {
 		Source  string `json:"source"`

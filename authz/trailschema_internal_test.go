@@ -52,7 +52,8 @@ func goldenKey(t testing.TB, kid string) jwk.Key {
 // snapshot, a policy set in force; a call approved, admitted, admitted
 // again, claimed and completed; one resolved by a signed resolution, one
 // released by a newer pool generation; the drain and retirement of the
-// source, a successor admission, a revocation, a refused policy set.
+// source, a successor admission, a revocation, a refused policy set, and
+// a set from an OPA bundle on another replica.
 // Every member the events carry is set somewhere.
 func goldenHistory(t testing.TB) []lease.Commit {
 	t.Helper()
@@ -162,7 +163,10 @@ func goldenHistory(t testing.TB) []lease.Commit {
 		{Revision: 24, Changes: []lease.Change{lease.LeaseAdmitted{Lease: admitted("ls_four", "fm_four", target, 55, cert, "")}}},
 		{Revision: 25, Changes: []lease.Change{lease.CertificateRevoked{Certificate: cert, By: "op-1"}}},
 		{Revision: 26, Changes: []lease.Change{lease.PolicyRecorded{Replica: "r1", Kind: EventPolicyRefused,
-			Data: json.RawMessage(`{"error":"fcd.rego:3: rego_parse_error","inForce":"` + policy + `","source":"dir:/etc/fcd/policies"}`)}}},
+			Data: json.RawMessage(`{"error":"fcd.rego:3: rego_parse_error","inForce":"` + policy + `","source":"dir:/etc/fcd/policies"}`)},
+			// A replica whose set came from an OPA bundle: its revision too.
+			lease.PolicyRecorded{Replica: "r2", Kind: EventPolicy,
+				Data: json.RawMessage(`{"digest":"` + policy + `","files":["fcd.rego","fcd.cedar"],"revision":"2026.03.01-1","source":"https://bundles.example.com/fcd.tar.gz"}`)}}},
 	}
 	return commits
 }

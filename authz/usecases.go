@@ -93,6 +93,7 @@ type UseCases struct {
 	Gate       *Gate
 	metrics    *metrics
 	decisions  DecisionLogger
+	decider    Decider
 }
 
 // New returns the use cases configured by cfg.
@@ -126,7 +127,7 @@ func New(cfg Config) (*UseCases, error) {
 	generations := &sync.Map{}
 	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, inputs: inputs, log: cfg.Logger}
 	succ.verified.entries.Max = maxVerifiedCache
-	u := &UseCases{metrics: m, decisions: cfg.DecisionLog}
+	u := &UseCases{metrics: m, decisions: cfg.DecisionLog, decider: cfg.Decider}
 	var err error
 	u.Registry, err = NewRegistry(RegistryConfig{Store: cfg.Store, Manifests: cfg.Manifests, Certificates: cfg.Certificates,
 		Now: cfg.Now, Logger: cfg.Logger})

@@ -1637,7 +1637,10 @@ type PolicyStatus struct {
 	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
 	LoadedAt    time.Time  `json:"loadedAt"`
 
-	// Source The policy directory, or `embedded` for the built-in defaults.
+	// Revision The revision of the OPA bundle the set in force came from (its `.manifest`'s); absent for a directory, the embedded set, or a bundle without one.
+	Revision *string `json:"revision,omitempty"`
+
+	// Source The policy directory, the OPA bundle's URL (without user information or query) or file, or `embedded` for the built-in defaults.
 	Source string `json:"source"`
 }
 
@@ -1719,9 +1722,11 @@ type Problem_Errors struct {
 type Readiness struct {
 	// Checks `store` is `ok` when etcd answered a quorum read. `etcd` is etcd's
 	// size, quota and alarms (docs/capacity.md). `policies` is the
-	// policy set in force; a failed reload does not make the replica
-	// unready (it keeps deciding with the working set) but shows in
-	// `lastError`. `storeAccess` (an external cluster only) is `ok`, `unchecked` or
+	// policy set in force (from a bundle, with its `revision`); a failed
+	// reload — a bundle that does not verify, compile or pass its
+	// tests, or a bundle server that is down — does not make the
+	// replica unready (it keeps deciding with the working set) but
+	// shows in `lastError`. `storeAccess` (an external cluster only) is `ok`, `unchecked` or
 	// `{"status": "open", "warnings": [...]}` (docs/trust.md).
 	//
 	//
@@ -1767,9 +1772,11 @@ type Readiness_Checks_StoreAccess struct {
 
 // Readiness_Checks `store` is `ok` when etcd answered a quorum read. `etcd` is etcd's
 // size, quota and alarms (docs/capacity.md). `policies` is the
-// policy set in force; a failed reload does not make the replica
-// unready (it keeps deciding with the working set) but shows in
-// `lastError`. `storeAccess` (an external cluster only) is `ok`, `unchecked` or
+// policy set in force (from a bundle, with its `revision`); a failed
+// reload — a bundle that does not verify, compile or pass its
+// tests, or a bundle server that is down — does not make the
+// replica unready (it keeps deciding with the working set) but
+// shows in `lastError`. `storeAccess` (an external cluster only) is `ok`, `unchecked` or
 // `{"status": "open", "warnings": [...]}` (docs/trust.md).
 //
 // Examples: {"etcd":{"alarms":[],"dbSize":20480000,"dbSizeInUse":12288000,"quota":2147483648},"policies":{"digest":"sha256:225d72db27fb19c329d3526ba3cff19243e6b70b137dcb4ee001add921250bb8","loadedAt":"2026-11-30T10:00:00Z","source":"embedded"},"store":"ok"}

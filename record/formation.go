@@ -219,8 +219,13 @@ type Decision struct {
 	// MCP+ requiresApproval and the code-level minimum are applied).
 	Approvals int `json:"approvals"`
 	// PolicyDigest identifies the policy set in force.
-	PolicyDigest string           `json:"policyDigest"`
-	Engines      []EngineDecision `json:"engines"`
+	PolicyDigest string `json:"policyDigest"`
+	// PolicyRevision is the revision of the bundle the policy set came
+	// from (its .manifest's), empty for a directory. It is not stored or
+	// answered with the record (the trail's policy event names it beside
+	// the digest); decision logs write it as bundles.fcd.revision.
+	PolicyRevision string           `json:"-"`
+	Engines        []EngineDecision `json:"engines"`
 	// Successor is the answer on the candidate successor; nil when there
 	// was no candidate.
 	Successor *SuccessorDecision `json:"successor,omitempty"`

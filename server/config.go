@@ -13,8 +13,10 @@ import (
 	"github.com/fcd-authz/fcd/api"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/decisionlog"
+	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
+	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
@@ -41,6 +43,11 @@ const (
 	// DefaultPolicyPoll is how often a policy directory is checked for
 	// changes.
 	DefaultPolicyPoll = 2 * time.Second
+	// DefaultPolicyBundleMinDelay and DefaultPolicyBundleMaxDelay bound
+	// the random wait between two polls of a policy bundle (OPA's bundle
+	// plugin's defaults).
+	DefaultPolicyBundleMinDelay = policy.DefaultBundleMinDelay
+	DefaultPolicyBundleMaxDelay = policy.DefaultBundleMaxDelay
 	// DefaultFormationTTL is how long a formation may wait for approval and
 	// admission.
 	DefaultFormationTTL = authz.DefaultTTL
@@ -163,10 +170,28 @@ type Config struct {
 	Auth        *api.Authenticator
 
 	// PolicyDir is a directory of Rego and Cedar policies with their
-	// tests; empty uses the embedded default policies. A directory is
-	// watched (every PolicyPoll) and reloaded on change and on Reload.
+	// tests; empty (and no PolicyBundle) uses the embedded default
+	// policies. A directory is watched (every PolicyPoll) and reloaded on
+	// change and on Reload.
 	PolicyDir  string
 	PolicyPoll time.Duration
+	// PolicyBundle is an OPA bundle of the policies instead of PolicyDir
+	// (policies/README.md): an http(s) URL, polled after a random wait
+	// between PolicyBundleMinDelay and PolicyBundleMaxDelay with
+	// If-None-Match, or a .tar.gz file, re-read as often. It is reloaded
+	// on change and on Reload, as a directory is.
+	PolicyBundle string
+	// PolicyBundleKeys is a file of the key that verifies the bundle's
+	// signature (policy.LoadBundleKeys: a PEM public key, an HMAC secret,
+	// or OPA's keys object); PolicyBundleKeyID names the key (with one
+	// key, its name; in a keys object, the one to use, else the
+	// signature's kid picks), PolicyBundleKeyAlg its algorithm (empty:
+	// from the key). Required for a URL; without it a bundle file must be
+	// unsigned.
+	PolicyBundleKeys, PolicyBundleKeyID, PolicyBundleKeyAlg string
+	// PolicyBundleMinDelay and PolicyBundleMaxDelay bound the random wait
+	// between two polls of PolicyBundle.
+	PolicyBundleMinDelay, PolicyBundleMaxDelay time.Duration
 	// Reload, when set, reloads the policies on every value received
 	// (authzd serve notifies it of SIGHUP); nil reloads only on change.
 	Reload <-chan os.Signal
@@ -272,6 +297,8 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	dur(&c.PolicyPoll, DefaultPolicyPoll)
+	dur(&c.PolicyBundleMinDelay, DefaultPolicyBundleMinDelay)
+	dur(&c.PolicyBundleMaxDelay, DefaultPolicyBundleMaxDelay)
 	dur(&c.FormationTTL, DefaultFormationTTL)
 	dur(&c.FormationRetention, DefaultFormationRetention)
 	dur(&c.ReportGrace, DefaultReportGrace)
@@ -304,6 +331,18 @@ func (c Config) Validate() error {
 	if c.PolicyPoll < 0 || c.FormationTTL < 0 || c.ReportGrace < 0 || c.FormationRetention < 0 || c.TokenLifetime < 0 || c.AuditMaxLag < 0 {
 		errs = append(errs, errors.New("server: PolicyPoll, FormationTTL, FormationRetention, ReportGrace, TokenLifetime and AuditMaxLag may not be negative"))
 	}
+	if c.PolicyDir != "" && c.PolicyBundle != "" {
+		errs = append(errs, errors.New("server: PolicyDir and PolicyBundle exclude each other"))
+	}
+	if c.PolicyBundle == "" && (c.PolicyBundleKeys != "" || c.PolicyBundleKeyID != "" || c.PolicyBundleKeyAlg != "") {
+		errs = append(errs, errors.New("server: PolicyBundleKeys, PolicyBundleKeyID and PolicyBundleKeyAlg are for a PolicyBundle"))
+	}
+	if c.PolicyBundle != "" && c.PolicyBundleKeys == "" && policyBundleURL(c.PolicyBundle) {
+		errs = append(errs, errors.New("server: a PolicyBundle URL needs PolicyBundleKeys: a bundle from the network must be signed"))
+	}
+	if d := c.withDefaults(); c.PolicyBundleMinDelay < 0 || d.PolicyBundleMinDelay > d.PolicyBundleMaxDelay {
+		errs = append(errs, errors.New("server: 0 <= PolicyBundleMinDelay <= PolicyBundleMaxDelay"))
+	}
 	if _, err := authz.ParseTrailArguments(c.AuditArguments); err != nil {
 		errs = append(errs, fmt.Errorf("server: AuditArguments %q: want none, redacted, digested or all", c.AuditArguments))
 	}
@@ -333,6 +372,29 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// policyBundleURL reports whether a PolicyBundle is downloaded rather
+// than read from a file.
+func policyBundleURL(loc string) bool {
+	return strings.HasPrefix(loc, "http://") || strings.HasPrefix(loc, "https://")
+}
+
+// policySource is where the policies are loaded from: PolicyBundle,
+// PolicyDir, or the embedded defaults.
+func (c Config) policySource() (policy.Source, error) {
+	if c.PolicyBundle == "" {
+		return policy.Source{Dir: c.PolicyDir, FS: policies.FS}, nil
+	}
+	b := &policy.BundleSource{Location: c.PolicyBundle, MinDelay: c.PolicyBundleMinDelay, MaxDelay: c.PolicyBundleMaxDelay}
+	if c.PolicyBundleKeys != "" {
+		vc, err := policy.LoadBundleKeys(c.PolicyBundleKeys, c.PolicyBundleKeyID, c.PolicyBundleKeyAlg)
+		if err != nil {
+			return policy.Source{}, err
+		}
+		b.Verification = vc
+	}
+	return policy.Source{Bundle: b}, nil
 }
 
 // EtcdDir is the embedded member's data directory.

@@ -22,7 +22,6 @@ import (
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
-	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -178,11 +177,18 @@ func (s *Server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	// The policies load once the trail is open: the set put in force is
 	// written to the store, where the trail records it, and the audit
 	// checks each decision against it.
-	src := policy.Source{Dir: cfg.PolicyDir, FS: policies.FS}
+	src, err := cfg.policySource()
+	if err != nil {
+		return err
+	}
 	if s.policies, err = policy.NewManager(ctx, src, policy.ManagerConfig{Logger: s.log, Trail: rec}); err != nil {
 		return err
 	}
-	s.log.Info("policies loaded", "source", src.String(), "digest", s.policies.Status().Digest)
+	st := s.policies.Status()
+	s.log.Info("policies loaded", "source", src.String(), "digest", st.Digest, "revision", st.Revision)
+	if src.Bundle != nil && src.Bundle.Verification == nil {
+		s.log.Warn("no --policy-bundle-keys: only an unsigned policy bundle is accepted", "bundle", src.String())
+	}
 	ucCfg := authz.Config{
 		Store: s.store, Decider: s.policies, TTL: cfg.FormationTTL, Retention: cfg.FormationRetention, Logger: s.log,
 		Issuer: s.issuer, Manifests: verifier,
@@ -357,7 +363,7 @@ func (s *Server) run(ctx context.Context) error {
 	loops, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopLoops()
 
-	if s.cfg.PolicyDir != "" {
+	if s.cfg.PolicyDir != "" || s.cfg.PolicyBundle != "" {
 		g.Go(func() error {
 			s.policies.Watch(loops, s.cfg.PolicyPoll)
 			return nil

@@ -67,6 +67,33 @@ func TestZeroConfigIsDefaults(t *testing.T) {
 	}
 }
 
+// TestPolicyBundleConfig: a bundle excludes a directory, a URL needs
+// keys, keys need a bundle, and the poll delays are ordered.
+func TestPolicyBundleConfig(t *testing.T) {
+	base := Config{RegistrarKeys: "r", Credentials: "c"}
+	for _, tc := range []struct {
+		note string
+		set  func(*Config)
+		want string // in the error; empty: valid
+	}{
+		{"a file without keys", func(c *Config) { c.PolicyBundle = "b.tar.gz" }, ""},
+		{"a URL with keys", func(c *Config) { c.PolicyBundle, c.PolicyBundleKeys = "https://b/fcd.tar.gz", "k.pem" }, ""},
+		{"a URL without keys", func(c *Config) { c.PolicyBundle = "https://b/fcd.tar.gz" }, "needs PolicyBundleKeys"},
+		{"a directory too", func(c *Config) { c.PolicyBundle, c.PolicyDir = "b.tar.gz", "dir" }, "exclude each other"},
+		{"keys without a bundle", func(c *Config) { c.PolicyBundleKeys = "k.pem" }, "are for a PolicyBundle"},
+		{"delays out of order", func(c *Config) {
+			c.PolicyBundle, c.PolicyBundleMinDelay, c.PolicyBundleMaxDelay = "b.tar.gz", time.Minute, time.Second
+		}, "PolicyBundleMinDelay"},
+	} {
+		c := base
+		tc.set(&c)
+		err := c.Validate()
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.note, err, tc.want)
+		}
+	}
+}
+
 // TestShutdownOrder: when ctx ends, the listener stops accepting at once,
 // a request in flight finishes with the store still open and the loops
 // still running (the signing key still published), and run returns only

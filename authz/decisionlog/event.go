@@ -22,7 +22,8 @@ const DefaultPath = "fcd/authz"
 // BundleName is the bundle under which an event carries the revision of
 // the policy set that decided it: bundles.fcd.revision, where OPA puts a
 // bundle's revision, so consumers that group decisions by policy
-// revision read fcd's policy set digest unchanged.
+// revision read fcd's unchanged (an OPA bundle's revision, or the policy
+// set digest).
 const BundleName = "fcd"
 
 // Event is one policy decision as fcd made it. Log copies what it needs
@@ -39,8 +40,9 @@ type Event struct {
 	// Result is the decision, encoded with encoding/json; nil leaves
 	// result out.
 	Result any
-	// Revision is the revision of the policy set that decided (fcd's
-	// policy set digest), written as bundles.<BundleName>.revision.
+	// Revision is the revision of the policy set that decided (the OPA
+	// bundle's revision, else fcd's policy set digest), written as
+	// bundles.<BundleName>.revision.
 	Revision string
 	// Timestamp is when the decision was made; zero means when Log is
 	// called.

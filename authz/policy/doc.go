@@ -18,8 +18,9 @@
 //   - [Set]: both engines plus the digest of the files they came from;
 //     [Load] refuses a set whose own tests fail, [RunTests] reports them.
 //   - [Manager]: the set in force behind an atomic pointer, reloaded on
-//     demand (SIGHUP) or by polling a directory ([Manager.Watch]), with a
-//     [Status] for /readyz.
+//     demand (SIGHUP) or by polling a directory or an OPA bundle
+//     ([Manager.Watch], [BundleSource]: a file or a URL, verified with
+//     OPA's bundle reader), with a [Status] for /readyz.
 //
 // The input document, the Rego contract and the Cedar mapping are
 // documented for operators in policies/README.md; the default set lives in

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,29 +16,52 @@ import (
 )
 
 // Source is where a [Manager] loads its policy set from: an operating
-// system directory (Dir), which can be reloaded and watched, or a fixed
-// fs.FS (FS, e.g. the embedded defaults policies.FS) when Dir is empty.
+// system directory (Dir), which can be reloaded and watched; an OPA
+// bundle (Bundle), a file or a URL, reloaded and polled; or a fixed fs.FS
+// (FS, e.g. the embedded defaults policies.FS) when neither is set.
 type Source struct {
 	// Dir is a policy directory on disk.
 	Dir string
-	// FS is read when Dir is empty. Reload re-reads it; Watch does not
-	// poll it, because an embedded FS never changes.
+	// Bundle is an OPA bundle; it excludes Dir.
+	Bundle *BundleSource
+	// FS is read when Dir and Bundle are empty. Reload re-reads it; Watch
+	// does not poll it, because an embedded FS never changes.
 	FS fs.FS
 }
 
-func (s Source) fsys() (fs.FS, error) {
+// loader reads a source's files. With poll set it may answer
+// errNotModified: the source is what the last read saw.
+type loader func(ctx context.Context, poll bool) (*policyFiles, error)
+
+func (s Source) loader() (loader, error) {
+	var fsys fs.FS
 	switch {
+	case s.Dir != "" && s.Bundle != nil:
+		return nil, errors.New("policy: a source is a directory or a bundle, not both")
+	case s.Bundle != nil:
+		if s.Bundle.Location == "" {
+			return nil, errors.New("policy: bundle source without a location")
+		}
+		return newBundleLoader(s.Bundle).load, nil
 	case s.Dir != "":
-		return os.DirFS(s.Dir), nil
+		fsys = os.DirFS(s.Dir)
 	case s.FS != nil:
-		return s.FS, nil
+		fsys = s.FS
+	default:
+		return nil, errors.New("policy: source has neither Dir, Bundle nor FS")
 	}
-	return nil, errors.New("policy: source has neither Dir nor FS")
+	return func(context.Context, bool) (*policyFiles, error) { return readPolicyFiles(fsys) }, nil
 }
+
+// watched reports whether Watch polls the source.
+func (s Source) watched() bool { return s.Dir != "" || s.Bundle != nil }
 
 // String names the source in logs and status.
 func (s Source) String() string {
-	if s.Dir != "" {
+	switch {
+	case s.Bundle != nil:
+		return s.Bundle.String()
+	case s.Dir != "":
 		return s.Dir
 	}
 	return "embedded"
@@ -71,8 +95,11 @@ const (
 // Status is what /readyz shows about policies: the set in force and the
 // last reload failure, if the most recent attempt failed.
 type Status struct {
-	Source   string    `json:"source"`
-	Digest   string    `json:"digest"`
+	Source string `json:"source"`
+	Digest string `json:"digest"`
+	// Revision is the revision of the bundle the set in force came from
+	// (its .manifest's); empty for a directory or the embedded set.
+	Revision string    `json:"revision,omitempty"`
 	LoadedAt time.Time `json:"loadedAt"`
 	// LastError is the error of the last reload attempt when it failed;
 	// the set in force is then the older one named by Digest. Empty after
@@ -87,7 +114,7 @@ type Status struct {
 // safe for concurrent use.
 type Manager struct {
 	src   Source
-	fsys  fs.FS
+	load  loader
 	log   *slog.Logger
 	now   func() time.Time
 	trail Recorder
@@ -96,9 +123,12 @@ type Manager struct {
 
 	// mu serializes reloads and guards seen: the fingerprint of the files
 	// of the last load attempt, good or bad, so Watch retries a broken
-	// directory only when it changes.
+	// directory or bundle only when it changes.
 	mu   sync.Mutex
 	seen string
+
+	// reloads counts load attempts by result (fcd_policy_reloads_total).
+	reloads reloadCounts
 
 	// smu guards status on its own, so /readyz never waits for a reload
 	// that is compiling and testing a set.
@@ -109,11 +139,11 @@ type Manager struct {
 // NewManager loads the initial set from src; it fails if that load fails,
 // because authzd must not start without a working policy.
 func NewManager(ctx context.Context, src Source, opts ManagerConfig) (*Manager, error) {
-	fsys, err := src.fsys()
+	load, err := src.loader()
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{src: src, fsys: fsys, log: opts.Logger, now: opts.Now, trail: opts.Trail}
+	m := &Manager{src: src, load: load, log: opts.Logger, now: opts.Now, trail: opts.Trail}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -163,38 +193,47 @@ func (m *Manager) Reload(ctx context.Context) error {
 }
 
 func (m *Manager) reloadLocked(ctx context.Context) error {
-	pf, err := readPolicyFiles(m.fsys)
+	pf, err := m.load(ctx, false)
 	return m.applyLocked(ctx, pf, err)
 }
 
 // applyLocked loads files already read (or records the error reading
 // them) and swaps the new set in on success.
 func (m *Manager) applyLocked(ctx context.Context, pf *policyFiles, readErr error) error {
+	m.seen = fingerprintOf(pf, readErr)
 	err := readErr
 	if err == nil {
-		m.seen = pf.digest
 		var s *Set
 		if s, err = loadFiles(ctx, pf); err == nil {
 			old := m.cur.Swap(s.WithClock(m.now))
 			at := m.now().UTC()
 			m.updateStatus(func(st *Status) {
-				st.Digest, st.LoadedAt = s.digest, at
+				st.Digest, st.Revision, st.LoadedAt = s.digest, s.revision, at
 				st.LastError, st.LastErrorAt = "", time.Time{}
 			})
-			if old == nil || old.digest != s.digest {
-				m.log.Info("policy set loaded", "source", m.src.String(), "digest", s.digest, "files", s.files)
-				m.record(ctx, EventLoaded, map[string]any{"source": m.src.String(), "digest": s.digest, "files": s.files})
+			m.reloads.add(reloadLoaded)
+			if old == nil || old.digest != s.digest || old.revision != s.revision {
+				ev := map[string]any{"source": m.src.String(), "digest": s.digest, "files": s.files}
+				args := []any{"source", m.src.String(), "digest", s.digest, "files", s.files}
+				if s.revision != "" {
+					ev["revision"] = s.revision
+					args = append(args, "revision", s.revision)
+				}
+				m.log.Info("policy set loaded", args...)
+				m.record(ctx, EventLoaded, ev)
 			}
 			return nil
 		}
-	} else {
-		m.seen = fingerprintOf(nil, err)
 	}
 	at := m.now().UTC()
 	m.updateStatus(func(st *Status) { st.LastError, st.LastErrorAt = err.Error(), at })
+	m.reloads.add(refusal(err))
 	if cur := m.cur.Load(); cur != nil {
-		m.log.Error("policy reload failed; keeping the set in force",
-			"source", m.src.String(), "digest", cur.digest, "err", err)
+		args := []any{"source", m.src.String(), "reason", refusal(err), "digest", cur.digest}
+		if cur.revision != "" {
+			args = append(args, "revision", cur.revision)
+		}
+		m.log.Error("policy reload refused; keeping the set in force", append(args, "err", err)...)
 		m.record(ctx, EventRefused, map[string]any{"source": m.src.String(), "inForce": cur.digest, "error": err.Error()})
 	}
 	return err
@@ -212,12 +251,13 @@ func (m *Manager) record(ctx context.Context, kind string, data any) {
 }
 
 // fingerprintOf is what Watch compares between polls: the digest of the
-// files, or the read error (so an unreadable directory is reported once).
+// files and the bundle's revision, or the read error (so an unreadable
+// directory or a bundle server that is down is reported once).
 func fingerprintOf(pf *policyFiles, err error) string {
 	if err != nil {
 		return "error: " + err.Error()
 	}
-	return pf.digest
+	return pf.digest + " " + pf.revision
 }
 
 // loadFiles is Load over files already read.
@@ -237,18 +277,25 @@ func loadFiles(ctx context.Context, pf *policyFiles) (*Set, error) {
 }
 
 // Watch polls a directory source every interval (a digest of the policy
-// files' names and contents; no file-system notification dependency) and
-// reloads when it changes. It returns when ctx is done, or at once for an
-// FS source. A change that fails to load is logged and reported by Status
-// once, then retried only when the files change again.
+// files' names and contents; no file-system notification dependency), or
+// a bundle source after a random wait between its MinDelay and MaxDelay
+// (interval is then unused), and reloads when the source changed. It
+// returns when ctx is done, or at once for an FS source. A change that
+// fails to load is logged and reported by Status once, then retried only
+// when the source changes again.
 func (m *Manager) Watch(ctx context.Context, interval time.Duration) {
-	if m.src.Dir == "" {
+	if !m.src.watched() {
 		return
 	}
 	if interval <= 0 {
 		interval = 2 * time.Second
 	}
-	t := time.NewTicker(interval)
+	wait := func() time.Duration { return interval }
+	if b := m.src.Bundle; b != nil {
+		lo, hi := b.delays()
+		wait = func() time.Duration { return lo + rand.N(hi-lo+1) }
+	}
+	t := time.NewTimer(wait())
 	defer t.Stop()
 	for {
 		select {
@@ -257,14 +304,15 @@ func (m *Manager) Watch(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 		m.poll(ctx)
+		t.Reset(wait())
 	}
 }
 
 func (m *Manager) poll(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	pf, err := readPolicyFiles(m.fsys)
-	if fingerprintOf(pf, err) == m.seen {
+	pf, err := m.load(ctx, true)
+	if errors.Is(err, errNotModified) || fingerprintOf(pf, err) == m.seen {
 		return
 	}
 	_ = m.applyLocked(ctx, pf, err) // logged and kept in Status

@@ -24,13 +24,17 @@ const (
 	suffixOtherJSON = ".json"
 )
 
-// policyFiles is a policy directory read into memory once, so that the
-// digest names exactly the bytes that were compiled and tested, even if
-// the directory changes while it is loaded.
+// policyFiles is a policy set's files read into memory once (from a
+// directory or a bundle), so that the digest names exactly the bytes that
+// were compiled and tested, even if the source changes while it is
+// loaded.
 type policyFiles struct {
 	rego, regoTests, cedar, cases map[string][]byte
 	names                         []string
 	digest                        string
+	// revision is the bundle's revision (its .manifest's); empty for a
+	// directory.
+	revision string
 }
 
 // fileDigest is one entry of the policy digest's canonical list.
@@ -39,51 +43,86 @@ type fileDigest struct {
 	SHA256 string `json:"sha256"`
 }
 
+func newPolicyFiles() *policyFiles {
+	return &policyFiles{rego: map[string][]byte{}, regoTests: map[string][]byte{}, cedar: map[string][]byte{}, cases: map[string][]byte{}}
+}
+
+// kind is the map a file of that name goes to, nil for a name that is
+// not a policy or test file.
+func (pf *policyFiles) kind(name string) map[string][]byte {
+	switch {
+	case strings.HasSuffix(name, suffixRegoTest):
+		return pf.regoTests
+	case strings.HasSuffix(name, suffixRego):
+		return pf.rego
+	case strings.HasSuffix(name, suffixCedar):
+		return pf.cedar
+	case strings.HasSuffix(name, suffixCases):
+		return pf.cases
+	}
+	return nil
+}
+
+// add adds a policy or test file; the kind comes from the name.
+func (pf *policyFiles) add(into map[string][]byte, name string, data []byte) error {
+	if _, dup := into[name]; dup {
+		return fmt.Errorf("%w: %s: two files of that name", ErrInvalidPolicy, name)
+	}
+	into[name] = data
+	pf.names = append(pf.names, name)
+	return nil
+}
+
+// seal sorts the names and computes the digest: "sha256:" over the
+// canonical JSON of the sorted list of {name, sha256} of every file.
+func (pf *policyFiles) seal() error {
+	slices.Sort(pf.names)
+	list := []fileDigest{}
+	for _, name := range pf.names {
+		for _, m := range []map[string][]byte{pf.rego, pf.regoTests, pf.cedar, pf.cases} {
+			if data, ok := m[name]; ok {
+				list = append(list, fileDigest{Name: name, SHA256: manifest.DigestBytes(data)})
+			}
+		}
+	}
+	var err error
+	if pf.digest, err = manifest.Digest(list); err != nil {
+		return fmt.Errorf("policy: digest: %w", err)
+	}
+	return nil
+}
+
 func readPolicyFiles(fsys fs.FS) (*policyFiles, error) {
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, fmt.Errorf("policy: read policy directory: %w", err)
 	}
-	pf := &policyFiles{rego: map[string][]byte{}, regoTests: map[string][]byte{}, cedar: map[string][]byte{}, cases: map[string][]byte{}}
-	var list []fileDigest
+	pf := newPolicyFiles()
 	for _, ent := range entries {
 		name := ent.Name()
 		if ent.IsDir() || strings.HasPrefix(name, ".") {
 			continue
 		}
-		var into map[string][]byte
-		switch {
-		case strings.HasSuffix(name, suffixRegoTest):
-			into = pf.regoTests
-		case strings.HasSuffix(name, suffixRego):
-			into = pf.rego
-		case strings.HasSuffix(name, suffixCedar):
-			into = pf.cedar
-		case strings.HasSuffix(name, suffixCases):
-			into = pf.cases
-		case strings.HasSuffix(name, suffixOtherJSON):
-			// A data file an operator expects OPA to load would otherwise be
-			// silently ignored.
-			return nil, fmt.Errorf("%w: %s: only *%s files (Cedar cases) are read; Rego data documents are not supported",
-				ErrInvalidPolicy, name, suffixCases)
-		default:
+		into := pf.kind(name)
+		if into == nil {
+			if strings.HasSuffix(name, suffixOtherJSON) {
+				// A data file an operator expects OPA to load would otherwise be
+				// silently ignored.
+				return nil, fmt.Errorf("%w: %s: only *%s files (Cedar cases) are read; Rego data documents are not supported",
+					ErrInvalidPolicy, name, suffixCases)
+			}
 			continue
 		}
 		data, err := fs.ReadFile(fsys, name)
 		if err != nil {
 			return nil, fmt.Errorf("policy: read %s: %w", name, err)
 		}
-		into[name] = data
-		pf.names = append(pf.names, name)
-		list = append(list, fileDigest{Name: name, SHA256: manifest.DigestBytes(data)})
+		if err := pf.add(into, name, data); err != nil {
+			return nil, err
+		}
 	}
-	slices.Sort(pf.names)
-	slices.SortFunc(list, func(a, b fileDigest) int { return strings.Compare(a.Name, b.Name) })
-	if list == nil {
-		list = []fileDigest{}
-	}
-	if pf.digest, err = manifest.Digest(list); err != nil {
-		return nil, fmt.Errorf("policy: digest: %w", err)
+	if err := pf.seal(); err != nil {
+		return nil, err
 	}
 	return pf, nil
 }
@@ -92,12 +131,13 @@ func readPolicyFiles(fsys fs.FS) (*policyFiles, error) {
 // required, and the digest of the files they came from. A Set is immutable
 // and safe for concurrent use; reload builds a new one (see [Manager]).
 type Set struct {
-	digest  string
-	files   []string
-	rego    *RegoEngine
-	cedar   *CedarEngine
-	engines []Engine
-	now     func() time.Time
+	digest   string
+	revision string
+	files    []string
+	rego     *RegoEngine
+	cedar    *CedarEngine
+	engines  []Engine
+	now      func() time.Time
 }
 
 // Load reads the policy files at the top level of fsys (*.rego, *.cedar,
@@ -136,7 +176,7 @@ func compileSet(ctx context.Context, pf *policyFiles) (*Set, error) {
 		return nil, err
 	}
 	return &Set{
-		digest: pf.digest, files: pf.names, rego: re, cedar: ce,
+		digest: pf.digest, revision: pf.revision, files: pf.names, rego: re, cedar: ce,
 		engines: []Engine{re, ce}, now: time.Now,
 	}, nil
 }
@@ -145,6 +185,12 @@ func compileSet(ctx context.Context, pf *policyFiles) (*Set, error) {
 // of {name, sha256} of every policy and test file of the set. Decisions
 // record it, so an auditor can tell which files decided.
 func (s *Set) Digest() string { return s.digest }
+
+// Revision is the revision of the bundle the set came from (its
+// .manifest's revision), empty for a directory or the embedded set.
+// Decisions carry it (record.Decision.PolicyRevision) for the decision
+// logs' bundles.fcd.revision.
+func (s *Set) Revision() string { return s.revision }
 
 // Files returns the names of the set's policy and test files, sorted.
 func (s *Set) Files() []string { return slices.Clone(s.files) }
@@ -185,7 +231,7 @@ func (s *Set) Decide(ctx context.Context, in *Input) record.Decision {
 			Successor: succ, DecidedAt: time.Now().UTC(),
 		}
 	}
-	d := record.Decision{Verdict: record.VerdictAllow, PolicyDigest: s.digest, Engines: make([]record.EngineDecision, len(s.engines))}
+	d := record.Decision{Verdict: record.VerdictAllow, PolicyDigest: s.digest, PolicyRevision: s.revision, Engines: make([]record.EngineDecision, len(s.engines))}
 	doc, err := NewDocument(in)
 	for i, e := range s.engines {
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/internal/cli"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/server"
@@ -89,6 +90,27 @@ type Config struct {
 	PolicyDir string `json:"policyDir"`
 	// PolicyPoll is how often the policy directory is checked for changes.
 	PolicyPoll Duration `json:"policyPoll"`
+	// PolicyBundle is an OPA bundle of the policies instead of PolicyDir
+	// (policies/README.md, "Bundles"): an http(s) URL, polled with
+	// If-None-Match, or a .tar.gz file. A bundle that does not verify,
+	// compile or pass its tests never replaces the set in force.
+	PolicyBundle string `json:"policyBundle"`
+	// PolicyBundleKeys is a file of the key that verifies the bundle's
+	// signature: a PEM public key (RSA or ECDSA), an HMAC secret, or
+	// OPA's keys object ({"kid": {"key": ..., "algorithm": ...}}).
+	// Required for a URL; without it a bundle file must be unsigned.
+	PolicyBundleKeys string `json:"policyBundleKeys"`
+	// PolicyBundleKeyID names the key: with a single key, its name; in a
+	// keys object, the one to verify with (empty: the signature's kid).
+	PolicyBundleKeyID string `json:"policyBundleKeyID"`
+	// PolicyBundleKeyAlg is the key's algorithm (RS256, PS256, ES256,
+	// HS256, ...); empty infers it from the key.
+	PolicyBundleKeyAlg string `json:"policyBundleKeyAlg"`
+	// PolicyBundleMinDelay and PolicyBundleMaxDelay bound the random wait
+	// between two polls of the bundle, as OPA's bundle plugin's
+	// min_delay_seconds and max_delay_seconds do.
+	PolicyBundleMinDelay Duration `json:"policyBundleMinDelay"`
+	PolicyBundleMaxDelay Duration `json:"policyBundleMaxDelay"`
 	// FormationTTL is how long a formation may wait for approval and
 	// admission.
 	FormationTTL Duration `json:"formationTTL"`
@@ -183,6 +205,18 @@ func (c *Config) Validate() error {
 	}
 	if c.PolicyPoll <= 0 || c.FormationTTL <= 0 || c.ReportGrace <= 0 || c.FormationRetention <= 0 {
 		errs = append(errs, errors.New("policyPoll, formationTTL, formationRetention and reportGrace must be positive"))
+	}
+	if c.PolicyDir != "" && c.PolicyBundle != "" {
+		errs = append(errs, errors.New("policyDir and policyBundle exclude each other: give one source of policies"))
+	}
+	if c.PolicyBundle == "" && (c.PolicyBundleKeys != "" || c.PolicyBundleKeyID != "" || c.PolicyBundleKeyAlg != "") {
+		errs = append(errs, errors.New("policyBundleKeys, policyBundleKeyID and policyBundleKeyAlg are for a policyBundle"))
+	}
+	if c.PolicyBundleKeys == "" && (strings.HasPrefix(c.PolicyBundle, "http://") || strings.HasPrefix(c.PolicyBundle, "https://")) {
+		errs = append(errs, errors.New("policyBundle is a URL: policyBundleKeys is required (a bundle from the network must be signed)"))
+	}
+	if c.PolicyBundleMinDelay <= 0 || c.PolicyBundleMinDelay > c.PolicyBundleMaxDelay {
+		errs = append(errs, errors.New("policyBundleMinDelay must be positive and at most policyBundleMaxDelay"))
 	}
 	if _, err := authz.ParseTrailArguments(c.AuditArguments); err != nil {
 		errs = append(errs, fmt.Errorf("auditArguments %q: want none, redacted, digested or all", c.AuditArguments))
@@ -315,6 +349,12 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	path(&cfg.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
 	fs.TextVar(&cfg.PolicyPoll, "policy-poll", Duration(server.DefaultPolicyPoll), "how often to check the policy directory for changes")
+	path(&cfg.PolicyBundle, "policy-bundle", "", "`URL` (or file) of an OPA bundle of the policies, instead of --policy-dir: an http(s) URL polled with If-None-Match, or a .tar.gz file re-read as often (policies/README.md, Bundles)")
+	path(&cfg.PolicyBundleKeys, "policy-bundle-keys", "", "file of the key that verifies the bundle's signature: a PEM public key, an HMAC secret, or OPA's keys object (required for a URL; without it only an unsigned bundle file is accepted)")
+	fs.StringVar(&cfg.PolicyBundleKeyID, "policy-bundle-key-id", "", "name of the verification key: with one key in --policy-bundle-keys, its name (empty: "+policy.DefaultBundleKeyID+", as opa build names it); in a keys object, the one to use (empty: the signature's kid picks)")
+	fs.StringVar(&cfg.PolicyBundleKeyAlg, "policy-bundle-key-alg", "", "algorithm of a single verification key: RS256, PS256, ES256, HS256, ... (default: from the key; HS256 for a secret)")
+	fs.TextVar(&cfg.PolicyBundleMinDelay, "policy-bundle-min-delay", Duration(server.DefaultPolicyBundleMinDelay), "shortest wait between two polls of --policy-bundle")
+	fs.TextVar(&cfg.PolicyBundleMaxDelay, "policy-bundle-max-delay", Duration(server.DefaultPolicyBundleMaxDelay), "longest wait between two polls of --policy-bundle (each wait is random between the two)")
 	fs.TextVar(&cfg.FormationTTL, "formation-ttl", Duration(server.DefaultFormationTTL), "how long a formation may wait for approval and admission")
 	fs.TextVar(&cfg.FormationRetention, "formation-retention", Duration(server.DefaultFormationRetention), "how long etcd keeps a formation after its lease closed or it expired; the audit trail keeps it after (authzd audit formation)")
 	fs.TextVar(&cfg.ReportGrace, "report-grace", Duration(server.DefaultReportGrace), "how long after admission a token may be issued again and an outcome report is awaited (unreported leases are marked uncertain after twice this plus the token lifetime)")
@@ -426,7 +466,7 @@ func (c *Config) decodeFile(file string, paths []*string) error {
 	}
 	base := filepath.Dir(file)
 	for _, p := range paths {
-		if *p != "" && !filepath.IsAbs(*p) {
+		if *p != "" && !filepath.IsAbs(*p) && !strings.Contains(*p, "://") { // a URL is no path
 			*p = filepath.Join(base, *p)
 		}
 	}
