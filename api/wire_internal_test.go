@@ -20,10 +20,13 @@ var update = flag.Bool("update", false, "rewrite testdata/wire from the REST typ
 
 // notOnWire are the record fields no REST answer shows, deliberately:
 // the store's bookkeeping (etcd revisions and the cluster id), filled on
-// read for the use cases.
+// read for the use cases; and the policy bundle's revision a decision was
+// made under, which goes to the decision logs and the trail (the REST
+// answer names the policy set by its digest).
 var notOnWire = map[string]bool{
 	"Epoch.StateRevision": true, "Epoch.Revision": true, "Snapshot.Revision": true, "Certificate.Revision": true,
 	"Lease.Cluster": true, "Lease.Closed": true, "Lease.Claim.Revision": true,
+	"Formation.Decision.PolicyRevision": true, "FormationPage.Formations.Decision.PolicyRevision": true,
 }
 
 // wireCases are the records a REST answer is made of, each with its
