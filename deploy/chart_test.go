@@ -464,82 +464,125 @@ func authzdPod(objs []object) *corev1.PodSpec {
 	return nil
 }
 
+// commandLine is a command line the chart renders for authzd or
+// fencecheck, made runnable here: serve's --config is the rendered
+// authzd.yaml written to a temporary directory, keys new's --out a
+// temporary directory, and serve and proxy run with --check.
+type commandLine struct {
+	where string // workload and container
+	bin   string // authzd or fencecheck
+	args  []string
+}
+
+func chartCommandLines(t *testing.T, values string) []commandLine {
+	t.Helper()
+	docs, err := render(t, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decodeStrictly(t, docs)
+	dir := t.TempDir()
+	for _, o := range objs {
+		if cm, ok := o.obj.(*corev1.ConfigMap); ok {
+			for name, data := range cm.Data {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	var cls []commandLine
+	for _, w := range workloads(objs) {
+		for _, c := range slices.Concat(w.pod.Spec.InitContainers, w.pod.Spec.Containers) {
+			if len(c.Command) == 0 {
+				continue
+			}
+			cl := commandLine{where: w.name + " " + c.Name, bin: path.Base(c.Command[0]), args: slices.Clone(c.Args)}
+			if cl.bin != "authzd" && cl.bin != "fencecheck" {
+				continue
+			}
+			switch {
+			case cl.bin == "authzd" && cl.args[0] == "serve":
+				for i, a := range cl.args {
+					if a == "--config" {
+						cl.args[i+1] = filepath.Join(dir, path.Base(cl.args[i+1]))
+					}
+				}
+				cl.args = append(cl.args, "--check")
+			case cl.bin == "authzd" && cl.args[0] == "keys":
+				for i, a := range cl.args {
+					if a == "--out" {
+						cl.args[i+1] = filepath.Join(dir, "signing")
+					}
+				}
+			case cl.bin == "fencecheck" && cl.args[0] == "proxy":
+				cl.args = append(cl.args, "--check")
+			default:
+				t.Errorf("%s: %s %q, which the test does not know", cl.where, cl.bin, cl.args)
+				continue
+			}
+			cls = append(cls, cl)
+		}
+	}
+	return cls
+}
+
 // TestChartCommandLines runs every authzd and fencecheck command line
 // the chart renders through the real binaries (built as the image builds
 // them): authzd serve and fencecheck proxy with --check, with the
 // rendered authzd.yaml as the --config file, and the init container's
-// keys new twice into a temporary directory (the second run, as after a
-// restart of the pod, keeps the key).
+// keys new twice (the second run, as after a restart of the pod, keeps
+// the key).
 func TestChartCommandLines(t *testing.T) {
 	bin := binaries(t)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			docs, err := render(t, vs.values)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs := decodeStrictly(t, docs)
-			dir := t.TempDir()
-			for _, o := range objs {
-				if cm, ok := o.obj.(*corev1.ConfigMap); ok {
-					for name, data := range cm.Data {
-						if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
-							t.Fatal(err)
-						}
-					}
+			cls := chartCommandLines(t, vs.values)
+			for _, cl := range cls {
+				out, err := exec.Command(filepath.Join(bin, cl.bin), cl.args...).CombinedOutput()
+				if err != nil {
+					t.Errorf("%s: %s %q: %v\n%s", cl.where, cl.bin, cl.args, err, out)
 				}
-			}
-			ran := 0
-			for _, w := range workloads(objs) {
-				for _, c := range slices.Concat(w.pod.Spec.InitContainers, w.pod.Spec.Containers) {
-					if len(c.Command) == 0 {
-						continue
+				if cl.args[0] == "keys" {
+					if out, err := exec.Command(filepath.Join(bin, cl.bin), cl.args...).CombinedOutput(); err != nil {
+						t.Errorf("%s: %s %q again: %v\n%s", cl.where, cl.bin, cl.args, err, out)
 					}
-					name := path.Base(c.Command[0])
-					if name != "authzd" && name != "fencecheck" {
-						continue
-					}
-					args := slices.Clone(c.Args)
-					switch {
-					case name == "authzd" && args[0] == "serve":
-						for i, a := range args {
-							if a == "--config" {
-								args[i+1] = filepath.Join(dir, path.Base(args[i+1]))
-							}
-						}
-						args = append(args, "--check")
-					case name == "authzd" && args[0] == "keys":
-						for i, a := range args {
-							if a == "--out" {
-								args[i+1] = filepath.Join(dir, "signing")
-							}
-						}
-						runCommand(t, filepath.Join(bin, name), args, "") // the pod's first start
-					case name == "fencecheck" && args[0] == "proxy":
-						args = append(args, "--check")
-					default:
-						t.Errorf("%s %s: %s %q, which the test does not know", w.name, c.Name, name, args)
-						continue
-					}
-					runCommand(t, filepath.Join(bin, name), args, "")
-					ran++
 				}
 			}
 			want := 2 // the signing key, authzd
-			if strings.Contains(vs.values, "example:") {
-				want++
+			if strings.Contains(vs.values, "\nexample:") {
+				want++ // the sidecar
 			}
-			if ran != want {
-				t.Errorf("ran %d command lines, want %d", ran, want)
+			if len(cls) != want {
+				t.Errorf("ran %d command lines, want %d", len(cls), want)
 			}
 		})
 	}
 }
 
-func runCommand(t *testing.T, bin string, args []string, want string) {
-	t.Helper()
-	out, err := exec.Command(bin, args...).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), want) {
-		t.Errorf("%s %q: %v\n%s", path.Base(bin), args, err, out)
+// TestChartCommandLinesCatch: a command line the binaries refuse fails
+// TestChartCommandLines's run — a misspelt authzd setting, a sidecar
+// flag out of range.
+func TestChartCommandLinesCatch(t *testing.T) {
+	bin := binaries(t)
+	for _, tc := range []struct{ note, values, bin, want string }{
+		{"misspelt setting", "authzd: {settings: {tokenLifetyme: 1m}}", "authzd", "tokenLifetime"},
+		{"negative generation", "example: {enabled: true, artifact: sha256:a, config: sha256:c, generation: -1}", "fencecheck", "--generation"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			failed := false
+			for _, cl := range chartCommandLines(t, tc.values) {
+				out, err := exec.Command(filepath.Join(bin, cl.bin), cl.args...).CombinedOutput()
+				if err != nil {
+					failed = true
+					if cl.bin != tc.bin || !strings.Contains(string(out), tc.want) {
+						t.Errorf("%s failed: %s, want %s naming %q", cl.where, out, tc.bin, tc.want)
+					}
+				}
+			}
+			if !failed {
+				t.Fatal("every command line passed")
+			}
+		})
 	}
 }
