@@ -258,21 +258,27 @@ func (c *Config) Validate() error {
 // decoded into the same Config, and the command line is parsed again so
 // that the flags given there win.
 func parseServeFlags(args []string) (Config, error) {
+	cfg, _, err := parseServe(args)
+	return cfg, err
+}
+
+// parseServe is parseServeFlags that also reports --check.
+func parseServe(args []string) (Config, bool, error) {
 	var cfg Config
 	fl := bindServeFlags(&cfg)
 	if err := fl.parse(args); err != nil {
-		return Config{}, err
+		return Config{}, false, err
 	}
 	if fl.configFile == "" {
-		return cfg, nil
+		return cfg, fl.check, nil
 	}
 	if err := cfg.decodeFile(fl.configFile, fl.paths); err != nil {
-		return Config{}, err
+		return Config{}, false, err
 	}
 	if err := fl.parse(args); err != nil {
-		return Config{}, err
+		return Config{}, false, err
 	}
-	return cfg, nil
+	return cfg, fl.check, nil
 }
 
 // serveFlags is serve's flag set, bound to a Config.
@@ -280,6 +286,8 @@ type serveFlags struct {
 	fs         *flag.FlagSet
 	cfg        *Config
 	configFile string
+	// check is --check: validate the settings, then exit without starting.
+	check bool
 	// endpoints is --etcd-endpoints as given, a comma-separated list that
 	// parse splits into cfg.EtcdEndpoints: a string flag, so that -h shows
 	// it as one.
@@ -326,6 +334,7 @@ func bindServeFlags(cfg *Config) *serveFlags {
 		fl.paths = append(fl.paths, p)
 	}
 	fs.StringVar(&fl.configFile, "config", "", "YAML or JSON configuration file; flags override it")
+	fs.BoolVar(&fl.check, "check", false, "check the command line and the configuration file, then exit without starting: 0 if authzd would start with them (the files they name are not read)")
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "HTTP listen address")
 	fs.StringVar(&cfg.GRPCListen, "grpc-listen", "", "listen address of the Envoy ext_authz gRPC service (empty: off)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS and gRPC over TLS with (with --tls-key)")

@@ -38,6 +38,7 @@ func keysCommand(sub string, args []string, stdout io.Writer) error {
 	kind := fs.String("kind", "", "registrar, issuer, signing or operator")
 	alg := fs.String("alg", "EdDSA", "EdDSA (Ed25519) or ES256 (P-256)")
 	out := fs.String("out", ".", "directory to write KIND.jwk (private, mode 0600) and KIND-jwks.json (public) into")
+	ifMissing := fs.Bool("if-missing", false, "keep a pair already in --out and exit 0 (a container's init step that may run again)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -67,6 +68,9 @@ func keysCommand(sub string, args []string, stdout io.Writer) error {
 	}
 	private := filepath.Join(*out, *kind+".jwk")
 	public := filepath.Join(*out, *kind+"-jwks.json")
+	if *ifMissing && fileExists(private) && fileExists(public) {
+		return printJSON(stdout, map[string]any{"kind": *kind, "private": private, "public": public, "kept": true})
+	}
 	for _, p := range []string{private, public} {
 		if _, err := os.Stat(p); err == nil {
 			return fmt.Errorf("%w: %s exists; keys are never overwritten (move it away, or choose another --out)", errKeyExists, p)
@@ -85,3 +89,9 @@ func keysCommand(sub string, args []string, stdout io.Writer) error {
 
 // errKeyExists: keys new would overwrite a key file.
 var errKeyExists = errors.New("key file exists")
+
+// fileExists reports whether p names something that exists.
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

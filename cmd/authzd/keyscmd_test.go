@@ -56,6 +56,12 @@ func TestKeysNew(t *testing.T) {
 			t.Errorf("%v: exit 0", args)
 		}
 	}
+	// --if-missing keeps the pair there (exit 0), as a container's init
+	// step that runs again must.
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"keys", "new", "--kind", "registrar", "--if-missing", "--out", dir}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), `"kept": true`) {
+		t.Errorf("keys new --if-missing on an existing pair: exit %d, %s %s", code, out.String(), errb.String())
+	}
 	if after, _ := os.ReadFile(filepath.Join(dir, "registrar.jwk")); !bytes.Equal(before, after) {
 		t.Fatal("a key was overwritten")
 	}

@@ -73,6 +73,9 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 type verifierFlags struct {
 	pool, artifact, config, issuer, jwks, keys string
 	generation                                 int64
+	// check is proxy's --check: verifier validates the flags without
+	// reading --keys.
+	check bool
 }
 
 // newFlagSet returns the flag set of command name, writing to stderr,
@@ -103,7 +106,10 @@ func (f *verifierFlags) verifier(claimer fencecheck.Claimer, started time.Time) 
 		Pool: f.pool, Artifact: f.artifact, Config: f.config, Generation: f.generation,
 		Issuer: f.issuer, JWKSURL: f.jwks, Claimer: claimer, Started: started,
 	}
-	if f.keys != "" {
+	if f.keys != "" && f.check {
+		// --check reads no file: a URL stands for the file's keys.
+		v.JWKSURL = "http://keys.invalid/" + f.keys
+	} else if f.keys != "" {
 		data, err := os.ReadFile(f.keys)
 		if err != nil {
 			return nil, fmt.Errorf("keys: %w", err)

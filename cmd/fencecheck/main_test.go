@@ -494,3 +494,31 @@ func TestVersionCommand(t *testing.T) {
 		t.Fatalf("exit %d, %q %q", code, out.String(), errb.String())
 	}
 }
+
+// TestProxyCheck: proxy --check validates the command line as proxy does
+// before it listens, without reading --keys or --credential-file: 0 and
+// "command line ok", else 2 naming the flag.
+func TestProxyCheck(t *testing.T) {
+	base := []string{"proxy", "--check", "--listen", "0.0.0.0:8090", "--upstream", "http://127.0.0.1:3000",
+		"--pool", "p", "--artifact", "sha256:a", "--config", "sha256:c", "--generation", "0"}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		status int
+		out    string
+	}{
+		{name: "jwks", args: []string{"--jwks", "http://authzd:8080/.well-known/jwks.json", "--authzd", "http://authzd:8080", "--credential-file", "/nonexistent"}, status: 0, out: "fencecheck: command line ok"},
+		{name: "keys file", args: []string{"--keys", "/nonexistent/jwks.json", "--offline"}, status: 0, out: "command line ok"},
+		{name: "no key source", args: []string{"--offline"}, status: 2, out: "--jwks"},
+		{name: "no credential", args: []string{"--jwks", "http://a/jwks", "--authzd", "http://a"}, status: 2, out: "--credential-file"},
+		{name: "unknown flag", args: []string{"--jwks", "http://a/jwks", "--offline", "--upstreams", "x"}, status: 2, out: "upstreams"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			status := run(context.Background(), append(slices.Clone(base), tc.args...), nil, &out, &errb)
+			if status != tc.status || !strings.Contains(errb.String(), tc.out) {
+				t.Fatalf("exit %d (want %d), stderr %q (want %q)", status, tc.status, errb.String(), tc.out)
+			}
+		})
+	}
+}

@@ -33,6 +33,7 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	maxBody := fs.Int64("max-body", fencecheck.DefaultMaxBodyBytes, "bound on request bodies in bytes (413 beyond)")
 	adoptedIdle := fs.Duration("adopted-idle", defaultAdoptedIdle, "close an MCP session the proxy opened for a call from another pool's session once idle this long")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&vf.check, "check", false, "check the command line, then exit without serving: 0 if the proxy would start with it (--keys and --credential-file are not read)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -57,6 +58,8 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("%w: --authzd (with --credential-file) is required, or --offline", cli.ErrUsage)
 	case *credFile == "":
 		return fmt.Errorf("%w: --authzd needs --credential-file", cli.ErrUsage)
+	case vf.check:
+		// The credential file is read at start, not by --check.
 	default:
 		cred, err := os.ReadFile(*credFile)
 		if err != nil {
@@ -79,6 +82,10 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	v, err := vf.verifier(claim, time.Time{})
 	if err != nil {
 		return err
+	}
+	if vf.check {
+		fmt.Fprintln(stderr, "fencecheck: command line ok")
+		return nil
 	}
 
 	rp := &httputil.ReverseProxy{

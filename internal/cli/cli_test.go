@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -74,5 +75,26 @@ func TestVersion(t *testing.T) {
 	v := Version("authzd")
 	if !strings.HasPrefix(v, "authzd ") || !strings.Contains(v, "go1.") {
 		t.Fatalf("Version = %q", v)
+	}
+}
+
+// TestSemVer: the version is semantic whichever way it was set — by the
+// linker (a leading v dropped), by the build info, or the default — and
+// --version's line carries it with the link-time revision.
+func TestSemVer(t *testing.T) {
+	semver := regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+	if !semver.MatchString(DevVersion) {
+		t.Errorf("DevVersion %q is no semantic version", DevVersion)
+	}
+	if v := SemVer(); !semver.MatchString(v) {
+		t.Errorf("SemVer() = %q, no semantic version", v)
+	}
+	defer func(v, r string) { version, revision = v, r }(version, revision)
+	version, revision = "v1.2.3", "0123456789abcdef"
+	if v := SemVer(); v != "1.2.3" {
+		t.Errorf("SemVer() with -X version=v1.2.3 = %q", v)
+	}
+	if v := Version("fencecheck"); !strings.HasPrefix(v, "fencecheck 1.2.3 rev 0123456789ab") {
+		t.Errorf("Version = %q", v)
 	}
 }
