@@ -122,7 +122,8 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s.formations = newLimiter(cfg.FormationLimit, nil)
 	s.listSlots = make(chan struct{}, cmp.Or(max(cfg.ListConcurrency, 0), 4))
-	s.metrics = newMetrics(append(cfg.UseCases.Collectors(), newStoreCollector(s.reg.StoreHealth, s.log))...)
+	s.metrics = newMetrics(append(cfg.UseCases.Collectors(), newStoreCollector(s.reg.StoreHealth, s.log),
+		newGaugeCollector(s.reg.StoreGauges, s.log))...)
 
 	r := chi.NewRouter()
 	if cfg.TracerProvider != nil {
