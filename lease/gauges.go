@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -38,6 +39,9 @@ type EpochLeases struct{ Open, Uncertain int }
 // MaxGaugeMarkers. What it costs grows with the calls in flight, never
 // with the formations kept.
 func (s *Store) Gauges(ctx context.Context) (Gauges, error) {
+	if s.cli == nil {
+		return Gauges{}, errors.New("lease: gauges of a store that was never opened")
+	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).Then(
