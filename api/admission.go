@@ -120,7 +120,7 @@ func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
 			p := toProblem(err)
 			p.Instance = "/v1/leases/" + req.Lease + "/complete"
 			if p.Status >= 500 {
-				s.log.Error("outcome report failed", "lease", req.Lease, "status", p.Status, "err", err)
+				s.log.ErrorContext(r.Context(), "outcome report failed", "lease", req.Lease, "status", p.Status, "err", err)
 			}
 			results[i].Status, results[i].Problem = p.Status, &p
 			continue

@@ -185,11 +185,11 @@ func (s *server) gate(ctx context.Context, c gatewayCall) (authz.GateDecision, e
 	switch {
 	case err != nil:
 		// 5xx causes are logged where the problem is rendered.
-		s.log.Info("gateway deny", append(attrs, "problem", problemSlug(err))...)
+		s.log.InfoContext(ctx, "gateway deny", append(attrs, "problem", problemSlug(err))...)
 	case d.Grant != nil:
-		s.log.Info("gateway allow", append(attrs, "lease", d.Grant.Lease, "pool", d.Grant.Target.Pool)...)
+		s.log.InfoContext(ctx, "gateway allow", append(attrs, "lease", d.Grant.Lease, "pool", d.Grant.Target.Pool)...)
 	default:
-		s.log.Debug("gateway pass", attrs...)
+		s.log.DebugContext(ctx, "gateway pass", attrs...)
 	}
 	return d, err
 }

@@ -14,6 +14,11 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/fcd-authz/fcd/authz"
+	"github.com/fcd-authz/fcd/internal/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,6 +56,9 @@ func NewCheckServer(cfg Config, opts ...grpc.ServerOption) (*grpc.Server, error)
 		return nil, errors.New("api: UseCases and Auth are required")
 	}
 	s := &server{uc: cfg.UseCases, auth: cfg.Auth, limit: cfg.BodyLimit, log: cfg.Logger}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracerScope)
+	}
 	if s.limit <= 0 {
 		s.limit = DefaultBodyLimit
 	}
@@ -70,9 +78,20 @@ type checkService struct {
 }
 
 // Check implements envoy.service.auth.v3.Authorization.
-func (c *checkService) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+func (c *checkService) Check(ctx context.Context, req *authv3.CheckRequest) (_ *authv3.CheckResponse, err error) {
 	start := time.Now()
 	h := req.GetAttributes().GetRequest().GetHttp()
+	if c.s.tracer != nil {
+		var span trace.Span
+		ctx, span = c.s.tracer.Start(checkTraceContext(ctx, h), checkMethod[1:], trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", checkMethod[1:])))
+		defer func() {
+			if err != nil {
+				span.SetStatus(otelcodes.Error, err.Error())
+			}
+			span.End()
+		}()
+	}
 	var authorization string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
@@ -114,7 +133,7 @@ func (c *checkService) Check(ctx context.Context, req *authv3.CheckRequest) (*au
 		// client sent itself.
 		ok.HeadersToRemove = []string{strings.ToLower(headerToken), strings.ToLower(headerTarget)}
 	}
-	c.s.log.Debug("check", "status", "OK", "duration", time.Since(start))
+	c.s.log.DebugContext(ctx, "check", "status", "OK", "duration", time.Since(start))
 	return &authv3.CheckResponse{
 		Status:       &rpcstatus.Status{Code: int32(codes.OK)},
 		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok},
@@ -133,7 +152,7 @@ func (c *checkService) deny(ctx context.Context, err error, formation string) (*
 	if formation != "" {
 		extra = map[string]any{"formation": formation}
 	}
-	code, header, body := c.s.renderProblem(err, "gRPC", checkMethod, extra, false)
+	code, header, body := c.s.renderProblem(ctx, err, "gRPC", checkMethod, extra, false)
 	if formation != "" {
 		header.Set(headerFormation, formation)
 	}
@@ -159,6 +178,46 @@ func (c *checkService) deny(ctx context.Context, err error, formation string) (*
 			Body:    string(body),
 		}},
 	}, nil
+}
+
+// checkTraceContext is ctx with the trace a Check continues: the one of
+// the gRPC metadata's traceparent when Envoy traces itself, else the one
+// of the checked request's traceparent (the client's), else none.
+func checkTraceContext(ctx context.Context, h *authv3.AttributeContext_HttpRequest) context.Context {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if tctx := telemetry.Propagator.Extract(ctx, metadataCarrier(md)); trace.SpanContextFromContext(tctx).IsValid() {
+			return tctx
+		}
+	}
+	if h == nil {
+		return ctx
+	}
+	get := checkHeaders(h)
+	carrier := propagation.MapCarrier{}
+	for _, name := range telemetry.Propagator.Fields() {
+		if vs := get(name); len(vs) == 1 {
+			carrier[name] = vs[0]
+		}
+	}
+	return telemetry.Propagator.Extract(ctx, carrier)
+}
+
+// metadataCarrier reads gRPC metadata as a propagation carrier.
+type metadataCarrier metadata.MD
+
+func (m metadataCarrier) Get(key string) string {
+	if vs := metadata.MD(m).Get(key); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+func (m metadataCarrier) Set(key, value string) { metadata.MD(m).Set(key, value) }
+func (m metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // setHeader is a header Envoy sets, replacing any of the same name.

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/telemetry"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -34,7 +35,14 @@ func newMetrics(extra ...prometheus.Collector) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"route"}),
 	}
-	m.registry.MustRegister(m.requests, m.duration,
+	b := telemetry.Build()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "fcd_build_info",
+		Help:        "Always 1; its labels say what runs: the module version, the VCS revision (+dirty for uncommitted changes) and the Go version.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion},
+	})
+	build.Set(1)
+	m.registry.MustRegister(m.requests, m.duration, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registry.MustRegister(extra...)
 	return m

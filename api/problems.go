@@ -15,6 +15,8 @@ import (
 	"github.com/fcd-authz/fcd/internal/public"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ProblemBase prefixes every problem type; the fragment is the stable slug
@@ -439,10 +441,10 @@ func (s *server) problemWith(w http.ResponseWriter, r *http.Request, err error, 
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		// The client went away (or gave up waiting on a retire); nobody
 		// reads an answer.
-		s.log.Debug("request canceled by the client", "method", r.Method, "path", r.URL.Path)
+		s.log.DebugContext(r.Context(), "request canceled by the client", "method", r.Method, "path", r.URL.Path)
 		return
 	}
-	status, header, body := s.renderProblem(err, r.Method, r.URL.Path, extra, r.URL.Path == forwardAuthPath)
+	status, header, body := s.renderProblem(r.Context(), err, r.Method, r.URL.Path, extra, r.URL.Path == forwardAuthPath)
 	for k, v := range header {
 		w.Header()[k] = v
 	}
@@ -460,11 +462,14 @@ const problemHeader = "Fcd-Problem"
 // renderProblem returns the answer to err: its status, headers and
 // problem+json body, with extra extension members. It logs what the client
 // does not see. fold folds the status for forward-auth gateways.
-func (s *server) renderProblem(err error, method, instance string, extra map[string]any, fold bool) (int, http.Header, []byte) {
+func (s *server) renderProblem(ctx context.Context, err error, method, instance string, extra map[string]any, fold bool) (int, http.Header, []byte) {
 	p := toProblem(err)
 	p.Instance = instance
+	// The request's span names the problem (it stays unset on an answer
+	// that is no refusal).
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("fcd.problem", strings.TrimPrefix(p.Type, ProblemBase)))
 	if p.Status >= 500 {
-		s.log.Error("request failed", "method", method, "path", instance, "status", p.Status, "err", err)
+		s.log.ErrorContext(ctx, "request failed", "method", method, "path", instance, "status", p.Status, "err", err)
 	}
 	if len(extra) > 0 && p.Extensions == nil {
 		p.Extensions = make(map[string]any, len(extra))

@@ -19,10 +19,12 @@ import (
 	"github.com/fcd-authz/fcd/audit"
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/telemetry"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultBodyLimit is the request-body limit when Config.BodyLimit is zero.
@@ -66,6 +68,12 @@ type Config struct {
 	Trail AuditTrail
 	// Logger receives request logs; nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every request but the probes and
+	// scrapes (/healthz, /readyz, /metrics): a server span named after
+	// the route, continuing the trace of the request's W3C traceparent —
+	// for a gateway's forward_auth or ext_authz request, the client's —
+	// and the use cases' spans below it. Nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // AuditTrail is a replica's audit trail (an *audit.Trail).
@@ -87,6 +95,7 @@ type server struct {
 	formations   *limiter // nil: no limit
 	listSlots    chan struct{}
 	trail        AuditTrail
+	tracer       trace.Tracer // nil: no tracing
 }
 
 //go:embed openapi.yaml
@@ -113,9 +122,17 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s.formations = newLimiter(cfg.FormationLimit, nil)
 	s.listSlots = make(chan struct{}, cmp.Or(max(cfg.ListConcurrency, 0), 4))
-	s.metrics = newMetrics(append(cfg.UseCases.Collectors(), newStoreCollector(s.reg.StoreHealth, s.log))...)
+	s.metrics = newMetrics(append(cfg.UseCases.Collectors(), newStoreCollector(s.reg.StoreHealth, s.log),
+		newGaugeCollector(s.reg.StoreGauges, s.log))...)
 
 	r := chi.NewRouter()
+	if cfg.TracerProvider != nil {
+		r.Use(func(next http.Handler) http.Handler {
+			return telemetry.Handler(next, telemetry.HandlerConfig{
+				Provider: cfg.TracerProvider, Scope: tracerScope, Name: routePattern, Skip: untraced,
+			})
+		})
+	}
 	r.Use(middleware.RequestID, s.logRequests, s.recoverPanics, s.limitBodies)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.problem(w, r, errRouteNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
@@ -173,6 +190,26 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	})
 	return r, nil
+}
+
+// tracerScope is the instrumentation scope of api's spans.
+const tracerScope = "github.com/fcd-authz/fcd/api"
+
+// routePattern is the chi route r matched, once routed.
+func routePattern(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		return rc.RoutePattern()
+	}
+	return ""
+}
+
+// untraced are the probes and scrapes, which would start a trace each.
+func untraced(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/healthz", "/readyz", "/metrics":
+		return true
+	}
+	return false
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -316,7 +353,7 @@ func (s *server) recoverPanics(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error("handler panic", "panic", v, "path", r.URL.Path, "stack", string(debug.Stack()))
+				s.log.ErrorContext(r.Context(), "handler panic", "panic", v, "path", r.URL.Path, "stack", string(debug.Stack()))
 				s.problem(w, r, errors.New("panic"))
 			}
 		}()
@@ -332,7 +369,7 @@ func (s *server) logRequests(next http.Handler) http.Handler {
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 		s.metrics.observe(r, ww.Status(), time.Since(start))
-		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
+		s.log.DebugContext(r.Context(), "request", "method", r.Method, "path", r.URL.Path, "status", ww.Status(),
 			"bytes", ww.BytesWritten(), "duration", time.Since(start), "request_id", middleware.GetReqID(r.Context()))
 	})
 }

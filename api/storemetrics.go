@@ -92,3 +92,86 @@ func (c *storeCollector) current() (authz.StoreHealth, error) {
 	}
 	return c.health, c.err
 }
+
+// gaugeCollector exports what operators watch of the store — formations
+// waiting for approval, open and uncertain leases per epoch — read when
+// scraped, at most once per storeHealthTTL (within healthTimeout): a
+// count-only range over the pending-approval index and a range over the
+// lease markers, one per open call (authz.Registry.StoreGauges). Reading
+// on scrape rather than keeping counts from the trail's follower keeps
+// the numbers exact on every replica, with or without a trail, and costs
+// nothing between scrapes.
+type gaugeCollector struct {
+	read func(context.Context) (authz.StoreGauges, error)
+	log  *slog.Logger
+
+	pending, open, uncertain, partial, up *prometheus.Desc
+
+	mu     sync.Mutex
+	at     time.Time
+	gauges authz.StoreGauges
+	err    error
+}
+
+func newGaugeCollector(read func(context.Context) (authz.StoreGauges, error), log *slog.Logger) *gaugeCollector {
+	return &gaugeCollector{
+		read: read, log: log,
+		pending: prometheus.NewDesc("fcd_formations_pending_approval",
+			"Formations waiting for an approval (status pending_approval, not expired yet).", nil, nil),
+		open: prometheus.NewDesc("fcd_leases_open",
+			"Open leases (admitted, running or uncertain: each holds its epoch's retirement back), by epoch; an epoch without any is absent.", []string{"epoch"}, nil),
+		uncertain: prometheus.NewDesc("fcd_leases_uncertain",
+			"Uncertain leases (outcome unknown: an operator must resolve them, authzd lease resolve), by epoch; an epoch without any is absent.", []string{"epoch"}, nil),
+		partial: prometheus.NewDesc("fcd_leases_open_partial",
+			"1 when more leases are open than one scrape reads (lease.MaxGaugeMarkers): fcd_leases_open and fcd_leases_uncertain then count the first of them only.", nil, nil),
+		up: prometheus.NewDesc("fcd_store_gauges_up",
+			"Whether the store's gauges (fcd_formations_pending_approval, fcd_leases_*) could be read at the last scrape (1) or not (0); they are absent when not.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.pending, c.open, c.uncertain, c.partial, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	g, err := c.current()
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(g.PendingApproval))
+	for epoch, n := range g.Epochs {
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(n.Open), epoch)
+		if n.Uncertain > 0 {
+			ch <- prometheus.MustNewConstMetric(c.uncertain, prometheus.GaugeValue, float64(n.Uncertain), epoch)
+		}
+	}
+	partial := 0.0
+	if g.Partial {
+		partial = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.partial, prometheus.GaugeValue, partial)
+}
+
+// current returns the last read if it is fresh, or reads again. Scrapes
+// arriving together wait for one read.
+func (c *gaugeCollector) current() (authz.StoreGauges, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < storeHealthTTL {
+		return c.gauges, c.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
+	defer cancel()
+	c.gauges, c.err = c.read(ctx)
+	c.at = time.Now()
+	if c.err != nil {
+		c.log.Warn("store gauges for metrics", "err", c.err)
+	}
+	return c.gauges, c.err
+}

@@ -12,8 +12,10 @@ import (
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/public"
+	"github.com/fcd-authz/fcd/internal/tracing"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/record"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Errors of admission and the lease lifecycle.
@@ -101,8 +103,15 @@ func (ad *Admissions) Admit(ctx context.Context, id string) (*Grant, error) {
 // admitChecked is Admit with a check of the formation as read, before
 // anything else (a gateway's caller binding); its error is returned as is.
 func (ad *Admissions) admitChecked(ctx context.Context, id string, check func(*record.Formation) error) (*Grant, error) {
+	ctx, span := tracing.Start(ctx, tracerScope, "authz.admit", attribute.String("fcd.formation", id))
 	a, err := ad.admit(ctx, id, check)
-	ad.metrics.admissions.WithLabelValues(admissionResult(a, err)).Inc()
+	result := admissionResult(a, err)
+	ad.metrics.admissions.WithLabelValues(result).Inc()
+	span.SetAttributes(attribute.String("fcd.result", result))
+	if a != nil {
+		span.SetAttributes(attribute.String("fcd.lease", a.Lease), attribute.String("fcd.epoch", a.Target.Epoch), attribute.String("fcd.pool", a.Target.Pool))
+	}
+	tracing.End(span, err)
 	return a, err
 }
 
@@ -255,9 +264,9 @@ func (ad *Admissions) admitTo(ctx context.Context, rec *record.Formation, rev in
 	}
 	ad.ready.drop(rec.ID)
 	ad.trail.Committed(l.Revision)
-	ad.log.Info("admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
+	ad.log.InfoContext(ctx, "admitted", "formation", rec.ID, "lease", lid, "epoch", l.Target.Epoch, "pool", l.Target.Pool,
 		"revision", l.Revision, "certificate", l.Certificate)
-	return ad.token(l, now)
+	return ad.token(ctx, l, now)
 }
 
 // generation returns the pool's backend generation from a cache: the
@@ -379,7 +388,7 @@ func (ad *Admissions) reissue(ctx context.Context, rec *record.Formation, now ti
 		// be reported; a second token could only be refused at the fence.
 		return nil, fmt.Errorf("%w: the call is running; its outcome will be reported", record.ErrLeaseClaimed)
 	}
-	a, err := ad.token(l, now)
+	a, err := ad.token(ctx, l, now)
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +423,7 @@ func (ad *Admissions) readBack(ctx context.Context, id, lid string, now time.Tim
 		if err != nil {
 			return nil, cause
 		}
-		return ad.token(l, now)
+		return ad.token(ctx, l, now)
 	}
 	return nil, cause
 }
@@ -424,7 +433,8 @@ func (ad *Admissions) readBack(ctx context.Context, id, lid string, now time.Tim
 const readBackTimeout = 250 * time.Millisecond
 
 // token signs the dispatch token of an open lease.
-func (ad *Admissions) token(l *record.Lease, now time.Time) (*Grant, error) {
+func (ad *Admissions) token(ctx context.Context, l *record.Lease, now time.Time) (*Grant, error) {
+	_, span := tracing.Start(ctx, tracerScope, "authz.sign_token", attribute.String("fcd.lease", l.ID))
 	tok, exp, err := ad.issuer.sign(fencecheck.Claims{
 		Audience: l.Target.Pool, Subject: l.Session, ID: l.ID,
 		Formation: l.Formation, Tool: l.Tool, ArgumentDigest: l.ArgumentDigest,
@@ -432,6 +442,7 @@ func (ad *Admissions) token(l *record.Lease, now time.Time) (*Grant, error) {
 		Generation: l.Generation, Revision: l.Revision, Cluster: l.Cluster,
 		Admitted: l.AdmittedAt.UnixMilli(), RecoveryOf: l.RecoveryOf,
 	}, now)
+	tracing.End(span, err)
 	if err != nil {
 		return nil, err
 	}

@@ -16,10 +16,12 @@ import (
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/bounded"
 	"github.com/fcd-authz/fcd/internal/public"
+	"github.com/fcd-authz/fcd/internal/tracing"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Errors of formations and approvals.
@@ -140,7 +142,13 @@ func (r *FormRequest) validate() error {
 // stored too (status denied, kept for audit) and returned without error;
 // the caller tells the outcome from Status.
 func (f *Formations) Form(ctx context.Context, req FormRequest) (*record.Formation, error) {
-	return f.form(ctx, req, nil)
+	ctx, span := tracing.Start(ctx, tracerScope, "authz.form", attribute.String("fcd.tool", req.Tool))
+	rec, err := f.form(ctx, req, nil)
+	if rec != nil {
+		span.SetAttributes(attribute.String("fcd.formation", rec.ID), attribute.String("fcd.status", string(rec.Status)))
+	}
+	tracing.End(span, err)
+	return rec, err
 }
 
 // form is Form, of a recovery when recovery is set.

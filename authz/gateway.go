@@ -8,7 +8,9 @@ import (
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/public"
+	"github.com/fcd-authz/fcd/internal/tracing"
 	"github.com/fcd-authz/fcd/record"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Errors of gateway decisions.
@@ -112,6 +114,17 @@ type Gate struct {
 // GET stream, DELETE) goes on without a token; the backend's fencecheck
 // refuses any tools/call that arrives without a valid one.
 func (g *Gate) Check(ctx context.Context, req GateRequest) (GateDecision, error) {
+	ctx, span := tracing.Start(ctx, tracerScope, "authz.gate")
+	d, err := g.check(ctx, req)
+	span.SetAttributes(attribute.Bool("fcd.call", d.Call), attribute.Bool("fcd.formed", d.Formed))
+	if d.Formation != "" {
+		span.SetAttributes(attribute.String("fcd.formation", d.Formation))
+	}
+	tracing.End(span, err)
+	return d, err
+}
+
+func (g *Gate) check(ctx context.Context, req GateRequest) (GateDecision, error) {
 	var msg fencecheck.Message
 	hasBody := len(bytes.Trim(req.Body, jsonSpace)) > 0
 	if hasBody {

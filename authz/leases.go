@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/tracing"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/record"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Leases is the use case of backends and operators after admission: a
@@ -49,7 +51,9 @@ type ClaimRequest struct {
 // claim is refused with ErrLeaseClaimed (the fence answers replay); a
 // retry of the same claim is answered as the first. A lease of another
 // pool than the claimant's is refused with ErrLeaseOutOfScope.
-func (ls *Leases) Claim(ctx context.Context, req ClaimRequest) (*record.Claim, error) {
+func (ls *Leases) Claim(ctx context.Context, req ClaimRequest) (_ *record.Claim, err error) {
+	ctx, span := tracing.Start(ctx, tracerScope, "authz.claim", attribute.String("fcd.lease", req.Lease))
+	defer func() { tracing.End(span, err) }()
 	if req.Lease == "" || len(req.Lease) > maxIDLength || req.Epoch == "" || len(req.Epoch) > maxIDLength ||
 		req.Revision <= 0 || req.Claim == "" || len(req.Claim) > lease.MaxClaimIDLength {
 		return nil, fmt.Errorf("%w: a claim needs epoch, revision (> 0) and claim (1-%d bytes)", ErrBadRequest, lease.MaxClaimIDLength)
@@ -127,7 +131,9 @@ type CompleteRequest struct {
 // retirement until resolved. A claimed lease takes outcomes only under its
 // claim (ErrLeaseClaimed); an unclaimed one only rejected, without a claim
 // (a release: ErrLeaseNotClaimed otherwise).
-func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (*record.Lease, error) {
+func (ls *Leases) Complete(ctx context.Context, req CompleteRequest) (_ *record.Lease, err error) {
+	ctx, span := tracing.Start(ctx, tracerScope, "authz.complete", attribute.String("fcd.lease", req.Lease), attribute.String("fcd.outcome", string(req.Outcome)))
+	defer func() { tracing.End(span, err) }()
 	cr, err := ls.closeRequest(req)
 	if err != nil {
 		return nil, err
@@ -148,6 +154,8 @@ const MaxFailureText = 1024
 // among them — with their token's admission facts — go to etcd as one
 // transaction.
 func (ls *Leases) CompleteAll(ctx context.Context, reqs []CompleteRequest) ([]*record.Lease, []error) {
+	ctx, span := tracing.Start(ctx, tracerScope, "authz.complete", attribute.Int("fcd.reports", len(reqs)))
+	defer span.End()
 	leases, errs := make([]*record.Lease, len(reqs)), make([]error, len(reqs))
 	if len(reqs) > MaxCompleteBatch {
 		for i := range errs {

@@ -183,3 +183,14 @@ const (
 func (r *Registry) StoreHealth(ctx context.Context) (StoreHealth, error) {
 	return r.store.Health(ctx)
 }
+
+// StoreGauges are the formations waiting for approval and the open
+// leases per epoch (uncertain ones among them), read in one revision.
+type StoreGauges = lease.Gauges
+
+// StoreGauges reads the gauges operators watch from the store: a
+// count-only range and a bounded range over the lease markers (one per
+// open call), for the metrics scrape, which caches it.
+func (r *Registry) StoreGauges(ctx context.Context) (StoreGauges, error) {
+	return r.store.Gauges(ctx)
+}

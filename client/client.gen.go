@@ -3031,8 +3031,12 @@ type ClientInterface interface {
 	// `fcd_etcd_db_size_in_use_bytes`, `fcd_etcd_quota_bytes` (when known),
 	// `fcd_etcd_alarm{alarm="NOSPACE"|"CORRUPT"}` (1 while active) and
 	// `fcd_etcd_status_up` (read from etcd on scrape, at most every 5 s),
-	// and the Go and process collectors. Labels use route patterns, never
-	// raw paths.
+	// `fcd_build_info{version,revision,goversion}`, the formations waiting
+	// for approval and the open and uncertain leases per epoch
+	// (`fcd_formations_pending_approval`, `fcd_leases_open{epoch}`,
+	// `fcd_leases_uncertain{epoch}`, read on scrape too), the audit
+	// trail's lag, and the Go and process collectors. Labels use route
+	// patterns, never raw paths. Every metric: docs/observability.md.
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4086,8 +4090,12 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 // `fcd_etcd_db_size_in_use_bytes`, `fcd_etcd_quota_bytes` (when known),
 // `fcd_etcd_alarm{alarm="NOSPACE"|"CORRUPT"}` (1 while active) and
 // `fcd_etcd_status_up` (read from etcd on scrape, at most every 5 s),
-// and the Go and process collectors. Labels use route patterns, never
-// raw paths.
+// `fcd_build_info{version,revision,goversion}`, the formations waiting
+// for approval and the open and uncertain leases per epoch
+// (`fcd_formations_pending_approval`, `fcd_leases_open{epoch}`,
+// `fcd_leases_uncertain{epoch}`, read on scrape too), the audit
+// trail's lag, and the Go and process collectors. Labels use route
+// patterns, never raw paths. Every metric: docs/observability.md.
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
 func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8323,8 +8331,12 @@ type ClientWithResponsesInterface interface {
 	// `fcd_etcd_db_size_in_use_bytes`, `fcd_etcd_quota_bytes` (when known),
 	// `fcd_etcd_alarm{alarm="NOSPACE"|"CORRUPT"}` (1 while active) and
 	// `fcd_etcd_status_up` (read from etcd on scrape, at most every 5 s),
-	// and the Go and process collectors. Labels use route patterns, never
-	// raw paths.
+	// `fcd_build_info{version,revision,goversion}`, the formations waiting
+	// for approval and the open and uncertain leases per epoch
+	// (`fcd_formations_pending_approval`, `fcd_leases_open{epoch}`,
+	// `fcd_leases_uncertain{epoch}`, read on scrape too), the audit
+	// trail's lag, and the Go and process collectors. Labels use route
+	// patterns, never raw paths. Every metric: docs/observability.md.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -14131,8 +14143,12 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 // `fcd_etcd_db_size_in_use_bytes`, `fcd_etcd_quota_bytes` (when known),
 // `fcd_etcd_alarm{alarm="NOSPACE"|"CORRUPT"}` (1 while active) and
 // `fcd_etcd_status_up` (read from etcd on scrape, at most every 5 s),
-// and the Go and process collectors. Labels use route patterns, never
-// raw paths.
+// `fcd_build_info{version,revision,goversion}`, the formations waiting
+// for approval and the open and uncertain leases per epoch
+// (`fcd_formations_pending_approval`, `fcd_leases_open{epoch}`,
+// `fcd_leases_uncertain{epoch}`, read on scrape too), the audit
+// trail's lag, and the Go and process collectors. Labels use route
+// patterns, never raw paths. Every metric: docs/observability.md.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -78,6 +78,7 @@ func (c *authzdClient) post(ctx context.Context, path string, body any, limit in
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.credential)
+	inject(ctx, req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return reply{}, err

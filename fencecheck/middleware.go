@@ -139,6 +139,10 @@ type middleware struct {
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m.v.Tracer != nil {
+		// The reports and the claim trace with the verifier's tracer.
+		r = r.WithContext(withTracer(r.Context(), m.v.Tracer))
+	}
 	// Only a verified token says a call is a recovery.
 	r.Header.Del(RecoveryHeader)
 	// Every request with a body is classified, whatever its method: a
@@ -208,7 +212,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // refuse answers a refused request.
 func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, tool string, rerr *RejectError) {
-	m.log.Warn("fencecheck: request refused", "reason", rerr.Reason, "detail", rerr.Detail,
+	m.log.WarnContext(r.Context(), "fencecheck: request refused", "reason", rerr.Reason, "detail", rerr.Detail,
 		"tool", tool, "remote", r.RemoteAddr)
 	switch rerr.Reason {
 	case ReasonParse:
@@ -240,7 +244,7 @@ func (m *middleware) release(r *http.Request, token string, rerr *RejectError) {
 		return
 	}
 	m.opts.Reporter.Report(OutcomeReport{Lease: c.ID, Outcome: OutcomeRejected, Admission: c.Admission(),
-		Detail: "refused by the fence before the effect: " + string(rerr.Reason)})
+		Detail: "refused by the fence before the effect: " + string(rerr.Reason), ctx: r.Context()})
 }
 
 // serveCall runs a verified call and reports its outcome exactly once,
@@ -251,10 +255,10 @@ func (m *middleware) serveCall(w http.ResponseWriter, r *http.Request, claims *C
 		if !reported.CompareAndSwap(false, true) {
 			return
 		}
-		m.log.Info("fencecheck: call outcome", "jti", claims.ID, "tool", tool, "outcome", o, "detail", detail)
+		m.log.InfoContext(r.Context(), "fencecheck: call outcome", "jti", claims.ID, "tool", tool, "outcome", o, "detail", detail)
 		if m.opts.Reporter != nil {
 			m.opts.Reporter.Report(OutcomeReport{Lease: claims.ID, Claim: claims.ClaimID, Outcome: o, Detail: detail,
-				Admission: claims.Admission(), Failure: failure})
+				Admission: claims.Admission(), Failure: failure, ctx: r.Context()})
 		}
 	}
 	if claims.RecoveryOf != "" {

@@ -56,6 +56,11 @@ type OutcomeReport struct {
 	// tool error, a JSON-RPC error), for authzd to match against the
 	// tool's declared failure modes when the call is recovered.
 	Failure *Failure
+
+	// ctx is the context of the call the middleware reports, for its
+	// trace (the Tracer and the call's span); its cancellation is not
+	// used: a report is sent after the call ended.
+	ctx context.Context
 }
 
 // Failure is what a backend answered when a call failed or was refused:
@@ -317,21 +322,47 @@ type reportBody struct {
 	Failure   *Failure   `json:"failure,omitempty"`
 }
 
+// sending is a report on its way: the context its requests are sent
+// with (the reporter's, carrying the call's trace) and its span.
+type sending struct {
+	OutcomeReport
+	ctx  context.Context
+	span Span
+	stop func()
+}
+
+// send starts the delivery of rep: its span, a child of the call's, and
+// the context of its requests, which ends when the reporter gives up.
+func (r *Reporter) send(rep OutcomeReport) *sending {
+	if rep.ctx == nil {
+		return &sending{OutcomeReport: rep, ctx: r.stop, span: noSpan{}, stop: func() {}}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(rep.ctx))
+	stopAfter := context.AfterFunc(r.stop, cancel)
+	ctx, span := startSpan(ctx, SpanReport)
+	span.SetAttribute("fcd.lease", rep.Lease)
+	span.SetAttribute("fcd.outcome", string(rep.Outcome))
+	return &sending{OutcomeReport: rep, ctx: ctx, span: span, stop: func() { stopAfter(); cancel() }}
+}
+
 // deliver posts one report, retrying transient failures.
-func (r *Reporter) deliver(rep OutcomeReport) {
+func (r *Reporter) deliver(rep OutcomeReport) { r.deliverSending(r.send(rep)) }
+
+func (r *Reporter) deliverSending(s *sending) {
+	rep := s.OutcomeReport
 	body := reportBody{Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission, Failure: rep.Failure}
 	err := retry(r.stop, r.opts.MaxAttempts, r.opts.Backoff, r.opts.MaxBackoff, func() error {
 		if r.stop.Err() != nil {
 			return errGiveUp{errors.New("abandoned at close")}
 		}
 		r.requests.Add(1)
-		a, err := r.authzd.leasePost(r.stop, rep.Lease, "complete", body)
+		a, err := r.authzd.leasePost(s.ctx, rep.Lease, "complete", body)
 		if err != nil {
 			return err
 		}
 		return r.judge(rep, a)
 	})
-	r.settle(rep, err)
+	r.settle(s, err)
 }
 
 // deliverBatch posts reports in one request to POST /v1/leases/outcomes,
@@ -339,15 +370,20 @@ func (r *Reporter) deliver(rep OutcomeReport) {
 // status, and every report of a batch that got no per-report answer
 // (transport error, authzd failing or without the route), go on alone
 // with their own retries.
+//
+// Each report has its span, in its call's trace; the batch's request
+// carries the first report's trace context (a request has one parent).
 func (r *Reporter) deliverBatch(batch []OutcomeReport) {
 	body := struct {
 		Reports []reportBody `json:"reports"`
 	}{make([]reportBody, len(batch))}
+	sends := make([]*sending, len(batch))
 	for i, rep := range batch {
 		body.Reports[i] = reportBody{Lease: rep.Lease, Outcome: rep.Outcome, Detail: rep.Detail, Claim: rep.Claim, Admission: rep.Admission, Failure: rep.Failure}
+		sends[i] = r.send(rep)
 	}
 	r.requests.Add(1)
-	a, err := r.authzd.post(r.stop, "/v1/leases/outcomes", body, 1<<20)
+	a, err := r.authzd.post(sends[0].ctx, "/v1/leases/outcomes", body, 1<<20)
 	var answer struct {
 		Results []struct {
 			Status  int `json:"status"`
@@ -364,9 +400,9 @@ func (r *Reporter) deliverBatch(batch []OutcomeReport) {
 				res.slug = problemSlug(p.Type)
 			}
 			if err := r.judge(rep, res); err != nil && !errors.As(err, new(errGiveUp)) {
-				r.deliver(rep) // transient: try alone
+				r.deliverSending(sends[i]) // transient: try alone
 			} else {
-				r.settle(rep, unwrapGiveUp(err))
+				r.settle(sends[i], unwrapGiveUp(err))
 			}
 		}
 		return
@@ -375,8 +411,8 @@ func (r *Reporter) deliverBatch(batch []OutcomeReport) {
 		r.log.Warn("fencecheck: authzd has no batch route (POST /v1/leases/outcomes); reporting one by one", "authzd", a)
 		r.noBatch.Store(true)
 	}
-	for _, rep := range batch {
-		r.deliver(rep)
+	for _, s := range sends {
+		r.deliverSending(s)
 	}
 }
 
@@ -410,16 +446,21 @@ func unwrapGiveUp(err error) error {
 
 // settle counts a report's end: err is nil (sent), errNotReleased, or
 // why it failed.
-func (r *Reporter) settle(rep OutcomeReport, err error) {
+func (r *Reporter) settle(s *sending, err error) {
+	defer s.stop()
 	switch {
 	case err == nil:
 		r.sent.Add(1)
+		s.span.End(nil)
 		return
 	case errors.Is(err, errNotReleased):
 		r.notReleased.Add(1)
+		s.span.SetAttribute("fcd.released", "false")
+		s.span.End(nil)
 		return
 	}
 	r.failed.Add(1)
-	r.log.Error("fencecheck: outcome report failed; the lease stays open in authzd",
-		"jti", rep.Lease, "outcome", rep.Outcome, "err", err)
+	s.span.End(err)
+	r.log.ErrorContext(s.ctx, "fencecheck: outcome report failed; the lease stays open in authzd",
+		"jti", s.Lease, "outcome", s.Outcome, "err", err)
 }

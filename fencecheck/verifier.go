@@ -108,6 +108,10 @@ type Verifier struct {
 	Replay ReplayStore
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Tracer, when set, traces each verification (SpanVerify) and claim
+	// (SpanClaim), and the reports of the middleware's Reporter
+	// (SpanReport), and carries the trace to authzd; nil traces nothing.
+	Tracer Tracer
 
 	once    sync.Once
 	setup   error // configuration error, fixed at first use
@@ -238,11 +242,22 @@ func (v *Verifier) Verify(ctx context.Context, token string, tool string, argume
 // verify is Verify; read says the arguments come from ReadMessage, which
 // proved them valid JSON without names that fold alike, so the digest
 // does not check that again.
-func (v *Verifier) verify(ctx context.Context, token string, tool string, arguments json.RawMessage, read bool) (*Claims, *RejectError) {
+func (v *Verifier) verify(ctx context.Context, token string, tool string, arguments json.RawMessage, read bool) (_ *Claims, rerr *RejectError) {
+	ctx, span := startSpan(withTracer(ctx, v.Tracer), SpanVerify)
+	span.SetAttribute("fcd.tool", tool)
+	defer func() {
+		if rerr != nil {
+			span.SetAttribute("fcd.reason", string(rerr.Reason))
+			span.End(rerr)
+			return
+		}
+		span.End(nil)
+	}()
 	c, rerr := v.verifyToken(ctx, token)
 	if rerr != nil {
 		return nil, rerr
 	}
+	span.SetAttribute("fcd.lease", c.ID)
 	out, rerr := v.verifyCall(ctx, c, tool, arguments, read)
 	if rerr != nil {
 		rerr.Formation = c.Formation
@@ -396,7 +411,11 @@ func (v *Verifier) verifyCall(ctx context.Context, c *Claims, tool string, argum
 		return c, nil
 	}
 	id := newClaimID()
-	switch err := v.Claimer.Claim(ctx, c, id); {
+	cctx, span := startSpan(ctx, SpanClaim)
+	span.SetAttribute("fcd.lease", c.ID)
+	err = v.Claimer.Claim(cctx, c, id)
+	span.End(err)
+	switch {
 	case err == nil:
 		c.ClaimID = id
 		return c, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/fcd-authz/fcd/record"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Errors of admission and the lease lifecycle.
@@ -66,7 +67,9 @@ type AdmitRequest struct {
 // fails is reported as *StateError (epoch not ACTIVE), *DependencyError,
 // ErrFormationChanged or ErrGenerationChanged. ErrUnavailable means the
 // outcome is unknown: read the formation back before answering.
-func (s *Store) Admit(ctx context.Context, req AdmitRequest) error {
+func (s *Store) Admit(ctx context.Context, req AdmitRequest) (err error) {
+	ctx, span := startTxnSpan(ctx, "lease.admit", attribute.String("fcd.lease", req.Lease.ID), attribute.String("fcd.epoch", req.Lease.Target.Epoch))
+	defer func() { endTxnSpan(span, req.Lease.Revision, err) }()
 	f, l := req.Formation, req.Lease
 	l.State = record.LeaseAdmitted
 	skey, ekey := s.k.formationState(f.ID), s.k.state(l.Target.Epoch)

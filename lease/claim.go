@@ -7,6 +7,7 @@ import (
 
 	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // ClaimRequest claims a lease. Epoch and Revision come from the verified
@@ -38,7 +39,15 @@ const MaxClaimIDLength = 128
 //
 // allow, when not nil, is asked first with the pool of the lease's epoch
 // (from the immutable epoch record) and may refuse; nothing changes then.
-func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(pool string) error) (*record.Claim, error) {
+func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(pool string) error) (c *record.Claim, err error) {
+	ctx, span := startTxnSpan(ctx, "lease.claim", attribute.String("fcd.lease", req.Lease))
+	defer func() {
+		var rev int64
+		if c != nil {
+			rev = c.Revision
+		}
+		endTxnSpan(span, rev, err)
+	}()
 	if req.Lease == "" || req.Epoch == "" || req.Revision <= 0 || req.Claim == "" || len(req.Claim) > MaxClaimIDLength {
 		return nil, fmt.Errorf("%w: a claim needs the lease, its epoch and admission revision, and a claim id of 1-%d bytes",
 			record.ErrLeaseNotFound, MaxClaimIDLength)
@@ -60,7 +69,7 @@ func (s *Store) ClaimLease(ctx context.Context, req ClaimRequest, allow func(poo
 	if at.IsZero() {
 		at = s.now()
 	}
-	c := &record.Claim{ID: req.Claim, At: at.UTC()}
+	c = &record.Claim{ID: req.Claim, At: at.UTC()}
 	val, err := encodeStored("claim", &storedClaim{ver: current, ID: c.ID, At: c.At, Epoch: req.Epoch, Admission: req.Revision})
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fcd-authz/fcd/record"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // OpenLease returns an open lease (its marker, and its claim if any) with
@@ -130,7 +131,15 @@ type CloseRequest struct {
 // let one run is refused once the marker is gone.
 //
 // The lease returned has at least its id and formation set.
-func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (*record.Lease, error) {
+func (s *Store) CloseLease(ctx context.Context, req CloseRequest) (l *record.Lease, err error) {
+	ctx, span := startTxnSpan(ctx, "lease.close", attribute.String("fcd.lease", req.Lease))
+	defer func() {
+		var rev int64
+		if l != nil {
+			rev = l.Closed
+		}
+		endTxnSpan(span, rev, err)
+	}()
 	if l, ok, err := s.closeFast(ctx, req); ok || err != nil {
 		return l, err
 	}
@@ -177,6 +186,8 @@ func (s *Store) closeRead(ctx context.Context, req CloseRequest) (*record.Lease,
 // together, as one transaction of nested ones where they do not conflict;
 // the others, and those whose facts did not hold, close one by one.
 func (s *Store) CloseLeases(ctx context.Context, reqs []CloseRequest) ([]*record.Lease, []error) {
+	ctx, span := startTxnSpan(ctx, "lease.close", attribute.Int("fcd.leases", len(reqs)))
+	defer span.End()
 	leases, errs := make([]*record.Lease, len(reqs)), make([]error, len(reqs))
 	fast := make([]*fastClose, len(reqs))
 	var ts []txn

@@ -14,10 +14,12 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/telemetry"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/policies"
 	"github.com/lestrrat-go/jwx/v2/jwk"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of the zero Config, and of `authzd serve`'s flags: this is the
@@ -261,7 +263,24 @@ type Config struct {
 	// between uploads; the max also caps the retry backoff.
 	DecisionLogMinDelay, DecisionLogMaxDelay time.Duration
 
-	// Logger receives the server's logs; nil means slog.Default().
+	// OTLPEndpoint is the OpenTelemetry collector the server exports its
+	// traces to over OTLP (http://collector:4318 for OTLP/HTTP, /v1/traces
+	// appended to a URL without a path); empty means the standard
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT,
+	// and without either nothing is traced (a no-op tracer). The
+	// exporter's other standard variables (headers, TLS, timeout) apply.
+	OTLPEndpoint string
+	// OTLPProtocol is http/protobuf or grpc; empty means
+	// OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else http/protobuf.
+	OTLPProtocol string
+	// TracerProvider, when set, makes the server's spans instead of an
+	// exporter of its own (an embedding test's, an application's); the
+	// server does not shut it down.
+	TracerProvider trace.TracerProvider
+
+	// Logger receives the server's logs; nil means slog.Default(). Log
+	// with a handler wrapped by telemetry.LogHandler (authzd serve does)
+	// for each line of a traced request to carry its trace and span ids.
 	Logger *slog.Logger
 	// Serving, when set, is called once by Run when every loop and server
 	// has started (authzd serve prints there the lines scripts wait for).
@@ -371,6 +390,9 @@ func (c Config) Validate() error {
 	if _, err := c.decisionLogLabels(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.telemetry().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("server: %w", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -395,6 +417,12 @@ func (c Config) policySource() (policy.Source, error) {
 		b.Verification = vc
 	}
 	return policy.Source{Bundle: b}, nil
+}
+
+// telemetry is the trace exporter's configuration.
+func (c Config) telemetry() telemetry.Config {
+	return telemetry.Config{Endpoint: c.OTLPEndpoint, Protocol: c.OTLPProtocol, Service: "authzd",
+		Version: telemetry.Build().Version, Instance: c.Replica}
 }
 
 // EtcdDir is the embedded member's data directory.

@@ -20,9 +20,11 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/decisionlog"
 	"github.com/fcd-authz/fcd/authz/policy"
+	"github.com/fcd-authz/fcd/internal/telemetry"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/lestrrat-go/jwx/v2/jwk"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -56,6 +58,10 @@ type Server struct {
 	useCases *authz.UseCases
 	// decisions exports decision logs; nil without DecisionLogURL.
 	decisions *decisionlog.Exporter
+	// traces is the provider the server made from OTLPEndpoint (shut down
+	// by Close); tracer the one in use, nil when nothing is traced.
+	traces *telemetry.Provider
+	tracer trace.TracerProvider
 
 	http     *http.Server
 	httpLn   net.Listener
@@ -99,6 +105,9 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 			err = errors.Join(err, cerr)
 		}
 	}()
+	if err := s.openTracing(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.openStore(ctx); err != nil {
 		return nil, err
 	}
@@ -115,6 +124,7 @@ func New(ctx context.Context, cfg Config) (_ *Server, err error) {
 		BodyLimit:      cfg.BodyLimit,
 		Logger:         s.log,
 		FormationLimit: api.RateLimit{Rate: max(cfg.FormationRate, 0), Burst: int(cfg.FormationBurst)},
+		TracerProvider: s.tracer,
 	}
 	if s.trail != nil { // a nil *audit.Trail is not a nil AuditTrail
 		apiCfg.Trail = s.trail
@@ -203,6 +213,27 @@ func (s *Server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	}
 	s.useCases, err = authz.New(ucCfg)
 	return err
+}
+
+// openTracing sets up the tracer: Config's TracerProvider, or an OTLP
+// exporter when an endpoint is configured, or none (api then starts no
+// span, and nothing below it does either).
+func (s *Server) openTracing(ctx context.Context) error {
+	if s.cfg.TracerProvider != nil {
+		s.tracer = s.cfg.TracerProvider
+		return nil
+	}
+	tc := s.cfg.telemetry()
+	if !tc.Enabled() {
+		return nil
+	}
+	p, err := telemetry.New(ctx, tc)
+	if err != nil {
+		return err
+	}
+	s.traces, s.tracer = p, p
+	s.log.Info("traces exported over OTLP", "endpoint", cmp.Or(tc.Endpoint, "(from the environment)"), "protocol", cmp.Or(tc.Protocol, "(default or from the environment)"))
+	return nil
 }
 
 // decisionLog starts the decision-log exporter DecisionLogURL names: its
@@ -550,6 +581,14 @@ func (s *Server) Close() error {
 	}
 	if s.member != nil {
 		s.member.Close()
+	}
+	if s.traces != nil {
+		// Last: the spans of the shutdown's requests are exported too.
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := s.traces.Shutdown(ctx); err != nil {
+			s.log.Warn("traces not exported at shutdown", "err", err)
+		}
+		cancel()
 	}
 	return errors.Join(errs...)
 }

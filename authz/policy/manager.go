@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/tracing"
 	"github.com/fcd-authz/fcd/record"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Source is where a [Manager] loads its policy set from: an operating
@@ -166,7 +168,12 @@ func (m *Manager) Digest() string { return m.Current().Digest() }
 // Decide decides with the set in force; it makes a Manager an
 // authz.Decider whose decisions follow reloads.
 func (m *Manager) Decide(ctx context.Context, in *Input) record.Decision {
-	return m.Current().Decide(ctx, in)
+	ctx, span := tracing.Start(ctx, "github.com/fcd-authz/fcd/authz/policy", "policy.decide")
+	d := m.Current().Decide(ctx, in)
+	span.SetAttributes(attribute.String("fcd.verdict", string(d.Verdict)), attribute.String("fcd.policy_digest", d.PolicyDigest),
+		attribute.Int("fcd.approvals", d.Approvals))
+	span.End()
+	return d
 }
 
 // Status returns the set in force and the last reload error.

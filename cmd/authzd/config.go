@@ -13,6 +13,7 @@ import (
 	"github.com/fcd-authz/fcd/authz"
 	"github.com/fcd-authz/fcd/authz/policy"
 	"github.com/fcd-authz/fcd/internal/cli"
+	"github.com/fcd-authz/fcd/internal/telemetry"
 	"github.com/fcd-authz/fcd/lease"
 	"github.com/fcd-authz/fcd/server"
 )
@@ -84,6 +85,14 @@ type Config struct {
 	BodyLimit int64 `json:"bodyLimit"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"logLevel"`
+	// LogFormat is text (logfmt) or json; a line logged for a traced
+	// request carries its trace_id and span_id either way.
+	LogFormat string `json:"logFormat"`
+	// OTLPEndpoint is the OpenTelemetry collector traces are exported to
+	// over OTLP; empty means OTEL_EXPORTER_OTLP_ENDPOINT, else none.
+	OTLPEndpoint string `json:"otlpEndpoint"`
+	// OTLPProtocol is http/protobuf or grpc.
+	OTLPProtocol string `json:"otlpProtocol"`
 	// PolicyDir is a directory of Rego and Cedar policies with their
 	// tests; empty uses the embedded default policies. A directory is
 	// watched and reloaded on change and on SIGHUP.
@@ -356,6 +365,9 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	path(&cfg.Credentials, "credentials", "", "JSON file of hashed bearer credentials")
 	fs.Int64Var(&cfg.BodyLimit, "body-limit", server.DefaultBodyLimit, "request body limit in bytes")
 	fs.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&cfg.LogFormat, "log-format", telemetry.LogText, "log format: text or json (lines of a traced request carry trace_id and span_id)")
+	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "OpenTelemetry collector to export traces to over OTLP, e.g. http://collector:4318 (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
+	fs.StringVar(&cfg.OTLPProtocol, "otlp-protocol", "", "OTLP protocol of --otlp-endpoint: http/protobuf or grpc (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	path(&cfg.PolicyDir, "policy-dir", "", "directory of Rego and Cedar policies (default: the embedded defaults)")
 	fs.TextVar(&cfg.PolicyPoll, "policy-poll", Duration(server.DefaultPolicyPoll), "how often to check the policy directory for changes")
 	path(&cfg.PolicyBundle, "policy-bundle", "", "`URL` (or file) of an OPA bundle of the policies, instead of --policy-dir: an http(s) URL polled with If-None-Match, or a .tar.gz file re-read as often (policies/README.md, Bundles)")

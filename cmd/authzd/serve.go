@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fcd-authz/fcd/internal/telemetry"
 	"github.com/fcd-authz/fcd/server"
 )
 
@@ -65,7 +66,11 @@ func build(ctx context.Context, args []string, stderr io.Writer) (_ *daemon, err
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return nil, fmt.Errorf("log level: %w", err)
 	}
-	d := &daemon{cfg: cfg, stderr: stderr, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
+	log, err := telemetry.NewLogger(stderr, cfg.LogFormat, level)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{cfg: cfg, stderr: stderr, log: log}
 	if d.cfg.Dev {
 		if d.dev, err = devSetup(&d.cfg, stderr); err != nil {
 			return nil, err
@@ -172,6 +177,7 @@ func (c *Config) server(log *slog.Logger, reload <-chan os.Signal) server.Config
 		DecisionLogCredentialFile: c.DecisionLogCredentialFile, DecisionLogMask: mask,
 		DecisionLogLabels: c.DecisionLogLabels, DecisionLogBuffer: c.DecisionLogBuffer, DecisionLogUploadLimit: c.DecisionLogUploadLimit,
 		DecisionLogMinDelay: time.Duration(c.DecisionLogMinDelay), DecisionLogMaxDelay: time.Duration(c.DecisionLogMaxDelay),
+		OTLPEndpoint: c.OTLPEndpoint, OTLPProtocol: c.OTLPProtocol,
 		Logger: log,
 	}
 }

@@ -9,12 +9,12 @@ import (
 )
 
 // TestEverySettingReachesTheServer: each setting of the configuration
-// (but those of the command alone: dev, signingAlg, logLevel) is carried
+// (but those of the command alone: dev, signingAlg, logLevel, logFormat) is carried
 // to the server.Config field of the same name, and the flags' defaults
 // are the server's: a configuration of the defaults maps onto the zero
 // server.Config's defaults.
 func TestEverySettingReachesTheServer(t *testing.T) {
-	commandOnly := map[string]bool{"Dev": true, "SigningAlg": true, "LogLevel": true}
+	commandOnly := map[string]bool{"Dev": true, "SigningAlg": true, "LogLevel": true, "LogFormat": true}
 	var c Config
 	typ := reflect.TypeFor[Config]()
 	for i := range typ.NumField() {

@@ -5,6 +5,7 @@
 //	fencecheck proxy --listen ADDR --upstream URL --pool P --artifact A --config C --generation N
 //	                 (--jwks URL | --keys FILE) [--issuer I] [--server NAME]
 //	                 [--authzd URL --credential-file F] [--timeout D] [--max-body N] [--log-level L]
+//	                 [--log-format text|json] [--otlp-endpoint URL] [--otlp-protocol P]
 //	fencecheck verify (--token T | --token-file F) --tool server/tool [--arguments JSON|@FILE]
 //	                 --pool P --artifact A --config C --generation N (--jwks URL | --keys FILE) [--issuer I]
 //

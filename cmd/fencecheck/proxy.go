@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/fcd-authz/fcd/fencecheck"
 	"github.com/fcd-authz/fcd/internal/cli"
+	"github.com/fcd-authz/fcd/internal/telemetry"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // proxy runs the sidecar until ctx ends (SIGINT or SIGTERM), then shuts
@@ -34,6 +37,9 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	adoptedIdle := fs.Duration("adopted-idle", defaultAdoptedIdle, "close an MCP session the proxy opened for a call from another pool's session once idle this long")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&vf.check, "check", false, "check the command line, then exit without serving: 0 if the proxy would start with it (--keys and --credential-file are not read)")
+	logFormat := fs.String("log-format", telemetry.LogText, "text or json (lines of a traced call carry trace_id and span_id)")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "OpenTelemetry collector to export traces to over OTLP, e.g. http://collector:4318 (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
+	otlpProtocol := fs.String("otlp-protocol", "", "OTLP protocol: http/protobuf or grpc (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -41,7 +47,14 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("%w: --log-level: %v", cli.ErrUsage, err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log, err := telemetry.NewLogger(stderr, *logFormat, level)
+	if err != nil {
+		return fmt.Errorf("%w: --log-format: %v", cli.ErrUsage, err)
+	}
+	tc := telemetry.Config{Endpoint: *otlpEndpoint, Protocol: *otlpProtocol, Service: "fencecheck", Version: telemetry.Build().Version}
+	if err := tc.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
 
 	target, err := url.Parse(*upstream)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
@@ -87,11 +100,33 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "fencecheck: command line ok")
 		return nil
 	}
+	// Traces: each request's span continues the traceparent the gateway
+	// forwarded (the client's), the fence's steps are its children, and
+	// the claims and reports carry it to authzd.
+	traces, err := telemetry.New(ctx, tc)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := traces.Shutdown(sctx); err != nil {
+			log.Warn("traces not exported at shutdown", "err", err)
+		}
+		cancel()
+	}()
+	if tc.Enabled() {
+		v.Tracer = telemetry.FenceTracer(traces)
+		log.Info("traces exported over OTLP", "endpoint", cmp.Or(tc.Endpoint, "(from the environment)"))
+	}
 
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
+			if tc.Enabled() {
+				// The backend's spans are children of the fence's.
+				telemetry.Propagator.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
+			}
 		},
 		FlushInterval: -1, // stream SSE responses as they come
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -115,6 +150,9 @@ func proxy(ctx context.Context, args []string, stderr io.Writer) error {
 		adopter.idle = *adoptedIdle
 	}
 	handler := v.Middleware(adopter, opts)
+	if tc.Enabled() {
+		handler = telemetry.Handler(handler, telemetry.HandlerConfig{Provider: traces, Scope: "github.com/fcd-authz/fcd/cmd/fencecheck"})
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

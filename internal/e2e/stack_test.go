@@ -26,6 +26,7 @@ import (
 	"github.com/fcd-authz/fcd/internal/gatewaytest"
 	"github.com/fcd-authz/fcd/internal/manifesttest"
 	"github.com/fcd-authz/fcd/internal/servertest"
+	"github.com/fcd-authz/fcd/internal/telemetry"
 	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 	"github.com/fcd-authz/fcd/server"
@@ -151,6 +152,10 @@ type stackOptions struct {
 	// GatewayCaller is authzd's gateway caller binding; empty means the
 	// default (principal).
 	GatewayCaller string
+	// OTLPEndpoint, when set, has authzd and both fences export their
+	// traces there (the fences as `fencecheck proxy --otlp-endpoint`
+	// does: a server span per request, the verifier's Tracer).
+	OTLPEndpoint string
 }
 
 // prefixSeq gives each stack its own key prefix on a shared etcd member,
@@ -243,7 +248,15 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 		Registrars:    registrar.Verifier, Issuers: issuer.Verifier, Operators: operator.Verifier, Auth: auth,
 		Signer: sigKey, Issuer: issuerName, TokenLifetime: opts.TokenLifetime,
 		AuditDir: trailRoot, Replica: "e2e", Logger: log, GatewayCaller: opts.GatewayCaller,
+		OTLPEndpoint: opts.OTLPEndpoint,
 	})
+	var fenceTraces *telemetry.Provider
+	if opts.OTLPEndpoint != "" {
+		if fenceTraces, err = telemetry.New(context.Background(), telemetry.Config{Endpoint: opts.OTLPEndpoint, Service: "fencecheck"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fenceTraces.Shutdown(context.Background()) })
+	}
 	s.URL = srv.URL()
 	// Before the server closes it, the trail (which follows the store's
 	// history, docs/audit.md) catches up with every commit of the run.
@@ -287,7 +300,13 @@ func startStackWith(t *testing.T, member *etcdtest.Member, opts stackOptions) *s
 			t.Fatal(err)
 		}
 		fx := fixtures.MustNew("github", name, fixtures.Config{Sink: s.Rec, Logger: log, Hold: s.hold, Fail: s.fail})
+		if fenceTraces != nil {
+			v.Tracer = telemetry.FenceTracer(fenceTraces)
+		}
 		guarded := v.Middleware(fx, fencecheck.MiddlewareConfig{Server: "github", Reporter: rep, Timeout: 10 * time.Second, Logger: log})
+		if fenceTraces != nil {
+			guarded = telemetry.Handler(guarded, telemetry.HandlerConfig{Provider: fenceTraces, Scope: "e2e"})
+		}
 		hits := &atomic.Int64{}
 		s.hits[rel.Pool] = hits
 		mux := http.NewServeMux()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -237,8 +238,12 @@ func TestEnvoyConfig(t *testing.T) {
 			for _, p := range ea.GetAllowedHeaders().GetPatterns() {
 				sent = append(sent, p.GetExact())
 			}
-			if !strings.Contains(strings.Join(sent, ","), "fcd-caller") {
-				t.Errorf("%s: allowed_headers %v, want fcd-caller", variant, sent)
+			// The caller, and the client's trace context (authzd continues
+			// the call's trace: internal/e2e's TestTraceThroughGatewayAndFence).
+			for _, h := range []string{"fcd-caller", "traceparent", "tracestate"} {
+				if !slices.Contains(sent, h) {
+					t.Errorf("%s: allowed_headers %v, want %s", variant, sent, h)
+				}
 			}
 			// A route per pool on Fcd-Target, the session route when there
 			// is a default pool, and the 502 fallback.
@@ -510,7 +515,8 @@ func TestTraefikConfig(t *testing.T) {
 	}
 	fa := h.Middlewares["fcd-authorize"].ForwardAuth
 	if fa == nil || fa.Address != "http://127.0.0.1:7070/v1/forward_auth" || fa.TrustForwardHeader ||
-		strings.Join(fa.AuthResponseHeaders, ",") != "Fcd-Dispatch-Token,Fcd-Target" || !strings.Contains(strings.Join(fa.AuthRequestHeaders, ","), "Fcd-Caller") {
+		strings.Join(fa.AuthResponseHeaders, ",") != "Fcd-Dispatch-Token,Fcd-Target" || !slices.Contains(fa.AuthRequestHeaders, "Fcd-Caller") ||
+		!slices.Contains(fa.AuthRequestHeaders, "Traceparent") || !slices.Contains(fa.AuthRequestHeaders, "Tracestate") {
 		t.Errorf("forwardAuth %+v", fa)
 	}
 	if c := h.Middlewares["fcd-credential"].Headers; c == nil || c.CustomRequestHeaders["Authorization"] != "Bearer "+credential {

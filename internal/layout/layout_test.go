@@ -28,13 +28,19 @@ var allowed = map[string][]string{
 	"internal/gatewayconf": {"examples/gateways"},
 	// The one bounded (LRU) cache of the in-memory caches.
 	"internal/bounded": {},
-	"manifest":         {"internal/public"},
-	"policies":         {},
-	"fencecheck":       {},
-	"record":           {"manifest", "internal/public"},
-	"lease":            {"record", "manifest"},
-	"authz/policy":     {"record", "manifest", "internal/bounded"},
-	"authz":            {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest", "internal/public", "internal/bounded"},
+	// The spans below the edge, with the provider of the request's span:
+	// OpenTelemetry's API only.
+	"internal/tracing": {},
+	// The trace exporter, the propagator, the log handler with trace ids,
+	// and fencecheck's tracing hook on OpenTelemetry.
+	"internal/telemetry": {"fencecheck"},
+	"manifest":           {"internal/public"},
+	"policies":           {},
+	"fencecheck":         {},
+	"record":             {"manifest", "internal/public"},
+	"lease":              {"record", "manifest", "internal/tracing"},
+	"authz/policy":       {"record", "manifest", "internal/bounded", "internal/tracing"},
+	"authz":              {"lease", "authz/policy", "authz/decisionlog", "fencecheck", "record", "manifest", "internal/public", "internal/bounded", "internal/tracing"},
 	// The decision-log exporter knows OPA's wire format, not fcd's
 	// records: authz hands it documents.
 	"authz/decisionlog": {},
@@ -42,7 +48,7 @@ var allowed = map[string][]string{
 	// authz records to it through an interface of its own, so no server
 	// package imports it.
 	"audit": {"manifest"},
-	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest", "internal/public"},
+	"api":   {"authz", "authz/policy", "audit", "fencecheck", "record", "manifest", "internal/public", "internal/telemetry"},
 	// The typed REST client is generated from the document alone; hosts
 	// and tools embed it, so it imports no server package.
 	"client": {},
@@ -60,7 +66,7 @@ var allowed = map[string][]string{
 	// The server assembles every part from one Config (etcd's embed):
 	// authzd serve, the benchmarks and the end-to-end tests build it, and
 	// nothing below it imports it.
-	"server": {"api", "audit", "authz", "authz/decisionlog", "authz/policy", "lease", "manifest", "policies"},
+	"server": {"api", "audit", "authz", "authz/decisionlog", "authz/policy", "lease", "manifest", "policies", "internal/telemetry"},
 }
 
 // forbiddenDeps are modules a package must not pull in, even indirectly:
