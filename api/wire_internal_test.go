@@ -41,6 +41,7 @@ var wireCases = []struct {
 	{"full-tool", &record.FullTool{}, func(v any) any { return newWireFullTool(*v.(*record.FullTool)) }},
 	{"certificate", &record.Certificate{}, func(v any) any { return newWireCertificate(v.(*record.Certificate)) }},
 	{"admission", &authz.Grant{}, func(v any) any { return newWireAdmission(v.(*authz.Grant)) }},
+	{"comparison", &authz.Comparison{}, func(v any) any { return newWireComparison(v.(*authz.Comparison)) }},
 }
 
 // TestWireMapsEveryRecordField: every field of every record a REST answer
