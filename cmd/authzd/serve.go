@@ -138,6 +138,8 @@ func (c *Config) server(log *slog.Logger, reload <-chan os.Signal) server.Config
 		DecisionLogCredentialFile: c.DecisionLogCredentialFile, DecisionLogMask: mask,
 		DecisionLogLabels: c.DecisionLogLabels, DecisionLogBuffer: c.DecisionLogBuffer, DecisionLogUploadLimit: c.DecisionLogUploadLimit,
 		DecisionLogMinDelay: time.Duration(c.DecisionLogMinDelay), DecisionLogMaxDelay: time.Duration(c.DecisionLogMaxDelay),
-		Logger: log,
+		NotifyURL: c.NotifyURL, NotifySecretFile: c.NotifySecretFile, NotifyFormat: c.NotifyFormat, NotifyPageURL: c.NotifyPageURL,
+		NotifyQueue: int(c.NotifyQueue),
+		Logger:      log,
 	}
 }
