@@ -647,10 +647,11 @@ func (e Verdict) Valid() bool {
 
 // Defines values for GetApprovalUIParamsPath.
 const (
-	GetApprovalUIParamsPathAppCss    GetApprovalUIParamsPath = "app.css"
-	GetApprovalUIParamsPathAppJs     GetApprovalUIParamsPath = "app.js"
-	GetApprovalUIParamsPathEmpty     GetApprovalUIParamsPath = ""
-	GetApprovalUIParamsPathIndexHtml GetApprovalUIParamsPath = "index.html"
+	GetApprovalUIParamsPathAppCss     GetApprovalUIParamsPath = "app.css"
+	GetApprovalUIParamsPathAppJs      GetApprovalUIParamsPath = "app.js"
+	GetApprovalUIParamsPathEmpty      GetApprovalUIParamsPath = ""
+	GetApprovalUIParamsPathFaviconSvg GetApprovalUIParamsPath = "favicon.svg"
+	GetApprovalUIParamsPathIndexHtml  GetApprovalUIParamsPath = "index.html"
 )
 
 // Valid indicates whether the value is a known member of the GetApprovalUIParamsPath enum.
@@ -661,6 +662,8 @@ func (e GetApprovalUIParamsPath) Valid() bool {
 	case GetApprovalUIParamsPathAppJs:
 		return true
 	case GetApprovalUIParamsPathEmpty:
+		return true
+	case GetApprovalUIParamsPathFaviconSvg:
 		return true
 	case GetApprovalUIParamsPathIndexHtml:
 		return true
@@ -3213,10 +3216,12 @@ type ClientInterface interface {
 	// Corresponds with GET /ui (the `GetApprovalUIRedirect` operationId).
 	GetApprovalUIRedirect(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetApprovalUI The approval UI (page, script, style)
+	// GetApprovalUI The approval UI (page, script, style, icon)
 	//
 	// The approvers' web page, embedded in the server: `/ui/` is the page,
-	// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+	// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+	// `/ui/favicon.svg` its icon. A card opened from the queue reads
+	// `GET /v1/formations/{formation}/comparison`.
 	// Fetching them needs no credential; the page asks for the approver's
 	// bearer credential, keeps it in the tab's `sessionStorage` only, and
 	// calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
@@ -4332,10 +4337,12 @@ func (c *Client) GetApprovalUIRedirect(ctx context.Context, reqEditors ...Reques
 	return c.Client.Do(req)
 }
 
-// GetApprovalUI The approval UI (page, script, style)
+// GetApprovalUI The approval UI (page, script, style, icon)
 //
 // The approvers' web page, embedded in the server: `/ui/` is the page,
-// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+// `/ui/favicon.svg` its icon. A card opened from the queue reads
+// `GET /v1/formations/{formation}/comparison`.
 // Fetching them needs no credential; the page asks for the approver's
 // bearer credential, keeps it in the tab's `sessionStorage` only, and
 // calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
@@ -8605,10 +8612,12 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /ui (the `GetApprovalUIRedirect` operationId).
 	GetApprovalUIRedirectWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetApprovalUIRedirectResponse, error)
 
-	// GetApprovalUIWithResponse The approval UI (page, script, style)
+	// GetApprovalUIWithResponse The approval UI (page, script, style, icon)
 	//
 	// The approvers' web page, embedded in the server: `/ui/` is the page,
-	// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+	// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+	// `/ui/favicon.svg` its icon. A card opened from the queue reads
+	// `GET /v1/formations/{formation}/comparison`.
 	// Fetching them needs no credential; the page asks for the approver's
 	// bearer credential, keeps it in the tab's `sessionStorage` only, and
 	// calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
@@ -14553,10 +14562,12 @@ func (c *ClientWithResponses) GetApprovalUIRedirectWithResponse(ctx context.Cont
 	return ParseGetApprovalUIRedirectResponse(rsp)
 }
 
-// GetApprovalUIWithResponse The approval UI (page, script, style)
+// GetApprovalUIWithResponse The approval UI (page, script, style, icon)
 //
 // The approvers' web page, embedded in the server: `/ui/` is the page,
-// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+// `/ui/favicon.svg` its icon. A card opened from the queue reads
+// `GET /v1/formations/{formation}/comparison`.
 // Fetching them needs no credential; the page asks for the approver's
 // bearer credential, keeps it in the tab's `sessionStorage` only, and
 // calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
