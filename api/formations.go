@@ -145,3 +145,15 @@ func (s *server) approveFormation(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, newWireFormation(f))
 }
+
+// compareFormation answers what changed for a formation's call: its tool
+// in the source, the successor and the server's active epoch, and the
+// differences (docs/approvals.md).
+func (s *server) compareFormation(w http.ResponseWriter, r *http.Request) {
+	c, err := s.uc.Compare(r.Context(), pathParam(r, "formation"))
+	if err != nil {
+		s.problem(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, newWireComparison(c))
+}

@@ -48,7 +48,7 @@ var oasDoc = sync.OnceValues(func() (*oasValidator, error) {
 	// The approval UI's files and the document itself are text, their
 	// schemas type: string: their bodies are checked as strings (kin
 	// decodes YAML into the value it describes). The key set is JSON.
-	for _, ct := range []string{"text/html", "text/css", "text/javascript", "application/yaml"} {
+	for _, ct := range []string{"text/html", "text/css", "text/javascript", "image/svg+xml", "application/yaml"} {
 		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
 	}
 	openapi3filter.RegisterBodyDecoder("application/jwk-set+json", openapi3filter.JSONBodyDecoder)

@@ -169,6 +169,7 @@ func New(cfg Config) (http.Handler, error) {
 		r.With(s.require(RoleHost), s.limitCaller(s.formations)).Post("/formations/{formation}/recover", s.recoverFormation)
 		r.With(s.require(RoleHost, RoleApprover, RoleOperator)).Get("/formations", s.listFormations)
 		r.With(s.require(RoleHost, RoleApprover, RoleOperator)).Get("/formations/{formation}", s.showFormation)
+		r.With(s.require(RoleHost, RoleApprover, RoleOperator)).Get("/formations/{formation}/comparison", s.compareFormation)
 		r.With(s.require(RoleApprover)).Post("/formations/{formation}/approvals", s.approveFormation)
 		r.With(s.require(RoleApprover)).Get("/approvers/me", s.showCaller)
 		r.With(s.require(RoleOperator)).Get("/operators/me", s.showCaller)

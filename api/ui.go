@@ -31,6 +31,8 @@ func uiType(name string) (string, bool) {
 		return "text/javascript; charset=utf-8", true
 	case ".css":
 		return "text/css; charset=utf-8", true
+	case ".svg":
+		return "image/svg+xml", true
 	}
 	return "", false
 }

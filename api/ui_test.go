@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/internal/apitest"
 	"github.com/fcd-authz/fcd/internal/testutil"
 	"github.com/fcd-authz/fcd/manifest"
 )
@@ -252,6 +253,18 @@ func (u *uiTab) signIn(secret api.Secret) {
 
 func cardOf(id string) string { return fmt.Sprintf(`article[data-formation=%q]`, id) }
 
+// open opens card from its line in the queue (a click, as an approver
+// does) unless it is open, and waits for it to show.
+func (u *uiTab) open(card string) {
+	u.t.Helper()
+	line := strings.Replace(card, "article", "#queue-lines button.line", 1)
+	u.do(chromedp.WaitVisible(chromedp.CSS(line)))
+	if uiEval[bool](u, fmt.Sprintf("document.querySelector(%s).hidden", jsString(card))) {
+		u.do(chromedp.Click(chromedp.CSS(line)))
+	}
+	u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+}
+
 // formBody is a POST /v1/formations body with a principal and attributes.
 func formBody(snapshot, session, tool, args, principal, attributes string) []byte {
 	return []byte(fmt.Sprintf(`{"snapshot":%q,"session":%q,"tool":%q,"arguments":%s,"principal":{"id":%q,"attributes":%s}}`,
@@ -307,7 +320,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u := f.openTab(t, browser)
 		u.signIn(f.creds[api.RoleApprover])
 		card := cardOf(id)
-		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+		u.open(card)
 		if got := u.text("#account-id"); got != "approver" {
 			t.Errorf("signed in as %q", got)
 		}
@@ -354,7 +367,8 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u := f.openTab(t, browser)
 		u.signIn(f.creds[api.RoleApprover])
 		card := cardOf(id)
-		u.do(chromedp.WaitVisible(chromedp.CSS(card)),
+		u.open(card)
+		u.do(
 			chromedp.SendKeys(chromedp.CSS(card+" textarea"), "not on the plan"),
 			chromedp.Click(chromedp.CSS(card+" button.deny")))
 		body := f.waitStatus(id, "denied")
@@ -378,7 +392,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u := f.openTab(t, browser)
 		u.signIn(f.byID["approver-2"])
 		card := cardOf(id)
-		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+		u.open(card)
 		if got := u.text(card); !strings.Contains(got, "0 of 2 approvals") || !strings.Contains(got, "allow-delete-repo-admin") || !strings.Contains(got, "repo-admins") {
 			t.Errorf("card before approval: %q", got)
 		}
@@ -427,7 +441,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u := f.openTab(t, browser)
 		u.signIn(f.creds[api.RoleApprover])
 		card := cardOf(id)
-		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+		u.open(card)
 		if got := u.text(card + " pre.arguments"); !strings.Contains(got, `<img src=x onerror=\"window.__xss=1\"><script>window.__xss=2</script>`) || !strings.Contains(got, `\u202egnp.exe`) {
 			t.Errorf("arguments not shown as literal text: %q", got)
 		}
@@ -485,7 +499,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u := f.openTab(t, browser)
 		u.signIn(f.creds[api.RoleApprover])
 		card := cardOf(rec.Body["id"].(string))
-		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+		u.open(card)
 		got := u.text(card + " .recovery")
 		for _, want := range []string{id, "2", "failed", "not_found", "prompt_user"} {
 			if !strings.Contains(got, want) {
@@ -561,7 +575,7 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u := f.openTab(t, browser)
 		u.signIn(f.creds[api.RoleApprover])
 		card := cardOf(r.Body["id"].(string))
-		u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+		u.open(card)
 		got := u.text(card + " .successor")
 		for _, want := range []string{"v1.3.0", succ["pool"].(string), succ["epoch"].(string), cert.Body["id"].(string), succ["issuer"].(string), `"visibility": "private"`, "github-create-repository/1", "Certificate expires"} {
 			if !strings.Contains(got, want) {
@@ -580,7 +594,8 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 		u := f.openTab(t, browser)
 		u.signIn(f.byID["alice"])
 		card := cardOf(id)
-		u.do(chromedp.WaitVisible(chromedp.CSS(card)), chromedp.Click(chromedp.CSS(card+" button.approve")))
+		u.open(card)
+		u.do(chromedp.Click(chromedp.CSS(card + " button.approve")))
 		u.waitFor(fmt.Sprintf("document.querySelector(%s)?.textContent.includes('Self-approval is not allowed')", jsString(card+" .result")))
 		if got := u.text(card + " .result"); !strings.Contains(got, "403") || !strings.Contains(got, "self-approval") {
 			t.Errorf("self-approval problem: %q", got)
@@ -589,4 +604,98 @@ func TestUIApprovalsInBrowser(t *testing.T) {
 			t.Fatalf("self-approval recorded: %v", body["approvals"])
 		}
 	})
+}
+
+// TestUILayoutInBrowser: the queue shows one line per pending formation;
+// a drifted call's card shows the comparison table with the differing
+// configuration marked and the omitted argument named; at 1280 and 390
+// px wide nothing overflows sideways (screenshots in the test's temp
+// directory); timestamps are local with the UTC value in their title;
+// the favicon is served under the page's CSP.
+func TestUILayoutInBrowser(t *testing.T) {
+	f := newFixture(t, 0)
+	f.expect(f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.3"), nil)), http.StatusCreated, "")
+	v14 := f.do("POST", "/v1/manifests", api.RoleRegistrar, f.sign(readExample(t, "v1.4"), nil))
+	f.expect(v14, http.StatusCreated, "")
+	cert, err := manifest.Sign(exampleCertificate(t), f.issuerKey, manifest.TypCertificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.expect(f.do("POST", "/v1/certificates", api.RoleRegistrar, cert), http.StatusCreated, "")
+	snap := f.do("POST", "/v1/snapshots", api.RoleHost, nil)
+	f.expect(snap, http.StatusCreated, "")
+	sid := snap.Body["id"].(string)
+	const dev = `{"groups":["dev"]}`
+	f.pending(formBody(sid, "ui-l1", "github/create_repository", `{"name":"covered","private":true}`, "alice", dev), 1)
+	drifted, _ := f.pending(formBody(sid, "ui-l2", "github/create_repository", `{"name":"payroll-exports"}`, "alice", dev), 1)
+	f.pending(formBody(sid, "ui-l3", "github/create_repository", `{"name":"a-rather-long-repository-name-that-must-wrap-on-a-phone-screen","private":false}`, "alice", dev), 1)
+	f.expect(f.do("POST", "/v1/epochs/"+v14.Body["epoch"].(string)+"/drain", api.RoleOperator, nil), http.StatusOK, "")
+	list := f.do("GET", "/v1/formations?status=pending_approval", api.RoleApprover, nil)
+	f.expect(list, http.StatusOK, "")
+	pending := len(list.Body["formations"].([]any))
+
+	fav := apitest.Do(t, "GET", f.url+"/ui/favicon.svg", "", nil, nil)
+	if fav.Status != http.StatusOK || fav.Header.Get("Content-Type") != "image/svg+xml" || !strings.Contains(string(fav.Raw), "<svg") {
+		t.Fatalf("favicon: %d %q", fav.Status, fav.Header.Get("Content-Type"))
+	}
+
+	browser := startChromium(t)
+	u := f.openTab(t, browser)
+	u.do(chromedp.EmulateViewport(1280, 900))
+	u.signIn(f.creds[api.RoleApprover])
+	u.waitFor(fmt.Sprintf(`document.querySelectorAll("#queue-lines li").length === %d`, pending))
+	if n := uiEval[int](u, `document.querySelectorAll("#cards article:not([hidden])").length`); n != 0 {
+		t.Errorf("%d cards open before any line was clicked", n)
+	}
+	if uiEval[string](u, `document.querySelector('link[rel="icon"]')?.getAttribute("href") ?? ""`) != "favicon.svg" {
+		t.Error("the page links no favicon")
+	}
+	// The keyboard opens a card: a line is a button.
+	line := fmt.Sprintf(`#queue-lines button.line[data-formation=%q]`, drifted)
+	u.do(chromedp.Focus(chromedp.CSS(line)), chromedp.KeyEvent("\r"))
+	card := cardOf(drifted)
+	u.do(chromedp.WaitVisible(chromedp.CSS(card)))
+	u.waitFor(fmt.Sprintf(`document.querySelector(%s)`, jsString(card+" table.compare")))
+	if got := uiEval[string](u, fmt.Sprintf(`[...document.querySelectorAll(%s)].map((r) => r.querySelector("th").textContent).join("|")`,
+		jsString(card+" table.compare tr.differs"))); !strings.Contains(got, "Config: repository.defaultVisibility") || strings.Contains(got, "Input schema") {
+		t.Errorf("rows marked as differing: %q", got)
+	}
+	if got := u.text(card + " .omitted"); !strings.Contains(got, "private") {
+		t.Errorf("the omitted private is not named: %q", got)
+	}
+	if cols := uiEval[int](u, fmt.Sprintf(`document.querySelectorAll(%s).length`, jsString(card+" table.compare thead th"))); cols != 3 {
+		t.Errorf("compare table has %d header cells, want member, source, active", cols)
+	}
+	title := uiEval[string](u, fmt.Sprintf(`document.querySelector(%s)?.title ?? ""`, jsString(card+" time")))
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \(UTC\)$`).MatchString(title) {
+		t.Errorf("a timestamp's title %q is not its UTC value", title)
+	}
+	dir := t.TempDir()
+	for _, width := range []int64{1280, 390} {
+		u.do(chromedp.EmulateViewport(width, 900))
+		u.waitFor(fmt.Sprintf(`innerWidth === %d`, width))
+		if !uiEval[bool](u, `document.documentElement.scrollWidth <= innerWidth`) {
+			t.Errorf("%d px: the page is %v px wide", width, uiEval[int](u, `document.documentElement.scrollWidth`))
+		}
+		ctx, cancel := context.WithTimeout(u.ctx, uiWait)
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		cancel()
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		file := fmt.Sprintf("%s/approvals-%d.png", dir, width)
+		if err := os.WriteFile(file, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", file)
+	}
+
+	// The operator's view fits at 1280 px.
+	o := f.openTab(t, browser)
+	o.do(chromedp.EmulateViewport(1280, 900))
+	o.signIn(f.creds[api.RoleOperator])
+	o.do(chromedp.WaitVisible(chromedp.ID("uncertain")))
+	if !uiEval[bool](o, `document.documentElement.scrollWidth <= innerWidth`) {
+		t.Errorf("operator view at 1280 px is %v px wide", uiEval[int](o, `document.documentElement.scrollWidth`))
+	}
 }

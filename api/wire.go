@@ -396,3 +396,83 @@ func (f *wireFailure) failure() *record.Failure {
 	}
 	return &record.Failure{Code: f.Code, Error: f.Error, Message: f.Message}
 }
+
+// wireComparison is components/schemas/Comparison: a formation's tool
+// as its source, its successor and the server's active epoch declare it,
+// and the members in which they differ.
+type wireComparison struct {
+	Formation   string             `json:"formation"`
+	Tool        string             `json:"tool"`
+	Arguments   json.RawMessage    `json:"arguments"`
+	Omitted     []string           `json:"omitted"`
+	Source      wireComparedEpoch  `json:"source"`
+	Successor   *wireComparedEpoch `json:"successor"`
+	Active      *wireComparedEpoch `json:"active"`
+	Differences []wireDifference   `json:"differences"`
+}
+
+// wireComparedEpoch is components/schemas/ComparedEpoch. Its member
+// names are what a difference's pointer names (authz.ComparedEpoch's).
+type wireComparedEpoch struct {
+	Epoch        string                 `json:"epoch"`
+	Release      string                 `json:"release"`
+	State        string                 `json:"state"`
+	Pool         string                 `json:"pool"`
+	Artifact     manifest.Artifact      `json:"artifact"`
+	Config       manifest.Config        `json:"config"`
+	FeatureFlags *manifest.FeatureFlags `json:"featureFlags,omitempty"`
+	Downstream   []manifest.Downstream  `json:"downstream,omitempty"`
+	Tool         *wireComparedTool      `json:"tool"`
+	Certificate  *wireComparedCert      `json:"certificate,omitempty"`
+}
+
+type wireComparedTool struct {
+	DescriptorDigest string                 `json:"descriptorDigest"`
+	Title            string                 `json:"title,omitempty"`
+	Description      string                 `json:"description,omitempty"`
+	InputSchema      json.RawMessage        `json:"inputSchema"`
+	SideEffects      manifest.SideEffect    `json:"sideEffects"`
+	RequiresApproval bool                   `json:"requiresApproval"`
+	FailureModes     []manifest.FailureMode `json:"failureModes,omitempty"`
+	Dependencies     *manifest.Dependencies `json:"dependencies,omitempty"`
+}
+
+type wireComparedCert struct {
+	ID        string              `json:"id"`
+	Effects   map[string]any      `json:"effects"`
+	Profile   manifest.ProfileRef `json:"profile"`
+	ExpiresAt time.Time           `json:"expiresAt"`
+	Revoked   bool                `json:"revoked"`
+}
+
+type wireDifference struct {
+	Column  string          `json:"column"`
+	Pointer string          `json:"pointer"`
+	Source  json.RawMessage `json:"source,omitempty"`
+	Other   json.RawMessage `json:"other,omitempty"`
+}
+
+func newWireComparison(c *authz.Comparison) *wireComparison {
+	return &wireComparison{Formation: c.Formation, Tool: c.Tool, Arguments: c.Arguments, Omitted: c.Omitted,
+		Source: *newWireComparedEpoch(&c.Source), Successor: newWireComparedEpoch(c.Successor), Active: newWireComparedEpoch(c.Active),
+		Differences: mapAll(c.Differences, func(d authz.Difference) wireDifference {
+			return wireDifference{Column: d.Column, Pointer: d.Pointer, Source: d.Source, Other: d.Other}
+		})}
+}
+
+func newWireComparedEpoch(e *authz.ComparedEpoch) *wireComparedEpoch {
+	if e == nil {
+		return nil
+	}
+	out := &wireComparedEpoch{Epoch: e.Epoch, Release: e.Release, State: string(e.State), Pool: e.Pool, Artifact: e.Artifact,
+		Config: e.Config, FeatureFlags: e.FeatureFlags, Downstream: e.Downstream}
+	if t := e.Tool; t != nil {
+		out.Tool = &wireComparedTool{DescriptorDigest: t.DescriptorDigest, Title: t.Title, Description: t.Description,
+			InputSchema: t.InputSchema, SideEffects: t.SideEffects, RequiresApproval: t.RequiresApproval,
+			FailureModes: t.FailureModes, Dependencies: t.Dependencies}
+	}
+	if c := e.Certificate; c != nil {
+		out.Certificate = &wireComparedCert{ID: c.ID, Effects: c.Effects, Profile: c.Profile, ExpiresAt: c.ExpiresAt, Revoked: c.Revoked}
+	}
+	return out
+}

@@ -44,6 +44,7 @@ var wireCases = []struct {
 	{"full-tool", &record.FullTool{}, func(v any) any { return newWireFullTool(*v.(*record.FullTool)) }},
 	{"certificate", &record.Certificate{}, func(v any) any { return newWireCertificate(v.(*record.Certificate)) }},
 	{"grant", &authz.Grant{}, func(v any) any { return newWireGrant(v.(*authz.Grant)) }},
+	{"comparison", &authz.Comparison{}, func(v any) any { return newWireComparison(v.(*authz.Comparison)) }},
 }
 
 // TestWireMapsEveryRecordField: every field of every record a REST answer

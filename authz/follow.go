@@ -68,8 +68,13 @@ type FollowerConfig struct {
 	// admissions and claims are refused (ErrTrailBehind); zero means
 	// DefaultMaxTrailLag.
 	MaxLag time.Duration
-	Logger *slog.Logger
-	Now    func() time.Time
+	// Observe, when set, is called with each commit once its events are
+	// written, in revision order (a Notifier's Observe): it sees every
+	// committed change, also after a crash, since the follower resumes
+	// from what the trail recorded. It must not block.
+	Observe func(context.Context, lease.Commit)
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Follower keeps a replica's audit trail as a projection of the store's
@@ -162,6 +167,9 @@ func (f *Follower) Run(ctx context.Context) error {
 				err := f.cfg.Trail.Append(ctx, evs)
 				f.written(c.Revision, err)
 				if err == nil {
+					if f.cfg.Observe != nil {
+						f.cfg.Observe(ctx, c)
+					}
 					return nil
 				}
 				select {

@@ -53,6 +53,9 @@ func (u *UseCases) Collectors() []prometheus.Collector {
 	if f := u.Admissions.trail; f != nil {
 		cs = append(cs, f.collectors()...)
 	}
+	if u.notifier != nil {
+		cs = append(cs, u.notifier.Collectors()...)
+	}
 	if c, ok := u.decisions.(interface{ Collector() prometheus.Collector }); ok {
 		cs = append(cs, c.Collector())
 	}

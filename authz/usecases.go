@@ -75,6 +75,9 @@ type Config struct {
 	// DecisionLog receives every policy decision (OPA's decision log:
 	// authz/decisionlog); nil logs none.
 	DecisionLog DecisionLogger
+	// Notifier sends the approval webhooks; only its metrics are the use
+	// cases' (Collectors). Nil sends none.
+	Notifier *Notifier
 }
 
 // UseCases are fcd's use cases over one store, split by who calls them:
@@ -94,6 +97,7 @@ type UseCases struct {
 	metrics    *metrics
 	decisions  DecisionLogger
 	decider    Decider
+	notifier   *Notifier
 }
 
 // New returns the use cases configured by cfg.
@@ -127,7 +131,7 @@ func New(cfg Config) (*UseCases, error) {
 	generations := &sync.Map{}
 	succ := &successors{store: cfg.Store, issuers: cfg.Certificates, schemas: schemas, inputs: inputs, log: cfg.Logger}
 	succ.verified.entries.Max = maxVerifiedCache
-	u := &UseCases{metrics: m, decisions: cfg.DecisionLog, decider: cfg.Decider}
+	u := &UseCases{metrics: m, decisions: cfg.DecisionLog, decider: cfg.Decider, notifier: cfg.Notifier}
 	var err error
 	u.Registry, err = NewRegistry(RegistryConfig{Store: cfg.Store, Manifests: cfg.Manifests, Certificates: cfg.Certificates,
 		Now: cfg.Now, Logger: cfg.Logger})

@@ -126,6 +126,24 @@ func (e CompleteRequestOutcome) Valid() bool {
 	}
 }
 
+// Defines values for DifferenceColumn.
+const (
+	DifferenceColumnActive    DifferenceColumn = "active"
+	DifferenceColumnSuccessor DifferenceColumn = "successor"
+)
+
+// Valid indicates whether the value is a known member of the DifferenceColumn enum.
+func (e DifferenceColumn) Valid() bool {
+	switch e {
+	case DifferenceColumnActive:
+		return true
+	case DifferenceColumnSuccessor:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EngineDecisionEngine.
 const (
 	EngineDecisionEngineCedar EngineDecisionEngine = "cedar"
@@ -629,10 +647,11 @@ func (e Verdict) Valid() bool {
 
 // Defines values for GetApprovalUIParamsPath.
 const (
-	GetApprovalUIParamsPathAppCss    GetApprovalUIParamsPath = "app.css"
-	GetApprovalUIParamsPathAppJs     GetApprovalUIParamsPath = "app.js"
-	GetApprovalUIParamsPathEmpty     GetApprovalUIParamsPath = ""
-	GetApprovalUIParamsPathIndexHtml GetApprovalUIParamsPath = "index.html"
+	GetApprovalUIParamsPathAppCss     GetApprovalUIParamsPath = "app.css"
+	GetApprovalUIParamsPathAppJs      GetApprovalUIParamsPath = "app.js"
+	GetApprovalUIParamsPathEmpty      GetApprovalUIParamsPath = ""
+	GetApprovalUIParamsPathFaviconSvg GetApprovalUIParamsPath = "favicon.svg"
+	GetApprovalUIParamsPathIndexHtml  GetApprovalUIParamsPath = "index.html"
 )
 
 // Valid indicates whether the value is a known member of the GetApprovalUIParamsPath enum.
@@ -643,6 +662,8 @@ func (e GetApprovalUIParamsPath) Valid() bool {
 	case GetApprovalUIParamsPathAppJs:
 		return true
 	case GetApprovalUIParamsPathEmpty:
+		return true
+	case GetApprovalUIParamsPathFaviconSvg:
 		return true
 	case GetApprovalUIParamsPathIndexHtml:
 		return true
@@ -849,6 +870,121 @@ type ClaimRequest struct {
 	Revision int `json:"revision"`
 }
 
+// ComparedCertificate The certificate the successor was captured through, and what it models of the call on the successor.
+type ComparedCertificate struct {
+	// Effects The certificate's modeled effects of the successor for calls inside its envelope.
+	Effects   map[string]interface{} `json:"effects"`
+	ExpiresAt time.Time              `json:"expiresAt"`
+
+	// Id `sha256:` and the 64 lowercase hex digits of a SHA-256.
+	//
+	// Examples: sha256:3f1c0a5e9b7d2c4f6a8e0b1d3c5e7f9a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e
+	Id      Digest                      `json:"id"`
+	Profile ComparedCertificate_Profile `json:"profile"`
+	Revoked bool                        `json:"revoked"`
+}
+
+// ComparedCertificate_Profile defines model for ComparedCertificate.Profile.
+type ComparedCertificate_Profile struct {
+	// Digest `sha256:` and the 64 lowercase hex digits of a SHA-256.
+	//
+	// Examples: sha256:3f1c0a5e9b7d2c4f6a8e0b1d3c5e7f9a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e
+	Digest Digest `json:"digest"`
+	Id     string `json:"id"`
+}
+
+// ComparedEpoch One column of a comparison.
+type ComparedEpoch struct {
+	// Artifact The deployed code. At least one of image and digest is present.
+	Artifact Artifact `json:"artifact"`
+
+	// Certificate The certificate the successor was captured through, and what it models of the call on the successor.
+	Certificate *ComparedCertificate `json:"certificate,omitempty"`
+
+	// Config The manifest's configuration digest and the values it registers for review.
+	Config     ComparedEpoch_Config        `json:"config"`
+	Downstream *[]ComparedEpoch_Downstream `json:"downstream,omitempty"`
+
+	// Epoch `sha256:` and the 64 lowercase hex digits of a SHA-256.
+	//
+	// Examples: sha256:3f1c0a5e9b7d2c4f6a8e0b1d3c5e7f9a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e
+	Epoch        Digest                      `json:"epoch"`
+	FeatureFlags *ComparedEpoch_FeatureFlags `json:"featureFlags,omitempty"`
+	Pool         string                      `json:"pool"`
+	Release      string                      `json:"release"`
+
+	// State Lifecycle state of an epoch. Only ACTIVE epochs admit calls and enter new snapshots.
+	State EpochState `json:"state"`
+
+	// Tool The tool's descriptor in this epoch; `null` when the epoch does not declare it.
+	Tool *ComparedTool `json:"tool"`
+}
+
+// ComparedEpoch_Config The manifest's configuration digest and the values it registers for review.
+type ComparedEpoch_Config struct {
+	// Digest `sha256:` and the 64 lowercase hex digits of a SHA-256.
+	//
+	// Examples: sha256:3f1c0a5e9b7d2c4f6a8e0b1d3c5e7f9a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e
+	Digest Digest                  `json:"digest"`
+	Values *map[string]interface{} `json:"values,omitempty"`
+}
+
+// ComparedEpoch_Downstream defines model for ComparedEpoch.Downstream.
+type ComparedEpoch_Downstream struct {
+	Revision string `json:"revision"`
+	Service  string `json:"service"`
+}
+
+// ComparedEpoch_FeatureFlags defines model for ComparedEpoch.FeatureFlags.
+type ComparedEpoch_FeatureFlags struct {
+	Snapshot string           `json:"snapshot"`
+	Values   *map[string]bool `json:"values,omitempty"`
+}
+
+// ComparedTool defines model for ComparedTool.
+type ComparedTool struct {
+	// Dependencies Declared relationships to tools of the same server, by tool name.
+	Dependencies *Dependencies `json:"dependencies,omitempty"`
+	Description  *string       `json:"description,omitempty"`
+
+	// DescriptorDigest `sha256:` and the 64 lowercase hex digits of a SHA-256.
+	//
+	// Examples: sha256:3f1c0a5e9b7d2c4f6a8e0b1d3c5e7f9a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e
+	DescriptorDigest Digest         `json:"descriptorDigest"`
+	FailureModes     *[]FailureMode `json:"failureModes,omitempty"`
+
+	// InputSchema The tool's input schema (a JSON Schema document).
+	InputSchema      map[string]interface{} `json:"inputSchema"`
+	RequiresApproval bool                   `json:"requiresApproval"`
+
+	// SideEffects What calling the tool does to the world. write and delete always need a human approval.
+	SideEffects SideEffect `json:"sideEffects"`
+	Title       *string    `json:"title,omitempty"`
+}
+
+// Comparison A formation's tool as its source, successor and the server's active epoch declare it, and how they differ (GET /v1/formations/{formation}/comparison).
+type Comparison struct {
+	// Active The server's ACTIVE epoch registered last, when it is neither the source nor the successor; else `null`.
+	Active *ComparedEpoch `json:"active"`
+
+	// Arguments The call's arguments, as formed.
+	Arguments   map[string]interface{} `json:"arguments"`
+	Differences []Difference           `json:"differences"`
+	Formation   string                 `json:"formation"`
+
+	// Omitted The properties of the source's input schema the call leaves out (the handler's defaults decide them).
+	Omitted []string `json:"omitted"`
+
+	// Source One column of a comparison.
+	Source ComparedEpoch `json:"source"`
+
+	// Successor The successor captured at formation, with its certificate; `null` without one.
+	Successor *ComparedEpoch `json:"successor"`
+
+	// Tool `server/tool`.
+	Tool string `json:"tool"`
+}
+
 // CompleteBatchRequest Outcome reports for `POST /v1/leases/outcomes`. Decoded strictly; unknown members are refused.
 type CompleteBatchRequest struct {
 	Reports []CompleteBatchRequest_Reports `json:"reports"`
@@ -971,6 +1107,23 @@ type Dependencies struct {
 	ProducesInputFor *[]string `json:"producesInputFor,omitempty"`
 	Requires         *[]string `json:"requires,omitempty"`
 }
+
+// Difference A member in which a column differs from the source.
+type Difference struct {
+	Column DifferenceColumn `json:"column"`
+
+	// Other The column's value; absent when it has no such member.
+	Other interface{} `json:"other,omitempty"`
+
+	// Pointer A JSON Pointer into the column (`/config/values/repository.defaultVisibility`, `/tool/inputSchema/properties/private`).
+	Pointer string `json:"pointer"`
+
+	// Source The source's value; absent when the source has no such member.
+	Source interface{} `json:"source,omitempty"`
+}
+
+// DifferenceColumn defines model for Difference.Column.
+type DifferenceColumn string
 
 // Digest `sha256:` and the 64 lowercase hex digits of a SHA-256.
 //
@@ -3075,10 +3228,12 @@ type ClientInterface interface {
 	// Corresponds with GET /ui (the `GetApprovalUIRedirect` operationId).
 	GetApprovalUIRedirect(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetApprovalUI The approval UI (page, script, style)
+	// GetApprovalUI The approval UI (page, script, style, icon)
 	//
 	// The approvers' web page, embedded in the server: `/ui/` is the page,
-	// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+	// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+	// `/ui/favicon.svg` its icon. A card opened from the queue reads
+	// `GET /v1/formations/{formation}/comparison`.
 	// Fetching them needs no credential; the page asks for the approver's
 	// bearer credential, keeps it in the tab's `sessionStorage` only, and
 	// calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
@@ -3476,6 +3631,30 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/formations/{formation}/approvals (the `ApproveFormation` operationId).
 	ApproveFormation(ctx context.Context, formation FormationID, body ApproveFormationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompareFormation What changed for a formation's call, epoch by epoch
+	//
+	// The formation's tool and arguments as the epochs it may meet see
+	// them, side by side: `source` (the epoch it was formed on),
+	// `successor` (the one captured at formation, with the certificate's
+	// modeled `effects`; `null` without one) and `active` (the server's
+	// ACTIVE epoch registered last, the one a new snapshot would show,
+	// when it is neither of those; else `null`). Each column carries the
+	// release, epoch id, state, pool, artifact, the registered
+	// configuration (digest and values) and feature flags, and the tool's
+	// descriptor there (digest, description, input schema, MCP+
+	// metadata; `null` when the epoch does not declare the tool).
+	// `differences` lists every member of `successor` and `active` that
+	// differs from `source`'s, by JSON Pointer into the column (objects
+	// compared member by member — the input schema too — anything else
+	// whole); `omitted` the input schema's properties the call leaves
+	// out, whose value is the handler's default and so the
+	// configuration's. Read now from the registry; the formation itself
+	// never changes. The approval page shows it as a table
+	// (docs/approvals.md).
+	//
+	// Corresponds with GET /v1/formations/{formation}/comparison (the `CompareFormation` operationId).
+	CompareFormation(ctx context.Context, formation FormationID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RecoverFormationWithBody Form a call that recovers a failed, refused or uncertain-resolved one
 	//
@@ -4174,10 +4353,12 @@ func (c *Client) GetApprovalUIRedirect(ctx context.Context, reqEditors ...Reques
 	return c.Client.Do(req)
 }
 
-// GetApprovalUI The approval UI (page, script, style)
+// GetApprovalUI The approval UI (page, script, style, icon)
 //
 // The approvers' web page, embedded in the server: `/ui/` is the page,
-// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+// `/ui/favicon.svg` its icon. A card opened from the queue reads
+// `GET /v1/formations/{formation}/comparison`.
 // Fetching them needs no credential; the page asks for the approver's
 // bearer credential, keeps it in the tab's `sessionStorage` only, and
 // calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
@@ -4866,6 +5047,40 @@ func (c *Client) ApproveFormationWithBody(ctx context.Context, formation Formati
 // Corresponds with POST /v1/formations/{formation}/approvals (the `ApproveFormation` operationId).
 func (c *Client) ApproveFormation(ctx context.Context, formation FormationID, body ApproveFormationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewApproveFormationRequest(c.Server, formation, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompareFormation What changed for a formation's call, epoch by epoch
+//
+// The formation's tool and arguments as the epochs it may meet see
+// them, side by side: `source` (the epoch it was formed on),
+// `successor` (the one captured at formation, with the certificate's
+// modeled `effects`; `null` without one) and `active` (the server's
+// ACTIVE epoch registered last, the one a new snapshot would show,
+// when it is neither of those; else `null`). Each column carries the
+// release, epoch id, state, pool, artifact, the registered
+// configuration (digest and values) and feature flags, and the tool's
+// descriptor there (digest, description, input schema, MCP+
+// metadata; `null` when the epoch does not declare the tool).
+// `differences` lists every member of `successor` and `active` that
+// differs from `source`'s, by JSON Pointer into the column (objects
+// compared member by member — the input schema too — anything else
+// whole); `omitted` the input schema's properties the call leaves
+// out, whose value is the handler's default and so the
+// configuration's. Read now from the registry; the formation itself
+// never changes. The approval page shows it as a table
+// (docs/approvals.md).
+//
+// Corresponds with GET /v1/formations/{formation}/comparison (the `CompareFormation` operationId).
+func (c *Client) CompareFormation(ctx context.Context, formation FormationID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompareFormationRequest(c.Server, formation)
 	if err != nil {
 		return nil, err
 	}
@@ -7610,6 +7825,40 @@ func NewApproveFormationRequestWithBody(server string, formation FormationID, co
 	return req, nil
 }
 
+// NewCompareFormationRequest constructs an http.Request for the CompareFormation method
+func NewCompareFormationRequest(server string, formation FormationID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "formation", formation, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/formations/%s/comparison", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRecoverFormationRequest calls the generic RecoverFormation builder with application/json body
 func NewRecoverFormationRequest(server string, formation FormationID, body RecoverFormationJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -8383,10 +8632,12 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /ui (the `GetApprovalUIRedirect` operationId).
 	GetApprovalUIRedirectWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetApprovalUIRedirectResponse, error)
 
-	// GetApprovalUIWithResponse The approval UI (page, script, style)
+	// GetApprovalUIWithResponse The approval UI (page, script, style, icon)
 	//
 	// The approvers' web page, embedded in the server: `/ui/` is the page,
-	// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+	// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+	// `/ui/favicon.svg` its icon. A card opened from the queue reads
+	// `GET /v1/formations/{formation}/comparison`.
 	// Fetching them needs no credential; the page asks for the approver's
 	// bearer credential, keeps it in the tab's `sessionStorage` only, and
 	// calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
@@ -8822,6 +9073,32 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/formations/{formation}/approvals (the `ApproveFormation` operationId).
 	ApproveFormationWithResponse(ctx context.Context, formation FormationID, body ApproveFormationJSONRequestBody, reqEditors ...RequestEditorFn) (*ApproveFormationResponse, error)
+
+	// CompareFormationWithResponse What changed for a formation's call, epoch by epoch
+	//
+	// The formation's tool and arguments as the epochs it may meet see
+	// them, side by side: `source` (the epoch it was formed on),
+	// `successor` (the one captured at formation, with the certificate's
+	// modeled `effects`; `null` without one) and `active` (the server's
+	// ACTIVE epoch registered last, the one a new snapshot would show,
+	// when it is neither of those; else `null`). Each column carries the
+	// release, epoch id, state, pool, artifact, the registered
+	// configuration (digest and values) and feature flags, and the tool's
+	// descriptor there (digest, description, input schema, MCP+
+	// metadata; `null` when the epoch does not declare the tool).
+	// `differences` lists every member of `successor` and `active` that
+	// differs from `source`'s, by JSON Pointer into the column (objects
+	// compared member by member — the input schema too — anything else
+	// whole); `omitted` the input schema's properties the call leaves
+	// out, whose value is the handler's default and so the
+	// configuration's. Read now from the registry; the formation itself
+	// never changes. The approval page shows it as a table
+	// (docs/approvals.md).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/formations/{formation}/comparison (the `CompareFormation` operationId).
+	CompareFormationWithResponse(ctx context.Context, formation FormationID, reqEditors ...RequestEditorFn) (*CompareFormationResponse, error)
 
 	// RecoverFormationWithBodyWithResponse Form a call that recovers a failed, refused or uncertain-resolved one
 	//
@@ -12725,6 +13002,96 @@ func (r ApproveFormationResponse) ContentType() string {
 	return ""
 }
 
+// CompareFormationResponse401Headers the declared response headers of an HTTP 401 response for CompareFormation
+type CompareFormationResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CompareFormationResponse503Headers the declared response headers of an HTTP 503 response for CompareFormation
+type CompareFormationResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CompareFormationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Comparison
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ForbiddenRole
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ProblemDetails
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *StoreUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CompareFormationResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CompareFormationResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CompareFormationResponse) GetJSON200() *Comparison {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CompareFormationResponse) GetApplicationproblemJSON401() *Unauthenticated {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CompareFormationResponse) GetApplicationproblemJSON403() *ForbiddenRole {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CompareFormationResponse) GetApplicationproblemJSON404() *ProblemDetails {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CompareFormationResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CompareFormationResponse) GetApplicationproblemJSON503() *StoreUnavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CompareFormationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CompareFormationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CompareFormationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CompareFormationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RecoverFormationResponse201Headers the declared response headers of an HTTP 201 response for RecoverFormation
 type RecoverFormationResponse201Headers struct {
 	Location *string
@@ -14219,10 +14586,12 @@ func (c *ClientWithResponses) GetApprovalUIRedirectWithResponse(ctx context.Cont
 	return ParseGetApprovalUIRedirectResponse(rsp)
 }
 
-// GetApprovalUIWithResponse The approval UI (page, script, style)
+// GetApprovalUIWithResponse The approval UI (page, script, style, icon)
 //
 // The approvers' web page, embedded in the server: `/ui/` is the page,
-// `/ui/app.js` its script (an ES module) and `/ui/app.css` its style.
+// `/ui/app.js` its script (an ES module), `/ui/app.css` its style and
+// `/ui/favicon.svg` its icon. A card opened from the queue reads
+// `GET /v1/formations/{formation}/comparison`.
 // Fetching them needs no credential; the page asks for the approver's
 // bearer credential, keeps it in the tab's `sessionStorage` only, and
 // calls `GET /v1/approvers/me`, `GET /v1/formations?status=pending_approval`
@@ -14837,6 +15206,38 @@ func (c *ClientWithResponses) ApproveFormationWithResponse(ctx context.Context, 
 		return nil, err
 	}
 	return ParseApproveFormationResponse(rsp)
+}
+
+// CompareFormationWithResponse What changed for a formation's call, epoch by epoch
+//
+// The formation's tool and arguments as the epochs it may meet see
+// them, side by side: `source` (the epoch it was formed on),
+// `successor` (the one captured at formation, with the certificate's
+// modeled `effects`; `null` without one) and `active` (the server's
+// ACTIVE epoch registered last, the one a new snapshot would show,
+// when it is neither of those; else `null`). Each column carries the
+// release, epoch id, state, pool, artifact, the registered
+// configuration (digest and values) and feature flags, and the tool's
+// descriptor there (digest, description, input schema, MCP+
+// metadata; `null` when the epoch does not declare the tool).
+// `differences` lists every member of `successor` and `active` that
+// differs from `source`'s, by JSON Pointer into the column (objects
+// compared member by member — the input schema too — anything else
+// whole); `omitted` the input schema's properties the call leaves
+// out, whose value is the handler's default and so the
+// configuration's. Read now from the registry; the formation itself
+// never changes. The approval page shows it as a table
+// (docs/approvals.md).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/formations/{formation}/comparison (the `CompareFormation` operationId).
+func (c *ClientWithResponses) CompareFormationWithResponse(ctx context.Context, formation FormationID, reqEditors ...RequestEditorFn) (*CompareFormationResponse, error) {
+	rsp, err := c.CompareFormation(ctx, formation, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompareFormationResponse(rsp)
 }
 
 // RecoverFormationWithBodyWithResponse Form a call that recovers a failed, refused or uncertain-resolved one
@@ -19234,6 +19635,90 @@ func ParseApproveFormationResponse(rsp *http.Response) (*ApproveFormationRespons
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers ApproveFormationResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCompareFormationResponse parses an HTTP response from a CompareFormationWithResponse call
+func ParseCompareFormationResponse(rsp *http.Response) (*CompareFormationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CompareFormationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Comparison
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ForbiddenRole
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ProblemDetails
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest StoreUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CompareFormationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers CompareFormationResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -278,6 +278,25 @@ type Config struct {
 	// server does not shut it down.
 	TracerProvider trace.TracerProvider
 
+	// NotifyURL receives a signed webhook when a formation starts waiting
+	// for approval, is approved, denied or expires (docs/approvals.md);
+	// empty sends none.
+	NotifyURL string
+	// NotifySecretFile holds the key webhooks are signed with
+	// (HMAC-SHA256, header Fcd-Signature); required with NotifyURL.
+	// Never logged.
+	NotifySecretFile string
+	// NotifyFormat is the body's format: json (the documented payload,
+	// the zero value) or slack ({"text": …}).
+	NotifyFormat string
+	// NotifyPageURL is the approval page's public address
+	// (https://fcd.example/ui/), which each notification links; empty
+	// sends no link.
+	NotifyPageURL string
+	// NotifyQueue bounds the notifications waiting for delivery; when
+	// full a new one is dropped (counted). Zero means the default.
+	NotifyQueue int
+
 	// Logger receives the server's logs; nil means slog.Default(). Log
 	// with a handler wrapped by telemetry.LogHandler (authzd serve does)
 	// for each line of a traced request to carry its trace and span ids.
@@ -364,6 +383,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := authz.ParseTrailArguments(c.AuditArguments); err != nil {
 		errs = append(errs, fmt.Errorf("server: AuditArguments %q: want none, redacted, digested or all", c.AuditArguments))
+	}
+	if c.NotifyURL != "" && c.NotifySecretFile == "" {
+		errs = append(errs, errors.New("server: NotifyURL needs NotifySecretFile (the webhooks' signing key)"))
+	}
+	if c.NotifyFormat != "" && c.NotifyFormat != authz.FormatJSON && c.NotifyFormat != authz.FormatSlack {
+		errs = append(errs, fmt.Errorf("server: NotifyFormat %q: want json or slack", c.NotifyFormat))
+	}
+	if c.NotifyQueue < 0 {
+		errs = append(errs, errors.New("server: NotifyQueue may not be negative"))
 	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		errs = append(errs, errors.New("server: EtcdCert and EtcdKey go together"))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -56,6 +57,8 @@ type Server struct {
 	trail    *audit.Trail       // nil without a signing key or with AuditDir off
 	follower *authz.Follower    // keeps trail; nil without it
 	useCases *authz.UseCases
+	// notifier sends the approval webhooks; nil without NotifyURL.
+	notifier *authz.Notifier
 	// decisions exports decision logs; nil without DecisionLogURL.
 	decisions *decisionlog.Exporter
 	// traces is the provider the server made from OTLPEndpoint (shut down
@@ -178,10 +181,29 @@ func (s *Server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 	} else {
 		s.log.Warn("no --signing-key: admission is disabled, and no audit trail is kept")
 	}
+	if cfg.NotifyURL != "" {
+		secret, err := os.ReadFile(cfg.NotifySecretFile)
+		if err != nil {
+			return fmt.Errorf("notification secret: %w", err)
+		}
+		if secret = bytes.TrimSpace(secret); len(secret) == 0 {
+			return fmt.Errorf("notification secret: %s is empty", cfg.NotifySecretFile)
+		}
+		if s.notifier, err = authz.NewNotifier(authz.NotifierConfig{URL: cfg.NotifyURL, Secret: secret, Format: cfg.NotifyFormat,
+			PageURL: cfg.NotifyPageURL, Store: s.store, Queue: cfg.NotifyQueue, Logger: s.log}); err != nil {
+			return err
+		}
+	}
 	var rec policy.Recorder
 	if s.trail != nil {
-		s.follower = authz.NewFollower(authz.FollowerConfig{Store: s.store, Trail: trailWriter{s.trail}, Replica: s.trail.Replica(),
-			Arguments: authz.TrailArguments(cfg.AuditArguments), MaxLag: cfg.AuditMaxLag, Logger: s.log})
+		fc := authz.FollowerConfig{Store: s.store, Trail: trailWriter{s.trail}, Replica: s.trail.Replica(),
+			Arguments: authz.TrailArguments(cfg.AuditArguments), MaxLag: cfg.AuditMaxLag, Logger: s.log}
+		if s.notifier != nil {
+			// Notifications follow what the trail recorded: every commit,
+			// also one whose request got no answer, or made before a crash.
+			fc.Observe = s.notifier.Observe
+		}
+		s.follower = authz.NewFollower(fc)
 		rec = authz.StorePolicyRecorder(s.store, s.trail.Replica())
 	}
 	// The policies load once the trail is open: the set put in force is
@@ -203,7 +225,7 @@ func (s *Server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 		Store: s.store, Decider: s.policies, TTL: cfg.FormationTTL, Retention: cfg.FormationRetention, Logger: s.log,
 		Issuer: s.issuer, Manifests: verifier,
 		Certificates: certificates, ReportGrace: cfg.ReportGrace, GatewayCaller: authz.CallerBinding(cfg.GatewayCaller),
-		Trail: s.follower, Operators: operators,
+		Trail: s.follower, Operators: operators, Notifier: s.notifier,
 	}
 	if cfg.DecisionLogURL != "" {
 		if s.decisions, err = s.decisionLog(); err != nil {
@@ -421,6 +443,17 @@ func (s *Server) run(ctx context.Context) error {
 			// The trail follows the store's history (docs/audit.md).
 			return s.follower.Run(loops)
 		})
+	}
+	if s.notifier != nil {
+		g.Go(func() error {
+			s.notifier.Run(loops)
+			return nil
+		})
+		if s.trail == nil {
+			// No trail to follow the store: the notifier follows it itself,
+			// from the revision it starts at.
+			g.Go(func() error { return s.notifier.Follow(loops) })
+		}
 	}
 	if s.member != nil {
 		// A member that fails takes every request with it: say why, here

@@ -72,7 +72,13 @@ function ago(iso) {
   const span = s >= 3600 ? `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min` : s >= 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s} s`;
   return ms >= 0 ? `in ${span}` : `${span} ago`;
 }
-const when = (iso) => `${text(iso)} (${ago(iso)})`;
+// when shows a timestamp in the reader's local time, with how long ago or
+// how soon, and the UTC value the server sent in the title.
+function when(iso) {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return text(iso);
+  return el("time", { dateTime: String(iso), title: `${new Date(t).toISOString()} (UTC)` }, `${new Date(t).toLocaleString()} (${ago(iso)})`);
+}
 
 // ---- API ------------------------------------------------------------------
 
@@ -264,7 +270,7 @@ function render(formations, upTo = null) {
     if (card && card.dataset.digest !== f.digest) {
       // Never the case for an immutable record; if it were, the approver
       // must see the new record, not approve the old one.
-      card.remove();
+      drop(card);
       card = null;
     }
     if (card) {
@@ -272,22 +278,115 @@ function render(formations, upTo = null) {
     } else {
       card = buildCard(f);
       cards.set(f.id, card);
+      $("queue-lines").append(parts.get(card).line.item);
       $("cards").append(card);
+      if (location.hash === `#${f.id}`) openCard(card);
     }
   }
   for (const [id, card] of cards) {
     if (!seen.has(id) && (upTo === null || id <= upTo)) {
-      card.remove();
+      drop(card);
       cards.delete(id);
     }
   }
   $("queue-empty").hidden = cards.size > 0;
 }
 
+function drop(card) {
+  parts.get(card)?.line.item.remove();
+  card.remove();
+}
+
+// queueLine is a formation's line in the compact queue: tool, principal,
+// side effect, age and approvals so far; it opens and closes the card.
+function queueLine(f, cardID) {
+  const m = f.metadata ?? {};
+  const age = el("span", { className: "age" }, ago(f.createdAt));
+  const tally = el("span", { className: "tally", title: "approvals so far / needed" });
+  const button = el("button", { type: "button", className: "line", dataset: { formation: f.id }, "aria-expanded": "false", "aria-controls": cardID },
+    el("span", { className: "mono tool" }, text(f.tool)),
+    el("span", { className: "who" }, text(f.principal?.id)),
+    el("span", { className: `badge ${m.sideEffects === "delete" ? "delete" : m.sideEffects === "write" ? "write" : ""}` }, text(m.sideEffects)),
+    age, tally);
+  return { item: el("li", null, button), button, age, tally };
+}
+
+// openCard shows a formation's card (and reads its comparison once);
+// toggled again, it hides it.
+function openCard(card, toggle = false) {
+  const p = parts.get(card);
+  const open = toggle ? card.hidden : true;
+  card.hidden = !open;
+  p.line.button.setAttribute("aria-expanded", String(open));
+  if (!open) return;
+  if (!p.compared) {
+    p.compared = true;
+    loadComparison(p);
+  }
+  card.querySelector("h3")?.focus();
+}
+
+async function loadComparison(p) {
+  try {
+    const c = await api("GET", `/formations/${encodeURIComponent(p.formation.id)}/comparison`);
+    p.comparison.replaceChildren(compareTable(c));
+  } catch (err) {
+    if (credentialProblem(err)) return signOut(err);
+    p.comparison.replaceChildren(problemNode(err));
+    p.compared = false;
+  }
+}
+
+// compareTable shows a comparison: a row per member, a column per epoch
+// (source, successor, active), cells that differ from the source marked.
+function compareTable(c) {
+  const cols = [["source", "Source (formed on)", c.source], ["successor", "Successor (captured)", c.successor], ["active", "Active now", c.active]]
+    .filter(([, , e]) => e);
+  const diffs = Array.isArray(c.differences) ? c.differences : [];
+  const differs = (col, ptr) => col !== "source" && diffs.some((d) => d.column === col && (d.pointer === ptr || d.pointer.startsWith(ptr + "/")));
+  const esc = (k) => k.replaceAll("~", "~0").replaceAll("/", "~1");
+  const members = [
+    ["Release", "/release", (e) => text(e.release)],
+    ["Epoch", "/epoch", (e) => mono(e.epoch)],
+    ["State", "/state", (e) => text(e.state)],
+    ["Pool", "/pool", (e) => text(e.pool)],
+    ["Artifact", "/artifact", (e) => [text(e.artifact?.image), " ", mono(e.artifact?.digest)]],
+    ["Config digest", "/config/digest", (e) => mono(e.config?.digest)],
+  ];
+  const keys = (get) => [...new Set(cols.flatMap(([, , e]) => Object.keys(get(e) ?? {})))].sort();
+  for (const k of keys((e) => e.config?.values)) members.push([`Config: ${k}`, `/config/values/${esc(k)}`, (e) => text(e.config?.values?.[k])]);
+  for (const k of keys((e) => e.featureFlags?.values)) members.push([`Flag: ${k}`, `/featureFlags/values/${esc(k)}`, (e) => text(e.featureFlags?.values?.[k])]);
+  members.push(
+    ["Descriptor digest", "/tool/descriptorDigest", (e) => (e.tool ? mono(e.tool.descriptorDigest) : "not declared")],
+    ["Description", "/tool/description", (e) => text(e.tool?.description)],
+    ["Input schema", "/tool/inputSchema", (e) => el("pre", null, pretty(e.tool?.inputSchema))],
+    ["Side effects", "/tool/sideEffects", (e) => text(e.tool?.sideEffects)],
+    ["Requires approval", "/tool/requiresApproval", (e) => yesNo(e.tool?.requiresApproval)],
+    ["Failure modes", "/tool/failureModes", (e) => list((e.tool?.failureModes ?? []).map((m) => `${m.error} → ${m.recovery}`))],
+    ["Dependencies", "/tool/dependencies", (e) => (e.tool?.dependencies ? el("pre", null, pretty(e.tool.dependencies)) : "none")],
+    ["Modeled effects", "/certificate", (e) => (e.certificate ? el("pre", null, pretty(e.certificate.effects)) : "—")],
+  );
+  const table = el("table", { className: "compare" },
+    el("thead", null, el("tr", null, el("th", { scope: "col" }, "Member"), cols.map(([, h]) => el("th", { scope: "col" }, h)))),
+    el("tbody", null, members.map(([label, ptr, show]) => {
+      const marked = cols.some(([col]) => differs(col, ptr));
+      return el("tr", { className: marked ? "differs" : "" }, el("th", { scope: "row" }, label, marked ? el("span", { className: "mark", title: "differs from the source" }, " ≠") : ""),
+        cols.map(([col, , e]) => el("td", { className: differs(col, ptr) ? "differs" : "" }, show(e))));
+    })));
+  const omitted = Array.isArray(c.omitted) && c.omitted.length
+    ? el("p", { className: "omitted" }, "The call leaves out ", c.omitted.map((o, i) => [i ? ", " : "", el("code", null, text(o))]),
+      ": the handler fills these in from its own defaults, which the configuration above may set differently in each epoch.")
+    : "";
+  const summary = cols.length === 1 ? el("p", null, "The source is the server's active epoch and the call has no successor: nothing to compare.")
+    : el("p", null, `${diffs.length} difference${diffs.length === 1 ? "" : "s"} from the source.`);
+  return el("div", null, summary, omitted, scroll(table));
+}
+
 function tick() {
   for (const card of cards.values()) {
     const p = parts.get(card);
-    p.expires.textContent = when(p.formation.expiresAt);
+    p.expires.replaceChildren(when(p.formation.expiresAt));
+    p.line.age.textContent = ago(p.formation.createdAt);
   }
 }
 
@@ -309,9 +408,10 @@ function update(card, f) {
   p.status.textContent = text(f.status);
   for (const t of p.tallies) t.textContent = tally(f);
   p.approvals.replaceChildren(...(f.approvals ?? []).map((a) =>
-    el("li", null, `${text(a.decision)} by `, el("strong", null, text(a.approver)), ` at ${text(a.at)}`,
+    el("li", null, `${text(a.decision)} by `, el("strong", null, text(a.approver)), " at ", when(a.at),
       a.reason ? [": ", el("q", null, text(a.reason))] : "", ` (digest ${text(a.digest)})`)));
-  p.expires.textContent = when(f.expiresAt);
+  p.expires.replaceChildren(when(f.expiresAt));
+  p.line.tally.textContent = `${approved(f)}/${f.approvalsRequired}`;
   if (p.approve) {
     const mine = decidedByMe(f);
     p.mine.hidden = !mine;
@@ -422,7 +522,9 @@ function buildCard(f) {
     tallies: [el("strong"), el("strong")],
     approvals: el("ul", { className: "plain" }),
     expires: el("span"),
+    comparison: el("div", { className: "comparison" }, "Reading the comparison…"),
   };
+  p.line = queueLine(f, `card-${n}`);
   const m = f.metadata ?? {};
   const principal = f.principal ?? {};
   const reasonID = `reason-${n}`;
@@ -439,9 +541,9 @@ function buildCard(f) {
     warnings.push(el("p", { className: "warning" }, "You are this call's principal: the server refuses your approval."));
   }
 
-  const card = el("article", { className: "card", dataset: { formation: f.id, digest: f.digest }, "aria-labelledby": `title-${n}` },
+  const card = el("article", { className: "card", id: `card-${n}`, hidden: true, dataset: { formation: f.id, digest: f.digest }, "aria-labelledby": `title-${n}` },
     el("div", { className: "card-head" },
-      el("h3", { id: `title-${n}` }, text(f.tool)),
+      el("h3", { id: `title-${n}`, tabIndex: -1 }, text(f.tool)),
       el("span", { className: `badge ${m.sideEffects === "delete" ? "delete" : m.sideEffects === "write" ? "write" : ""}` }, text(m.sideEffects)),
       p.status,
       el("span", null, p.tallies[0])),
@@ -462,6 +564,7 @@ function buildCard(f) {
         rows([["Argument digest", mono(f.argumentDigest)], ["Descriptor digest", mono(f.descriptorDigest)]])),
       section("Source (runs here)", el("div", { className: "source" }, rows(target(f.source ?? {})))),
       successorSection(f),
+      wideSection("What changed: source, successor and the server's active epoch", p.comparison),
       recoverySection(f),
       metadataSection(m),
       decisionSection(f.decision)),
@@ -498,6 +601,7 @@ function buildCard(f) {
       approve.disabled = deny.disabled = false;
     }
   };
+  p.line.button.addEventListener("click", () => openCard(card, true));
   approve.addEventListener("click", () => decide("approve"));
   deny.addEventListener("click", () => decide("deny"));
   return card;

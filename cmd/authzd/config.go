@@ -189,6 +189,23 @@ type Config struct {
 	// between uploads; the max also caps the retry backoff.
 	DecisionLogMinDelay Duration `json:"decisionLogMinDelay"`
 	DecisionLogMaxDelay Duration `json:"decisionLogMaxDelay"`
+	// NotifyURL receives a signed webhook when a formation starts waiting
+	// for approval, is approved, denied or expires (docs/approvals.md);
+	// empty sends none.
+	NotifyURL string `json:"notifyURL"`
+	// NotifySecretFile holds the key the webhooks are signed with
+	// (HMAC-SHA256 in Fcd-Signature); required with NotifyURL. Never
+	// logged.
+	NotifySecretFile string `json:"notifySecretFile"`
+	// NotifyFormat is the webhook body: json (the documented payload) or
+	// slack ({"text": …} for a Slack incoming webhook).
+	NotifyFormat string `json:"notifyFormat"`
+	// NotifyPageURL is the approval page's public address, which each
+	// webhook links; empty links nothing.
+	NotifyPageURL string `json:"notifyPageURL"`
+	// NotifyQueue bounds the webhooks waiting for delivery; when full a
+	// new one is dropped (fcd_notifications_dropped_total).
+	NotifyQueue int64 `json:"notifyQueue"`
 	// Dev creates the data directory, a registrar key pair and one
 	// credential per role, and writes DataDir/dev-credentials.json.
 	Dev bool `json:"dev"`
@@ -399,6 +416,11 @@ func bindServeFlags(cfg *Config) *serveFlags {
 	fs.Int64Var(&cfg.DecisionLogUploadLimit, "decision-log-upload-limit", server.DefaultDecisionLogUploadLimit, "largest decision-log upload in bytes, gzip-compressed")
 	fs.TextVar(&cfg.DecisionLogMinDelay, "decision-log-min-delay", Duration(server.DefaultDecisionLogMinDelay), "shortest wait between decision-log uploads")
 	fs.TextVar(&cfg.DecisionLogMaxDelay, "decision-log-max-delay", Duration(server.DefaultDecisionLogMaxDelay), "longest wait between decision-log uploads (and longest retry backoff)")
+	fs.StringVar(&cfg.NotifyURL, "notify-url", "", "URL that receives a signed webhook when a formation starts waiting for approval, is approved, denied or expires (empty: none; docs/approvals.md)")
+	path(&cfg.NotifySecretFile, "notify-secret-file", "", "file holding the key webhooks are signed with (HMAC-SHA256, header Fcd-Signature); required with --notify-url")
+	fs.StringVar(&cfg.NotifyFormat, "notify-format", authz.FormatJSON, "webhook body: json (the documented payload) or slack ({\"text\": ...})")
+	fs.StringVar(&cfg.NotifyPageURL, "notify-page-url", "", "the approval page's public address (https://HOST/ui/), linked from each webhook (empty: no link)")
+	fs.Int64Var(&cfg.NotifyQueue, "notify-queue", authz.DefaultNotifyQueue, "webhooks held for delivery; when full, a new one is dropped and counted")
 	fs.BoolVar(&cfg.Dev, "dev", false, "development mode: generate keys and one credential per role in the data directory")
 	return fl
 }

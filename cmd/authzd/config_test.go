@@ -53,7 +53,7 @@ func TestEveryFieldHasOneFlag(t *testing.T) {
 	})
 	// The settings naming files or directories: relative in the file, they
 	// are relative to the file.
-	paths := map[string]bool{"DataDir": true, "RegistrarKeys": true, "IssuerKeys": true, "OperatorKeys": true, "Credentials": true, "PolicyDir": true, "PolicyBundle": true, "PolicyBundleKeys": true, "SigningKey": true, "DecisionLogCredentialFile": true,
+	paths := map[string]bool{"DataDir": true, "RegistrarKeys": true, "IssuerKeys": true, "OperatorKeys": true, "Credentials": true, "PolicyDir": true, "PolicyBundle": true, "PolicyBundleKeys": true, "SigningKey": true, "DecisionLogCredentialFile": true, "NotifySecretFile": true,
 		"EtcdCA": true, "EtcdCert": true, "EtcdKey": true}
 
 	dir := t.TempDir()

@@ -178,6 +178,8 @@ func (c *Config) server(log *slog.Logger, reload <-chan os.Signal) server.Config
 		DecisionLogLabels: c.DecisionLogLabels, DecisionLogBuffer: c.DecisionLogBuffer, DecisionLogUploadLimit: c.DecisionLogUploadLimit,
 		DecisionLogMinDelay: time.Duration(c.DecisionLogMinDelay), DecisionLogMaxDelay: time.Duration(c.DecisionLogMaxDelay),
 		OTLPEndpoint: c.OTLPEndpoint, OTLPProtocol: c.OTLPProtocol,
-		Logger: log,
+		NotifyURL: c.NotifyURL, NotifySecretFile: c.NotifySecretFile, NotifyFormat: c.NotifyFormat, NotifyPageURL: c.NotifyPageURL,
+		NotifyQueue: int(c.NotifyQueue),
+		Logger:      log,
 	}
 }
