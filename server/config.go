@@ -295,7 +295,7 @@ type Config struct {
 	NotifyPageURL string
 	// NotifyQueue bounds the notifications waiting for delivery; when
 	// full a new one is dropped (counted). Zero means the default.
-	NotifyQueue int
+	NotifyQueue int64
 
 	// Logger receives the server's logs; nil means slog.Default(). Log
 	// with a handler wrapped by telemetry.LogHandler (authzd serve does)

@@ -190,7 +190,7 @@ func (s *Server) buildUseCases(ctx context.Context, verifier *manifest.Verifier)
 			return fmt.Errorf("notification secret: %s is empty", cfg.NotifySecretFile)
 		}
 		if s.notifier, err = authz.NewNotifier(authz.NotifierConfig{URL: cfg.NotifyURL, Secret: secret, Format: cfg.NotifyFormat,
-			PageURL: cfg.NotifyPageURL, Store: s.store, Queue: cfg.NotifyQueue, Logger: s.log}); err != nil {
+			PageURL: cfg.NotifyPageURL, Store: s.store, Queue: int(cfg.NotifyQueue), Logger: s.log}); err != nil {
 			return err
 		}
 	}

@@ -179,7 +179,7 @@ func (c *Config) server(log *slog.Logger, reload <-chan os.Signal) server.Config
 		DecisionLogMinDelay: time.Duration(c.DecisionLogMinDelay), DecisionLogMaxDelay: time.Duration(c.DecisionLogMaxDelay),
 		OTLPEndpoint: c.OTLPEndpoint, OTLPProtocol: c.OTLPProtocol,
 		NotifyURL: c.NotifyURL, NotifySecretFile: c.NotifySecretFile, NotifyFormat: c.NotifyFormat, NotifyPageURL: c.NotifyPageURL,
-		NotifyQueue: int(c.NotifyQueue),
+		NotifyQueue: c.NotifyQueue,
 		Logger:      log,
 	}
 }
