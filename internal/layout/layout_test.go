@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	"internal/tracing": {},
 	// The trace exporter, the propagator, the log handler with trace ids,
 	// and fencecheck's tracing hook on OpenTelemetry.
-	"internal/telemetry": {"fencecheck"},
+	"internal/telemetry": {"fencecheck", "internal/cli"},
 	"manifest":           {"internal/public"},
 	"policies":           {},
 	"fencecheck":         {},

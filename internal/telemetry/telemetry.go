@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fcd-authz/fcd/internal/cli"
 	"net/url"
 	"os"
 	"runtime"
@@ -179,9 +180,12 @@ type BuildInfo struct {
 func Build() BuildInfo {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return BuildInfo{Version: "unknown", GoVersion: runtime.Version()}
+		return BuildInfo{Version: cli.SemVer(), GoVersion: runtime.Version()}
 	}
-	b := BuildInfo{Version: cmp.Or(bi.Main.Version, "(devel)"), GoVersion: bi.GoVersion}
+	// The version --version prints (link-time, else the module's, else
+	// the next release's -dev), so that fcd_build_info and the traces'
+	// service.version agree with it.
+	b := BuildInfo{Version: cli.SemVer(), GoVersion: bi.GoVersion}
 	var dirty string
 	for _, s := range bi.Settings {
 		switch s.Key {
