@@ -202,13 +202,26 @@ func TestInitThenServe(t *testing.T) {
 	as := func(id string, args ...string) []string {
 		return append(args, "--url", url, "--credential-file", secret(id))
 	}
+	// A person reads tables; a program asks for the JSON.
 	reply, err = cmd(as("approver-1", "formation", "pending")...)
-	if err != nil || !strings.Contains(reply, approved) || !strings.Contains(reply, denied) {
+	if err != nil || !strings.HasPrefix(reply, "FORMATION ") || !strings.Contains(reply, approved) || !strings.Contains(reply, denied) ||
+		strings.Count(strings.TrimSpace(reply), "\n") != 2 || !strings.Contains(reply, "github/create_repository") || !strings.Contains(reply, "0/1") {
 		t.Fatalf("formation pending: %v %s", err, reply)
 	}
+	reply, err = cmd(as("approver-1", "formation", "pending", "--json")...)
+	var page struct{ Formations []struct{ ID string } }
+	if err != nil || json.Unmarshal([]byte(reply), &page) != nil || len(page.Formations) != 2 {
+		t.Fatalf("formation pending --json: %v %s", err, reply)
+	}
 	reply, err = cmd(as("approver-2", "formation", "show", approved)...)
-	if err != nil || !strings.Contains(reply, "approved-from-the-cli") {
+	if err != nil || !strings.Contains(reply, "approved-from-the-cli") || !strings.Contains(reply, "approvals  0 of 1") ||
+		!strings.Contains(reply, "status     pending_approval") || !strings.Contains(reply, "no difference between the releases") {
 		t.Fatalf("formation show: %v %s", err, reply)
+	}
+	reply, err = cmd(as("approver-2", "formation", "show", "--json", approved)...)
+	var shown struct{ ID, Status string }
+	if err != nil || json.Unmarshal([]byte(reply), &shown) != nil || shown.ID != approved || shown.Status != "pending_approval" {
+		t.Fatalf("formation show --json: %v %s", err, reply)
 	}
 	reply, err = cmd(as("approver-1", "formation", "approve", approved, "--reason", "reviewed")...)
 	var f struct{ Status string }

@@ -41,9 +41,11 @@ const usage = `usage:
   authzd manifest lint [--json] [FILE|-]    MCP+ lint of a manifest (exit 1 on errors)
   authzd manifest digest [--tools] [FILE|-] print the epoch id (and tool digests)
   authzd manifest register FILE|-           register a signed manifest (as the registrar)
-  authzd formation show|pending|approve|deny [ID] [--reason TEXT]
-                                            a call's record, the calls awaiting approval, and
-                                            an approver's decision on the record shown now
+  authzd formation show|pending|approve|deny [ID] [--reason TEXT] [--json]
+                                            a call's record with what differs between the
+                                            releases it may run on, the calls awaiting approval
+                                            (tables; --json: authzd's answer), and an
+                                            approver's decision on the record shown now
   authzd cert sign --key FILE [--valid-for D] [FILE|-]
                                             sign a compatibility certificate with an issuer key
                                             (--valid-for: valid from now for D, e.g. 720h)

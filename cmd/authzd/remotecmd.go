@@ -136,8 +136,10 @@ func formationCommand(ctx context.Context, sub string, args []string, stdout io.
 	fs := flag.NewFlagSet("formation "+sub, flag.ContinueOnError)
 	rf := addRemoteFlags(fs, api.RoleApprover)
 	var reason, digest *string
+	asJSON := new(bool)
 	switch sub {
 	case "show", "pending":
+		asJSON = fs.Bool("json", false, "print authzd's JSON answer (for programs) instead of a table")
 	case "approve", "deny":
 		reason = fs.String("reason", "", "why (kept with the approval, shown to other approvers)")
 		digest = fs.String("digest", "", "the digest of the record you reviewed (default: the record read now)")
@@ -169,13 +171,25 @@ func formationCommand(ctx context.Context, sub string, args []string, stdout io.
 		if err != nil {
 			return refused("list pending formations", err)
 		}
-		return printBody(stdout, resp.Body)
+		if *asJSON || resp.JSON200 == nil {
+			return printBody(stdout, resp.Body)
+		}
+		return printPending(stdout, resp.JSON200, time.Now())
 	case "show":
 		resp, err := c.GetFormationWithResponse(ctx, id)
 		if err != nil {
 			return refused("formation "+id, err)
 		}
-		return printBody(stdout, resp.Body)
+		if *asJSON || resp.JSON200 == nil {
+			return printBody(stdout, resp.Body)
+		}
+		// What differs between the releases the call may run on; a
+		// formation whose source epoch is gone has none to show.
+		var cmp *client.Comparison
+		if cr, err := c.CompareFormationWithResponse(ctx, id); err == nil && cr.JSON200 != nil {
+			cmp = cr.JSON200
+		}
+		return printFormation(stdout, resp.JSON200, cmp, time.Now())
 	}
 	d := *digest
 	if d == "" {
