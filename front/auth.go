@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -128,7 +129,7 @@ func (a *JWTAuthenticator) Authenticate(ctx context.Context, token string) (Prin
 		}
 	}
 	if s, ok := claims["scope"].(string); ok {
-		p.Scopes = splitScopes(s)
+		p.Scopes = strings.Fields(s)
 	}
 	return p, nil
 }
@@ -152,24 +153,6 @@ func checkHeader(token string) error {
 		return fmt.Errorf("%w: no kid", ErrUnauthenticated)
 	}
 	return nil
-}
-
-func splitScopes(s string) []string {
-	var out []string
-	start := -1
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ' ' {
-			if start >= 0 {
-				out = append(out, s[start:i])
-				start = -1
-			}
-			continue
-		}
-		if start < 0 {
-			start = i
-		}
-	}
-	return out
 }
 
 // StaticTokens authenticates fixed bearer tokens, for development and

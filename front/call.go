@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,21 +31,12 @@ func formationOf(r *client.Formation) formation {
 		Approvals: r.Approvals, ExpiresAt: r.ExpiresAt}
 	for _, e := range r.Decision.Engines {
 		for _, reason := range e.Reasons {
-			if !contains(f.Reasons, reason) {
+			if !slices.Contains(f.Reasons, reason) {
 				f.Reasons = append(f.Reasons, reason)
 			}
 		}
 	}
 	return f
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // callTool is every listed tool's handler: it forms the call, waits for

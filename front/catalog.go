@@ -87,10 +87,7 @@ func (f *Front) takeCatalog(ctx context.Context) (*catalog, error) {
 		return nil, fmt.Errorf("take a snapshot: authzd answered %d", resp.StatusCode())
 	}
 	id := resp.JSON201.Id
-	f.mu.Lock()
-	c := f.catalogs[id]
-	f.mu.Unlock()
-	if c != nil {
+	if c, ok := f.catalogs.Get(id); ok {
 		return c, nil
 	}
 	view := client.GetSnapshotParamsViewFull
@@ -105,16 +102,11 @@ func (f *Front) takeCatalog(ctx context.Context) (*catalog, error) {
 	if err := json.Unmarshal(full.Body, &snap); err != nil {
 		return nil, fmt.Errorf("read snapshot %s: %w", id, err)
 	}
-	c, err = buildCatalog(id, snap)
+	c, err := buildCatalog(id, snap)
 	if err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	if len(f.catalogs) >= 64 { // old snapshots: only sessions still hold them
-		clear(f.catalogs)
-	}
-	f.catalogs[id] = c
-	f.mu.Unlock()
+	f.catalogs.Put(id, c)
 	return c, nil
 }
 

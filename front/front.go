@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fcd-authz/fcd/client"
+	"github.com/fcd-authz/fcd/internal/bounded"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
@@ -140,7 +141,9 @@ type Front struct {
 	latest   *catalog // the catalog new sessions open; nil until one was taken
 	epochs   string   // the ACTIVE epochs latest was taken at
 	sessions map[*session]struct{}
-	catalogs map[string]*catalog // by snapshot id; immutable
+	// catalogs are the catalogs built, by snapshot id (immutable); a
+	// session holds its own, so one forgotten here is only built again.
+	catalogs bounded.Cache[string, *catalog]
 }
 
 // New checks cfg and returns the front. Its relisting runs until
@@ -172,7 +175,8 @@ func New(ctx context.Context, cfg Config) (*Front, error) {
 		return nil, fmt.Errorf("front: %w", err)
 	}
 	f := &Front{cfg: cfg, api: api, hc: hc, log: log, ui: base + "/ui/",
-		sessions: map[*session]struct{}{}, catalogs: map[string]*catalog{}}
+		sessions: map[*session]struct{}{}}
+	f.catalogs.Max = 64
 	loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	f.stop = stop
 	if cfg.RelistInterval > 0 {

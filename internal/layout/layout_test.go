@@ -62,7 +62,7 @@ var allowed = map[string][]string{
 	// The MCP front is a host for stock clients: like host, it speaks to
 	// authzd over HTTP only; the fence's argument digest tells it which
 	// arguments can travel.
-	"front": {"client", "fencecheck"},
+	"front": {"client", "fencecheck", "internal/bounded"},
 	// The server assembles every part from one Config (etcd's embed):
 	// authzd serve, the benchmarks and the end-to-end tests build it, and
 	// nothing below it imports it.
