@@ -1,20 +1,16 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fcd-authz/fcd/api"
+	"github.com/fcd-authz/fcd/client"
 	"github.com/fcd-authz/fcd/front"
-	"github.com/fcd-authz/fcd/manifest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -24,36 +20,10 @@ import (
 // that asked for progress receives them, under its own progress token,
 // before the result, and the call runs once.
 func TestFrontForwardsProgress(t *testing.T) {
-	_, fenceBin := buildBinaries(t)
 	s := startStack(t, nil)
-	everything := startEverything(t)
-	raw, err := os.ReadFile(filepath.Join("testdata", "everything-manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct {
-		Pool     string
-		Artifact struct{ Digest string }
-		Config   struct{ Digest string }
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
-	jws, err := manifest.Sign(bytes.TrimSpace(raw), s.registrar.Key, manifest.TypManifest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.registerManifest(jws)
-	credFile := filepath.Join(t.TempDir(), "backend.cred")
-	if err := os.WriteFile(credFile, []byte(s.creds[api.RoleBackend]), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	px := startProc(t, "fencecheck everything", fenceBin, "proxy", "--listen", "127.0.0.1:0", "--upstream", everything,
-		"--pool", m.Pool, "--artifact", m.Artifact.Digest, "--config", m.Config.Digest, "--generation", "0",
-		"--jwks", s.URL+"/.well-known/jwks.json", "--issuer", issuerName, "--server", "everything",
-		"--authzd", s.URL, "--credential-file", credFile, "--timeout", "30s")
+	pool, px := startEverythingFenced(t, s)
 	f, err := front.New(t.Context(), front.Config{AuthzdURL: s.URL, Credential: string(s.creds[api.RoleHost]),
-		Servers: []string{"everything"}, Pools: map[string]string{m.Pool: px.URL + "/mcp"}, Auth: frontUsers,
+		Servers: []string{"everything"}, Pools: map[string]string{pool: px.URL + "/mcp"}, Auth: frontUsers,
 		PollInterval: 50 * time.Millisecond, RelistInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +57,17 @@ func TestFrontForwardsProgress(t *testing.T) {
 	res, err := cs.CallTool(t.Context(), params)
 	if err != nil || res.IsError {
 		t.Fatalf("the long-running call: %v %+v", err, res)
+	}
+	// It ran once: one formation of the tool, completed.
+	status := client.FormationStatusCompleted
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r, err := s.as(api.RoleApprover).ListFormationsWithResponse(t.Context(), &client.ListFormationsParams{Status: &status})
+		s.must("list formations", err)
+		if n := len(r.JSON200.Formations); n == 1 && r.JSON200.Formations[0].Tool == "everything/trigger-long-running-operation" {
+			break
+		} else if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("completed formations: %+v, want the long-running call's alone", r.JSON200.Formations)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()

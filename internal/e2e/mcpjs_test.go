@@ -273,9 +273,14 @@ func startEverything(t *testing.T) string {
 // (SSE) to the client before the result, runs once (the formation
 // completes), and the session closes; the Go SDK client's echo call, the
 // formation on its call, runs there too.
-func TestServerEverythingBehindTheFence(t *testing.T) {
+// startEverythingFenced registers server-everything's manifest
+// (testdata/everything-manifest.json) on the stack and starts the
+// reference server behind a `fencecheck proxy` process that verifies
+// against exactly what it pins, claims at authzd and reports there. It
+// returns the manifest's pool and the fence.
+func startEverythingFenced(t *testing.T, s *stack) (pool string, px *proc) {
+	t.Helper()
 	_, fenceBin := buildBinaries(t)
-	s := startStack(t, nil)
 	everything := startEverything(t)
 	raw, err := os.ReadFile(filepath.Join("testdata", "everything-manifest.json"))
 	if err != nil {
@@ -298,17 +303,23 @@ func TestServerEverythingBehindTheFence(t *testing.T) {
 	if err := os.WriteFile(credFile, []byte(s.creds[api.RoleBackend]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	px := startProc(t, "fencecheck everything", fenceBin, "proxy", "--listen", "127.0.0.1:0", "--upstream", everything,
+	px = startProc(t, "fencecheck everything", fenceBin, "proxy", "--listen", "127.0.0.1:0", "--upstream", everything,
 		"--pool", m.Pool, "--artifact", m.Artifact.Digest, "--config", m.Config.Digest, "--generation", "0",
 		"--jwks", s.URL+"/.well-known/jwks.json", "--issuer", issuerName, "--server", "everything",
 		"--authzd", s.URL, "--credential-file", credFile, "--timeout", "30s")
+	return m.Pool, px
+}
+
+func TestServerEverythingBehindTheFence(t *testing.T) {
+	s := startStack(t, nil)
+	pool, px := startEverythingFenced(t, s)
 	snap := s.snapshotOf("everything")
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+gatewayUsers["alice"]))
 	for _, kind := range gatewaytest.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			gw := gatewaytest.Start(t, kind, gatewaytest.Config{
-				Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: m.Pool,
-				Pools: map[string]string{m.Pool: px.URL}, Users: gatewayUsers,
+				Authzd: s.URL, Credential: string(s.creds[api.RoleGateway]), Default: pool,
+				Pools: map[string]string{pool: px.URL}, Users: gatewayUsers,
 			})
 			const args = `{"duration":1,"steps":3}`
 			rec := s.create(everythingCall(t, snap, "sess-everything-"+kind, "trigger-long-running-operation", args))
