@@ -160,3 +160,49 @@ func TestFrontWithoutAuthzdAtStart(t *testing.T) {
 		t.Fatalf("initialize without authzd: %d %s, want 503 saying why", status, body)
 	}
 }
+
+// TestFrontSendsNothingWithoutARoute: a call admitted to a pool the front
+// has no endpoint for (v1.4 left out of --pool), and one whose pool's
+// fence cannot be reached, are refusals the model reads — no-route and
+// upstream-unavailable — and nothing runs.
+func TestFrontSendsNothingWithoutARoute(t *testing.T) {
+	s := startStack(t, nil)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	for _, tc := range []struct {
+		name, problem string
+		pools         map[string]string
+	}{
+		{"no endpoint for the pool", "no-route", map[string]string{poolV13: s.Fixture[poolV13] + "/mcp"}},
+		{"the pool's fence unreachable", "upstream-unavailable", map[string]string{poolV14: closed.URL + "/mcp", poolV13: s.Fixture[poolV13] + "/mcp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := front.New(t.Context(), front.Config{AuthzdURL: s.URL, Credential: string(s.creds[api.RoleHost]),
+				Servers: []string{"github"}, Pools: tc.pools, Auth: frontUsers, RelistInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := f.Handler()
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(func() {
+				srv.Close()
+				_ = f.Close()
+			})
+			fc := connectFront(t, srv.URL+front.MCPPath, "alice-token")
+			res, err := fc.cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "get_repository",
+				Arguments: map[string]any{"owner": "octo-org", "repo": "hello-world"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := frontRefusal(t, res); r.Problem != tc.problem || r.Formation == "" {
+				t.Fatalf("refusal %+v, want %s naming the formation", r, tc.problem)
+			}
+			if n := len(s.Rec.Effects(fixtures.Filter{})); n != 0 {
+				t.Fatalf("%d effects", n)
+			}
+		})
+	}
+}
